@@ -1,0 +1,7 @@
+"""prx-data: build pre-training corpora for text-to-image models.
+
+Plain modules (schema, readers, imaging, export, loader, captioning) import without Dagster so
+Ray workers can use them; Dagster definitions live under ``prx_data.defs``.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,112 @@
+"""Lance table helpers shared by every stage: open, write sized fragments, add and fill
+derived columns in place.
+
+Derived columns are filled with ``LanceFragment.update_columns`` joined on ``sample_id``: only
+the data files of those columns are rewritten, never the image blobs, and one commit makes the
+batch visible (a killed run leaves the previous version intact).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def open_table(uri: str, storage_options: dict | None = None) -> lance.LanceDataset | None:
+    try:
+        return lance.dataset(uri, storage_options=storage_options or None)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        if "not found" in str(exc).lower() or "does not exist" in str(exc).lower() or isinstance(
+            exc, FileNotFoundError
+        ):
+            return None
+        raise
+
+
+def ensure_columns(ds: lance.LanceDataset, schema: pa.Schema) -> lance.LanceDataset:
+    """Add the columns of ``schema`` that the table lacks, all null (no data rewrite)."""
+    missing = [f for f in schema if f.name not in ds.schema.names]
+    if missing:
+        ds.add_columns(missing)
+        ds = lance.dataset(ds.uri, storage_options=_options(ds))
+    return ds
+
+
+def _options(ds: lance.LanceDataset) -> dict | None:
+    try:
+        return ds.initial_storage_options() or None
+    except Exception:
+        return None
+
+
+def fragment_of(row_addresses: pa.Array) -> pa.Array:
+    """Fragment id of each row: the high 32 bits of a Lance row address."""
+    return pc.shift_right(row_addresses.cast(pa.uint64()), 32)
+
+
+def update_columns(
+    ds: lance.LanceDataset, updates: pa.Table, key: str = "sample_id"
+) -> lance.LanceDataset:
+    """Write ``updates`` (``key`` + existing columns) into the rows with the same ``key``.
+
+    Rows not named in ``updates`` keep their values. One commit for the whole batch.
+    """
+    if updates.num_rows == 0:
+        return ds
+    ids = updates.column(key)
+    located = ds.to_table(
+        columns=[key], filter=None, with_row_address=True
+    )
+    mask = pc.is_in(located.column(key), value_set=ids)
+    located = located.filter(mask)
+    frag_ids = fragment_of(located.column("_rowaddr")).to_pylist()
+    keys_by_fragment: dict[int, list[str]] = defaultdict(list)
+    for frag_id, k in zip(frag_ids, located.column(key).to_pylist()):
+        keys_by_fragment[frag_id].append(k)
+
+    updated_fragments = []
+    fields_modified: set[int] = set()
+    for frag_id, frag_keys in keys_by_fragment.items():
+        part = updates.filter(pc.is_in(updates.column(key), value_set=pa.array(frag_keys)))
+        fragment = ds.get_fragment(frag_id)
+        metadata, fields = fragment.update_columns(part, left_on=key, right_on=key)
+        updated_fragments.append(metadata)
+        fields_modified.update(fields)
+    if not updated_fragments:
+        return ds
+    op = lance.LanceOperation.Update(
+        updated_fragments=updated_fragments, fields_modified=sorted(fields_modified)
+    )
+    return lance.LanceDataset.commit(
+        ds.uri, op, read_version=ds.version, storage_options=_options(ds)
+    )
+
+
+def iter_batches(
+    ds: lance.LanceDataset,
+    columns: list[str],
+    filter: str | None = None,
+    batch_size: int = 1024,
+) -> Iterator[pa.RecordBatch]:
+    scanner = ds.scanner(columns=columns, filter=filter, batch_size=batch_size)
+    yield from scanner.to_batches()
+
+
+def fragment_stats(ds: lance.LanceDataset) -> dict[str, int]:
+    frags = ds.get_fragments()
+    return {"fragments": len(frags), "rows": ds.count_rows(), "version": ds.version}
+
+
+def chunked(items: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

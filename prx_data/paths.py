@@ -1,0 +1,48 @@
+"""The one place for storage paths: where every table, stream and sidecar lives."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from prx_data.settings import Settings, get_settings
+
+
+def join(root: str, *parts: str) -> str:
+    """Join for local paths and object-store URIs alike (always '/')."""
+    return posixpath.join(root.rstrip("/"), *parts)
+
+
+@dataclass(frozen=True)
+class StoragePaths:
+    lance_root: str
+    mds_root: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> "StoragePaths":
+        settings = settings or get_settings()
+        return cls(lance_root=settings.lance_root, mds_root=settings.mds_root)
+
+    # Lance tables -------------------------------------------------------------------------
+    def raw_table(self, source: str) -> str:
+        return join(self.lance_root, "sources", f"{source}.lance")
+
+    def exports_table(self, source: str) -> str:
+        """Where each sample of a source landed in MDS, or why it was dropped."""
+        return join(self.lance_root, "exports", f"{source}.lance")
+
+    def optout_audit_table(self) -> str:
+        return join(self.lance_root, "optout_audit.lance")
+
+    def optout_samples_table(self) -> str:
+        return join(self.lance_root, "optout_samples.lance")
+
+    # MDS tree ----------------------------------------------------------------------------
+    def bucket_dir(self, tier: int, height: int, width: int) -> str:
+        return join(self.mds_root, str(tier), f"{height}x{width}")
+
+    def source_stream_dir(self, tier: int, height: int, width: int, source: str) -> str:
+        return join(self.bucket_dir(tier, height, width), source)
+
+    def report_dir(self) -> str:
+        return join(self.mds_root, "_reports")

@@ -1,0 +1,84 @@
+"""The one place where the environment is chosen.
+
+``PRX_ENV`` picks a profile (``local`` by default, ``cluster`` for PostgreSQL/KubeRay/object
+storage); every other setting is an override of that profile read from ``PRX_*`` variables.
+Nothing else in the package reads the environment for configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+EnvName = Literal["local", "cluster"]
+
+
+class Settings(BaseModel):
+    env: EnvName = "local"
+    data_root: str = Field(description="Root of all data (a folder or an s3:// / gs:// URI).")
+    sources_dir: str = Field(description="Folder holding one YAML spec per source.")
+    optout_dir: str = Field(description="Folder holding opt-out requests (YAML/JSON).")
+    lance_root: str
+    mds_root: str
+    # Credentials and endpoint for object storage, passed to Lance and MDS as-is.
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    ray_address: str | None = None
+    rows_per_fragment: int = 1_000_000
+
+    @model_validator(mode="after")
+    def _cluster_needs_remote_roots(self) -> "Settings":
+        if self.env == "cluster":
+            for name in ("lance_root", "mds_root"):
+                value = getattr(self, name)
+                if "://" not in value:
+                    raise ValueError(
+                        f"PRX_ENV=cluster needs an object-storage URI for {name} "
+                        f"(PRX_{name.upper()}), got {value!r}"
+                    )
+        return self
+
+    @property
+    def is_remote(self) -> bool:
+        return "://" in self.lance_root
+
+
+def _storage_options_from_env(env: os._Environ | dict) -> dict[str, str]:
+    options = {}
+    for key, option in (
+        ("PRX_S3_ENDPOINT", "aws_endpoint"),
+        ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+        ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+        ("AWS_REGION", "aws_region"),
+    ):
+        if env.get(key):
+            options[option] = env[key]
+    if env.get("PRX_S3_ENDPOINT", "").startswith("http://"):
+        options["allow_http"] = "true"
+    return options
+
+
+def load_settings(env: dict | None = None) -> Settings:
+    env = os.environ if env is None else env
+    name = env.get("PRX_ENV", "local")
+    data_root = env.get("PRX_DATA_ROOT") or str(Path.cwd() / "data")
+    local_base = data_root if "://" not in data_root else str(Path.cwd() / "data")
+    return Settings(
+        env=name,
+        data_root=data_root,
+        sources_dir=env.get("PRX_SOURCES_DIR") or str(Path(local_base) / "sources"),
+        optout_dir=env.get("PRX_OPTOUT_DIR") or str(Path(local_base) / "optout"),
+        lance_root=env.get("PRX_LANCE_ROOT") or f"{data_root.rstrip('/')}/lance",
+        mds_root=env.get("PRX_MDS_ROOT") or f"{data_root.rstrip('/')}/mds",
+        storage_options=_storage_options_from_env(env),
+        ray_address=env.get("PRX_RAY_ADDRESS") or None,
+        rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()
