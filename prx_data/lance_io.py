@@ -32,11 +32,11 @@ def ensure_columns(ds: lance.LanceDataset, schema: pa.Schema) -> lance.LanceData
     missing = [f for f in schema if f.name not in ds.schema.names]
     if missing:
         ds.add_columns(missing)
-        ds = lance.dataset(ds.uri, storage_options=_options(ds))
+        ds = lance.dataset(ds.uri, storage_options=storage_options_of(ds))
     return ds
 
 
-def _options(ds: lance.LanceDataset) -> dict | None:
+def storage_options_of(ds: lance.LanceDataset) -> dict | None:
     try:
         return ds.initial_storage_options() or None
     except Exception:
@@ -82,7 +82,7 @@ def update_columns(
         updated_fragments=updated_fragments, fields_modified=sorted(fields_modified)
     )
     return lance.LanceDataset.commit(
-        ds.uri, op, read_version=ds.version, storage_options=_options(ds)
+        ds.uri, op, read_version=ds.version, storage_options=storage_options_of(ds)
     )
 
 

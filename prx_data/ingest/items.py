@@ -1,0 +1,18 @@
+"""What a reader yields: one item of a source, before validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class RawItem:
+    key: str
+    data: bytes | None = None  # inline bytes or read from a local path
+    url: str | None = None  # to download when data is None and this is set
+    path: str | None = None  # local path the bytes came from (or should have)
+    caption: str | None = None
+    license: str | None = None
+    source_url: str | None = None
+    embedding: list[float] | None = None
+    error: str | None = None  # a reader-level problem (missing path, bad record)
