@@ -1,0 +1,403 @@
+"""Fetch many URLs politely: bounded look-ahead, global and per-host limits, retries, size cap.
+
+``download_many`` is a plain iterator so callers can write batches to Lance as results arrive.
+Work runs on a thread pool of ``config.concurrency`` threads sharing one ``httpx.Client``; the
+caller's iterator is pulled lazily, at most ``2 * concurrency`` items ahead of what has been
+yielded, so millions of URLs stream through in flat memory.
+
+Every item yields exactly one :class:`DownloadResult`; failures are values, never exceptions,
+because one bad URL must not stop an ingest of millions.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from urllib.parse import urlsplit
+
+import httpx
+
+from prx_data.registry import DownloadConfig
+from prx_data.schema import Status
+
+__all__ = ["DownloadResult", "download_many", "download_one", "robots_opt_out"]
+
+ALLOWED_SCHEMES = frozenset({"http", "https"})
+MAX_REDIRECTS = 5
+# A server asking for an hour's pause would otherwise park a worker thread for an hour.
+DEFAULT_MAX_RETRY_AFTER_S = 30.0
+# Backoff grows exponentially; without a ceiling retries=10 would sleep for many minutes.
+MAX_BACKOFF_S = 60.0
+OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai"})
+_REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class DownloadResult:
+    key: str
+    url: str
+    data: bytes | None
+    status: Status
+    error: str | None = None
+    http_status: int | None = None
+    content_type: str | None = None
+    attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+
+class _Cancelled(Exception):
+    """The consumer closed the iterator; abandon the item without a result."""
+
+
+# -- per-host limit ------------------------------------------------------------------------------
+
+
+class _HostLimiter:
+    """At most ``limit`` concurrent holders per host.
+
+    Entries are dropped as soon as nobody holds or waits on a host, so a crawl over millions of
+    distinct hosts does not grow a dict of millions of semaphores.
+    """
+
+    def __init__(self, limit: int, stop: threading.Event) -> None:
+        self._limit = limit
+        self._stop = stop
+        self._lock = threading.Lock()
+        self._hosts: dict[str, list] = {}  # host -> [active, waiters, Condition]
+
+    def acquire(self, host: str) -> None:
+        with self._lock:
+            entry = self._hosts.get(host)
+            if entry is None:
+                entry = self._hosts[host] = [0, 0, threading.Condition(self._lock)]
+            entry[1] += 1
+            try:
+                while entry[0] >= self._limit:
+                    if self._stop.is_set():
+                        raise _Cancelled
+                    # Timed wait so a closed iterator is noticed even if no slot frees up.
+                    entry[2].wait(0.1)
+            except BaseException:
+                entry[1] -= 1
+                if entry[0] == 0 and entry[1] == 0:
+                    del self._hosts[host]
+                raise
+            entry[1] -= 1
+            entry[0] += 1
+
+    def release(self, host: str) -> None:
+        with self._lock:
+            entry = self._hosts[host]
+            entry[0] -= 1
+            if entry[1]:
+                entry[2].notify()
+            elif entry[0] == 0:
+                del self._hosts[host]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._hosts)
+
+
+# -- header parsing ------------------------------------------------------------------------------
+
+_ROBOTS_SPLIT = re.compile(r"[\s,;:]+")
+
+
+def robots_opt_out(values: Iterable[str]) -> str | None:
+    """The opt-out directive (``noai``/``noimageai``) named in X-Robots-Tag values, if any.
+
+    Directives scoped to a user agent (``otherbot: noai``) count too: an opt-out from AI use
+    addressed to any crawler is taken as the publisher's wish, not as a loophole for ours.
+    Other directives (``none``, ``noindex``) are about search engines and are ignored.
+    """
+    for value in values:
+        for token in _ROBOTS_SPLIT.split(value.lower()):
+            if token in OPT_OUT_DIRECTIVES:
+                return token
+    return None
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+def _content_length(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _check_url(url: object) -> tuple[str | None, str | None]:
+    """(host, None) for a fetchable URL, else (None, reason)."""
+    if not isinstance(url, str) or not url.strip():
+        return None, "URL is empty"
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError as exc:
+        return None, f"invalid URL: {exc}"
+    scheme = parts.scheme.lower()
+    if not scheme:
+        return None, "URL has no scheme"
+    if scheme not in ALLOWED_SCHEMES:
+        return None, f"scheme {scheme!r} not allowed"
+    if not host:
+        return None, "URL has no host"
+    return host, None
+
+
+def _attempts_suffix(attempts: int) -> str:
+    return f" ({attempts} attempts)" if attempts > 1 else ""
+
+
+# -- one download --------------------------------------------------------------------------------
+
+
+class _Retry(Exception):
+    def __init__(self, error: str, http_status: int | None = None, wait_s: float | None = None):
+        super().__init__(error)
+        self.error = error
+        self.http_status = http_status
+        self.wait_s = wait_s
+
+
+class _Redirect(Exception):
+    def __init__(self, location: str, http_status: int):
+        super().__init__(location)
+        self.location = location
+        self.http_status = http_status
+
+
+class _Downloader:
+    def __init__(
+        self,
+        config: DownloadConfig,
+        client: httpx.Client,
+        stop: threading.Event,
+        max_retry_after_s: float,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.stop = stop
+        self.hosts = _HostLimiter(config.per_host, stop)
+        self.max_retry_after_s = max_retry_after_s
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0 and self.stop.wait(seconds):
+            raise _Cancelled
+
+    def _backoff_s(self, attempt: int) -> float:
+        base = min(self.config.backoff_s * (2 ** (attempt - 1)), MAX_BACKOFF_S)
+        # Jitter keeps many workers that failed together from retrying in lockstep.
+        return random.uniform(base / 2, base)
+
+    def fetch(self, key: str, url: str) -> DownloadResult:
+        host, reason = _check_url(url)
+        if reason is not None:
+            return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, reason)
+
+        def failed(error: str, attempts: int, http_status: int | None = None) -> DownloadResult:
+            return DownloadResult(
+                key, url, None, Status.DOWNLOAD_FAILED, error, http_status, None, attempts
+            )
+
+        current = url.strip()
+        redirects = 0
+        attempt = 1
+        while True:
+            if self.stop.is_set():
+                raise _Cancelled
+            try:
+                self.hosts.acquire(host)
+                try:
+                    return self._attempt(key, url, current, attempt)
+                finally:
+                    self.hosts.release(host)
+            except _Redirect as hop:
+                redirects += 1
+                if redirects > MAX_REDIRECTS:
+                    return failed(f"more than {MAX_REDIRECTS} redirects", attempt, hop.http_status)
+                try:
+                    nxt = str(httpx.URL(current).join(hop.location))
+                except (httpx.InvalidURL, ValueError) as exc:
+                    return failed(f"bad redirect Location {hop.location!r}: {exc}", attempt)
+                # Each hop is re-checked: a redirect to file:// or ftp:// must not slip through.
+                next_host, reason = _check_url(nxt)
+                if reason is not None:
+                    return failed(f"redirect to {nxt!r}: {reason}", attempt, hop.http_status)
+                current, host = nxt, next_host
+            except _Retry as retry:
+                if attempt > self.config.retries:
+                    return failed(retry.error + _attempts_suffix(attempt), attempt, retry.http_status)
+                delay = self._backoff_s(attempt)
+                if retry.wait_s is not None:
+                    delay = max(delay, min(retry.wait_s, self.max_retry_after_s))
+                self._sleep(delay)
+                attempt += 1
+            except httpx.InvalidURL as exc:
+                return failed(f"invalid URL: {exc}", attempt)
+            except httpx.DecodingError as exc:
+                return failed(f"could not decode body: {exc}", attempt)
+            except httpx.HTTPError as exc:
+                # Anything else httpx raises (unsupported protocol, too many proxies, ...) will
+                # not get better by retrying.
+                return failed(f"{type(exc).__name__}: {exc}", attempt)
+
+    def _attempt(self, key: str, url: str, current: str, attempt: int) -> DownloadResult:
+        """One request. Returns a final result or raises _Redirect / _Retry."""
+        max_bytes = self.config.max_bytes
+        try:
+            with self.client.stream("GET", current) as resp:
+                code = resp.status_code
+                ctype = resp.headers.get("content-type")
+
+                def result(status: Status, data: bytes | None, error: str | None) -> DownloadResult:
+                    return DownloadResult(key, url, data, status, error, code, ctype, attempt)
+
+                if code in _REDIRECT_CODES:
+                    location = resp.headers.get("location")
+                    if not location:
+                        return result(Status.DOWNLOAD_FAILED, None, f"HTTP {code} without Location")
+                    raise _Redirect(location, code)
+                if code == 429 or code >= 500:
+                    raise _Retry(f"HTTP {code}", code, _retry_after_s(resp.headers.get("retry-after")))
+                if not 200 <= code < 300:
+                    return result(Status.DOWNLOAD_FAILED, None, f"HTTP {code}")
+
+                directive = robots_opt_out(resp.headers.get_list("x-robots-tag"))
+                if directive is not None:
+                    return result(Status.OPTED_OUT, None, f"X-Robots-Tag: {directive}")
+
+                length = _content_length(resp.headers.get("content-length"))
+                if length is not None and length > max_bytes:
+                    return result(
+                        Status.TOO_LARGE,
+                        None,
+                        f"body larger than {max_bytes} bytes (Content-Length: {length})",
+                    )
+
+                buf = bytearray()
+                for chunk in resp.iter_bytes(_CHUNK):
+                    buf += chunk
+                    if len(buf) > max_bytes:
+                        return result(Status.TOO_LARGE, None, f"body larger than {max_bytes} bytes")
+                    if self.stop.is_set():
+                        raise _Cancelled
+                return result(Status.OK, bytes(buf), None)
+        except httpx.TimeoutException:
+            raise _Retry(f"timeout after {self.config.timeout_s}s") from None
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise _Retry(f"connection error: {exc or type(exc).__name__}") from None
+
+
+# -- many downloads ------------------------------------------------------------------------------
+
+
+def make_client(config: DownloadConfig) -> httpx.Client:
+    """The client ``download_many`` uses; redirects are followed by hand to vet each hop."""
+    return httpx.Client(
+        # Images are already compressed; refusing transfer compression also keeps a small gzip
+        # body from inflating into a large one before the size check sees it.
+        headers={"User-Agent": config.user_agent, "Accept-Encoding": "identity"},
+        # One budget for connect, read, write; pool waits cannot happen (see limits).
+        timeout=httpx.Timeout(config.timeout_s),
+        follow_redirects=False,
+        # The thread pool already bounds requests in flight, so an httpx pool limit would only
+        # add a second queue that can time out.
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=config.concurrency),
+    )
+
+
+def download_one(key: str, url: str, config: DownloadConfig | None = None) -> DownloadResult:
+    """Convenience for a single URL (same rules as ``download_many``)."""
+    return next(download_many([(key, url)], config or DownloadConfig()))
+
+
+def download_many(
+    items: Iterable[tuple[str, str]],
+    config: DownloadConfig,
+    *,
+    max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
+) -> Iterator[DownloadResult]:
+    """Download ``(key, url)`` pairs, yielding one result per item as each completes.
+
+    Order is not preserved. At most ``2 * config.concurrency`` items are pulled from ``items``
+    ahead of the results already yielded. Closing the iterator early (``break``, ``.close()``)
+    stops pulling input, drops queued items and waits only for requests already on the wire
+    (bounded by ``config.timeout_s``).
+    """
+    window = 2 * config.concurrency
+    stop = threading.Event()
+    source = iter(items)
+    client = make_client(config)
+    downloader = _Downloader(config, client, stop, max_retry_after_s)
+    pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
+    pending: set[Future[DownloadResult]] = set()
+    try:
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < window:
+                try:
+                    key, url = next(source)
+                except StopIteration:
+                    exhausted = True
+                    break
+                # Rejected URLs never touch the pool, so a run of them cannot delay good ones.
+                if _check_url(url)[1] is not None:
+                    yield downloader.fetch(key, url)
+                    continue
+                pending.add(pool.submit(_guarded_fetch, downloader, key, url))
+            if not pending:
+                return
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield future.result()
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        client.close()
+
+
+def _guarded_fetch(downloader: _Downloader, key: str, url: str) -> DownloadResult:
+    started = time.monotonic()
+    try:
+        return downloader.fetch(key, url)
+    except _Cancelled:
+        # Only reachable after the consumer has gone; nobody will read this.
+        return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, "cancelled")
+    except Exception as exc:  # noqa: BLE001
+        # A bug or an odd response must cost one item, not the whole ingest.
+        elapsed = time.monotonic() - started
+        return DownloadResult(
+            key,
+            url,
+            None,
+            Status.DOWNLOAD_FAILED,
+            f"unexpected {type(exc).__name__} after {elapsed:.1f}s: {exc}",
+        )
