@@ -12,12 +12,13 @@ because one bad URL must not stop an ingest of millions.
 from __future__ import annotations
 
 import email.utils
+import queue
 import random
 import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
@@ -358,11 +359,15 @@ def download_many(
     client = make_client(config)
     downloader = _Downloader(config, client, stop, max_retry_after_s)
     pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
-    pending: set[Future[DownloadResult]] = set()
+    # Workers hand finished futures over a queue rather than the caller polling them with
+    # concurrent.futures.wait, which costs O(window) per call and would dominate at high
+    # concurrency over millions of items.
+    finished: queue.SimpleQueue[Future[DownloadResult]] = queue.SimpleQueue()
+    in_flight = 0
     try:
         exhausted = False
         while True:
-            while not exhausted and len(pending) < window:
+            while not exhausted and in_flight < window:
                 try:
                     key, url = next(source)
                 except StopIteration:
@@ -372,12 +377,14 @@ def download_many(
                 if _check_url(url)[1] is not None:
                     yield downloader.fetch(key, url)
                     continue
-                pending.add(pool.submit(_guarded_fetch, downloader, key, url))
-            if not pending:
+                future = pool.submit(_guarded_fetch, downloader, key, url)
+                future.add_done_callback(finished.put)
+                in_flight += 1
+            if in_flight == 0:
                 return
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                yield future.result()
+            future = finished.get()
+            in_flight -= 1
+            yield future.result()
     finally:
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)

@@ -276,7 +276,7 @@ def test_streams_with_bounded_look_ahead(http_server: HTTPTestServer):
 
 def test_many_items_all_come_back(http_server: HTTPTestServer):
     http_server.add_route("/x", b"ok")
-    n = 300
+    n = 200
     items = ((str(i), http_server.url(f"/x?i={i}")) for i in range(n))
     keys = [r.key for r in download_many(items, cfg(concurrency=16, per_host=8)) if r.ok]
     assert sorted(keys, key=int) == [str(i) for i in range(n)]
