@@ -1,0 +1,46 @@
+"""The registry sensor: a new source spec becomes a partition and a run; a changed spec re-runs."""
+
+import json
+
+import dagster as dg
+
+from prx_data.defs.jobs import source_pipeline_job
+from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, sources_partitions
+from prx_data.defs.resources import SourceRegistryResource
+
+
+@dg.sensor(
+    job=source_pipeline_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Watches the source registry folder: adds a partition per new source and runs it; "
+    "re-runs a source whose spec changed. Bad specs are reported on the tick.",
+)
+def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
+    reg = registry.load()
+    for error in reg.errors:
+        context.log.error(f"bad source spec: {error}")
+    known = set(context.instance.get_dynamic_partitions(sources_partitions.name))
+    seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    new_partitions = sorted(name for name in reg.sources if name not in known)
+    run_requests = []
+    for name, source in sorted(reg.sources.items()):
+        fingerprint = source.fingerprint
+        if seen.get(name) == fingerprint and name in known:
+            continue
+        run_requests.append(
+            dg.RunRequest(
+                partition_key=name,
+                run_key=f"{name}:{fingerprint}",
+                tags={SOURCE_TAG_FINGERPRINT: fingerprint},
+            )
+        )
+        seen[name] = fingerprint
+    if not run_requests and not new_partitions:
+        detail = f"; {len(reg.errors)} bad spec(s): " + "; ".join(map(str, reg.errors)) if reg.errors else ""
+        return dg.SkipReason(f"{len(reg.sources)} source(s), none new or changed{detail}")
+    return dg.SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=[sources_partitions.build_add_request(new_partitions)] if new_partitions else [],
+        cursor=json.dumps(seen, sort_keys=True),
+    )

@@ -1,0 +1,70 @@
+"""Typed resources, built in one place from the chosen environment (``prx_data.settings``)."""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster_ray import LocalRay, RayResource
+from pydantic import Field
+
+from prx_data.paths import StoragePaths
+from prx_data.registry import Registry, load_registry
+from prx_data.settings import Settings, get_settings
+
+
+class StorageResource(dg.ConfigurableResource):
+    """Where Lance tables and MDS streams live, and how to reach object storage."""
+
+    lance_root: str
+    mds_root: str
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    rows_per_fragment: int = 1_000_000
+
+    @property
+    def paths(self) -> StoragePaths:
+        return StoragePaths(lance_root=self.lance_root, mds_root=self.mds_root)
+
+    @property
+    def options(self) -> dict | None:
+        return dict(self.storage_options) or None
+
+
+class SourceRegistryResource(dg.ConfigurableResource):
+    sources_dir: str
+    optout_dir: str
+
+    def load(self) -> Registry:
+        return load_registry(self.sources_dir)
+
+
+def build_resources(settings: Settings | None = None) -> dict[str, object]:
+    settings = settings or get_settings()
+    ray: RayResource
+    if settings.env == "cluster":
+        from prx_data.defs.cluster import build_cluster_ray
+
+        ray = build_cluster_ray(settings)
+    else:
+        ray = LocalRay(
+            ray_init_options={
+                "ignore_reinit_error": True,
+                "include_dashboard": False,
+                "configure_logging": False,
+                "log_to_driver": False,
+            },
+            data_execution_options={"verbose_progress": False},
+        )
+    return {
+        "storage": StorageResource(
+            lance_root=settings.lance_root,
+            mds_root=settings.mds_root,
+            storage_options=settings.storage_options,
+            rows_per_fragment=settings.rows_per_fragment,
+        ),
+        "registry": SourceRegistryResource(sources_dir=settings.sources_dir, optout_dir=settings.optout_dir),
+        "ray": ray,
+    }
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    return dg.Definitions(resources=build_resources())
