@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command: install everything, start the services the tests need, run the suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 DAGSTER_DISABLE_TELEMETRY=1
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
