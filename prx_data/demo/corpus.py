@@ -692,7 +692,8 @@ def build_demo_corpus(
     ``overwrite`` replaces a corpus already there; otherwise an existing one is an error.
     """
     root = Path(root).resolve()
-    existing = [name for name in _OWNED if (root / name).exists()]
+    # An empty folder is no corpus: callers often create sources/ before asking for one.
+    existing = [n for n in _OWNED if (root / n).is_file() or ((root / n).is_dir() and any((root / n).iterdir()))]
     if existing:
         if not overwrite:
             raise FileExistsError(f"{root} already holds {', '.join(existing)}; pass overwrite=True to replace them")

@@ -262,6 +262,7 @@ def test_refuses_to_overwrite_unless_asked(tmp_path: Path) -> None:
     root = tmp_path / "c"
     (root / "unrelated.txt").parent.mkdir(parents=True)
     (root / "unrelated.txt").write_text("keep me")
+    (root / "sources").mkdir()  # empty, as a data-root fixture leaves it
     build_demo_corpus(root)
     with pytest.raises(FileExistsError):
         build_demo_corpus(root)
