@@ -1,0 +1,108 @@
+"""The captioner interface every backend implements, and the error vocabulary it writes.
+
+A captioner receives rows (mappings), not bare image bytes, because one backend (``source``)
+needs the row's ``source_caption`` and none of them should need a different call shape.
+
+Contract of a result: ``caption`` is not None exactly when the caption is usable. Anything a
+guard or a backend flags carries a reason code in ``error`` and no caption, so a downstream
+filter on ``caption IS NOT NULL`` can never pick up a truncated or refused caption.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+# A row as the caption stage sees it: at least ``image`` (bytes) and, for the source backend,
+# ``source_caption``; ``sample_id`` is carried through by the callers, not by the backends.
+CaptionRow = Mapping[str, Any]
+
+_DETAIL_MAX = 200
+
+
+class CaptionErrorCode:
+    """Reason codes written to ``caption_error`` (optionally ``"<code>: <detail>"``)."""
+
+    EMPTY = "empty"
+    TRUNCATED = "truncated"
+    REFUSAL = "refusal"
+    TOO_SHORT = "too_short"
+    TOO_LONG = "too_long"
+    BAD_IMAGE = "bad_image"
+    NO_SOURCE_CAPTION = "no_source_caption"
+    HTTP_ERROR = "http_error"  # a 4xx from the server for this row: retrying will not help
+    BAD_RESPONSE = "bad_response"  # 2xx, but not a chat completion we can read
+    INFERENCE_ERROR = "inference_error"  # the engine failed on this row
+
+
+def with_detail(code: str, detail: object | None = None) -> str:
+    """``code`` or ``"code: detail"`` with the detail kept short (it lands in a table column)."""
+    if detail is None or str(detail) == "":
+        return code
+    text = " ".join(str(detail).split())
+    if len(text) > _DETAIL_MAX:
+        text = text[: _DETAIL_MAX - 3] + "..."
+    return f"{code}: {text}"
+
+
+def error_code(error: str | None) -> str | None:
+    """The reason code of an error string written by :func:`with_detail`."""
+    if error is None:
+        return None
+    return error.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class CaptionResult:
+    caption: str | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.caption is None) == (self.error is None):
+            raise ValueError("a CaptionResult has exactly one of caption and error")
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot be reached at all (as opposed to failing on one row).
+
+    Raised instead of writing an error into every row, so a dead server fails the run loudly
+    rather than producing a table full of errors that would all need redoing.
+    """
+
+
+@runtime_checkable
+class Captioner(Protocol):
+    model_id: str
+    prompt_version: str
+
+    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
+        """One result per row, in order. Per-row problems are results, never exceptions."""
+        ...
+
+
+class BaseCaptioner(ABC):
+    """Shared conveniences; a backend implements :meth:`caption_batch` only."""
+
+    model_id: str
+    prompt_version: str
+
+    @abstractmethod
+    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]: ...
+
+    def caption_images(self, images: Sequence[bytes | None]) -> list[CaptionResult]:
+        return self.caption_batch([{"image": image} for image in images])
+
+    def close(self) -> None:
+        """Release clients or models; the default holds nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,168 @@
+"""A small client for OpenAI-compatible chat-completions servers (``vllm serve``).
+
+Shared by the captioner and the label classifier. Failure policy, per request:
+- timeouts, connection errors, 5xx, 408 and 429 are retried with exponential backoff and
+  jitter (a restarting or overloaded server recovers);
+- other 4xx are the row's fault (bad image, prompt too long): reported for that row, no retry;
+- a request still failing after the retries means the server is down: :class:`BackendUnavailable`
+  is raised for the whole batch, and the other requests of the batch stop retrying.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from prx_data.captioning.base import BackendUnavailable
+from prx_data.captioning.base import CaptionErrorCode as E
+from prx_data.captioning.base import with_detail
+
+_RETRYABLE_STATUS = frozenset({408, 429})
+
+
+class ChatServerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str = Field(description="Server root including /v1, e.g. http://gpu-0:8000/v1")
+    model: str = Field(description="Model name the server was started with (the request's model)")
+    api_key: SecretStr | None = None
+    max_concurrency: int = Field(16, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(5, ge=0)
+    backoff_initial_s: float = Field(0.5, ge=0)
+    backoff_max_s: float = Field(30.0, ge=0)
+
+    @property
+    def completions_url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    text: str | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class ChatCompletionsClient:
+    def __init__(self, config: ChatServerConfig) -> None:
+        self.config = config
+        headers = {}
+        if config.api_key is not None:
+            headers["Authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+        self._client = httpx.Client(
+            headers=headers,
+            timeout=config.timeout_s,
+            limits=httpx.Limits(
+                max_connections=config.max_concurrency,
+                max_keepalive_connections=config.max_concurrency,
+            ),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def complete_many(self, bodies: Sequence[dict[str, Any] | None]) -> list[ChatReply | None]:
+        """Send each body (``model`` is filled in); ``None`` bodies are skipped (``None`` out).
+
+        Raises :class:`BackendUnavailable` when any request exhausts its retries.
+        """
+        results: list[ChatReply | None] = [None] * len(bodies)
+        todo = [i for i, body in enumerate(bodies) if body is not None]
+        if not todo:
+            return results
+        down = threading.Event()
+
+        def run(i: int) -> None:
+            results[i] = self._complete_one({"model": self.config.model, **bodies[i]}, down)
+
+        workers = min(self.config.max_concurrency, len(todo))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chat") as pool:
+            futures = [pool.submit(run, i) for i in todo]
+            errors = [f.exception() for f in futures]
+        unavailable = [e for e in errors if isinstance(e, BackendUnavailable)]
+        if unavailable:
+            raise unavailable[0]
+        for error in errors:
+            if error is not None:
+                raise error
+        return results
+
+    def _complete_one(self, body: dict[str, Any], down: threading.Event) -> ChatReply:
+        cfg = self.config
+        last = "no attempt"
+        for attempt in range(cfg.max_retries + 1):
+            if down.is_set():
+                raise BackendUnavailable(f"{cfg.completions_url}: gave up (another request did)")
+            try:
+                return self._post(body)
+            except _Retryable as exc:
+                last = str(exc)
+                if attempt == cfg.max_retries:
+                    break
+                delay = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2**attempt)
+                delay = delay * random.uniform(0.5, 1.0)  # jitter: no synchronized retry storms
+                if exc.retry_after is not None:
+                    delay = max(delay, min(exc.retry_after, cfg.backoff_max_s))
+                # Wait on the event so a batch gives up at once when another request did.
+                if down.wait(delay):
+                    raise BackendUnavailable(f"{cfg.completions_url}: gave up ({last})")
+        down.set()
+        raise BackendUnavailable(
+            f"{cfg.completions_url} still failing after {cfg.max_retries + 1} attempts "
+            f"(last: {last}). Is the OpenAI-compatible server up?"
+        )
+
+    def _post(self, body: dict[str, Any]) -> ChatReply:
+        try:
+            response = self._client.post(self.config.completions_url, json=body)
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timeout: {exc!r}") from exc
+        except httpx.TransportError as exc:  # connection refused/reset, protocol errors
+            raise _Retryable(f"connection error: {exc!r}") from exc
+        status = response.status_code
+        if status >= 500 or status in _RETRYABLE_STATUS:
+            raise _Retryable(f"HTTP {status}", _retry_after(response))
+        if status >= 400:
+            return ChatReply(error=with_detail(E.HTTP_ERROR, f"{status} {_error_message(response)}"))
+        try:
+            choice = response.json()["choices"][0]
+            text = choice["message"]["content"]
+            if text is not None and not isinstance(text, str):
+                raise TypeError(f"content is {type(text).__name__}")
+        except Exception as exc:  # any shape we cannot read is this reply's problem
+            return ChatReply(error=with_detail(E.BAD_RESPONSE, repr(exc)))
+        return ChatReply(text=text, finish_reason=choice.get("finish_reason"))
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+        error = payload.get("error", payload)
+        if isinstance(error, dict):
+            return str(error.get("message", error))
+        return str(error)
+    except Exception:
+        return response.text[:200]
