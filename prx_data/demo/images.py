@@ -30,12 +30,8 @@ _WORDS = (
 ).split()
 
 
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    return _cached_font(size)
-
-
 @lru_cache(maxsize=32)
-def _cached_font(size: int):
+def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     # Pillow's embedded default font: the same glyphs on every machine, no font files needed.
     return ImageFont.load_default(size=size)
 
