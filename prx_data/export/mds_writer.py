@@ -1,0 +1,360 @@
+"""Write one source partition's encoded samples into the MDS tree, atomically per partition.
+
+Layout: ``<mds root>/<tier>/<height>x<width>/<source>/shard.NNNNN.mds`` + ``index.json``.
+
+Atomicity: every bucket is written into ``<bucket>/<source>.staging-<run id>/``. Only after all
+buckets are finished, indexed and checked is a commit journal written
+(``<mds root>/_commits/<source>.json``); the journal is then applied by renames
+(final -> ``<source>.old-<run id>``, staging -> final, and final -> old for buckets the source no
+longer has) and deleted. A run that fails or is killed before the journal exists leaves the
+previous export untouched (its staging folders are removed by the next run of the source); a run
+killed while applying the journal is rolled forward by the next run (``recover_source``). Each
+bucket is swapped by two renames, so a reader can, for microseconds, find a bucket without the
+source's folder; it never finds a half-written one.
+
+Object-store roots (s3://, gs://) are not written directly: the plan is to run this against a
+local scratch root and upload each committed ``<bucket>/<source>`` folder under a versioned
+prefix, flipping the merged index last (see corpus_index). Until then a URI root raises.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, Field
+from streaming import MDSWriter
+
+from prx_data.export._fs import atomic_write_bytes, dumps_stable, fsync_dir
+from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
+
+logger = logging.getLogger(__name__)
+
+# `bytes`, not MDS `jpeg`: the `jpeg` encoding re-encodes at PIL's default quality 75 (STACK.md).
+# `bytes` stores what it is given, and any StreamingDataset can read it without a custom codec.
+BASE_COLUMNS: dict[str, str] = {
+    "image": "bytes",
+    "caption": "str",
+    "sample_id": "str",
+    "source": "str",
+    "original_width": "int32",
+    "original_height": "int32",
+}
+JPEG_MAGIC = b"\xff\xd8\xff"
+COMMITS_DIR = "_commits"
+
+LINEAGE_SCHEMA = pa.schema(
+    [
+        pa.field("sample_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("tier", pa.int32()),
+        pa.field("bucket", pa.string()),
+        pa.field("shard", pa.string()),
+        pa.field("index_in_shard", pa.int64()),
+    ]
+)
+
+
+class MdsWriterConfig(BaseModel):
+    size_limit: int = Field(128 * 1024 * 1024, gt=0, description="Target shard size in bytes.")
+    max_buffered_bytes: int = Field(
+        1024 * 1024 * 1024,
+        gt=0,
+        description="Cap on bytes held by all open bucket writers together; when passed, the "
+        "fullest writer flushes an early (smaller) shard. Bounds memory for unordered input.",
+    )
+    extra_columns: tuple[str, ...] = Field(
+        ("label", "caption_model"),
+        description="Optional str columns; a missing or None value is stored as ''.",
+    )
+    hashes: tuple[str, ...] = Field((), description="MDS shard hashes, e.g. ('xxh64',).")
+    require_jpeg: bool = Field(True, description="Reject images that do not start with a JPEG SOI.")
+
+    def columns(self) -> dict[str, str]:
+        columns = dict(BASE_COLUMNS)
+        for name in self.extra_columns:
+            if name in columns:
+                raise ValueError(f"extra column {name!r} clashes with a base column")
+            columns[name] = "str"
+        return columns
+
+
+@dataclass
+class PartitionExport:
+    """What one ``write_partition`` call produced."""
+
+    source: str
+    run_id: str
+    lineage: pa.Table  # LINEAGE_SCHEMA, one row per written sample
+    buckets: list[BucketRef]  # buckets the source now has
+    removed_buckets: list[BucketRef]  # buckets the source had before and no longer has
+    samples_per_bucket: dict[str, int] = field(default_factory=dict)  # "tier/HxW" -> count
+    bytes_written: int = 0
+    seconds: float = 0.0
+
+
+def staging_name(source: str, run_id: str) -> str:
+    return f"{source}.staging-{run_id}"
+
+
+def old_name(source: str, run_id: str) -> str:
+    return f"{source}.old-{run_id}"
+
+
+def journal_path(mds_root: str, source: str) -> str:
+    return os.path.join(mds_root, COMMITS_DIR, f"{source}.json")
+
+
+class _BucketWriter:
+    """One open MDSWriter plus the sample ids in the order they were written."""
+
+    def __init__(self, out: str, config: MdsWriterConfig) -> None:
+        os.makedirs(out, exist_ok=False)
+        self.out = out
+        self.writer = MDSWriter(
+            out=out,
+            columns=config.columns(),
+            compression=None,  # JPEG is already compressed
+            hashes=list(config.hashes) or None,
+            size_limit=config.size_limit,
+        )
+        self.sample_ids: list[str] = []
+        self.bytes = 0
+
+    @property
+    def buffered(self) -> int:
+        return int(self.writer.new_shard_size)
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.writer.write(row)
+        self.sample_ids.append(row["sample_id"])
+        self.bytes += len(row["image"])
+
+    def flush_early(self) -> None:
+        # MDSWriter has no public "close this shard now"; write() does exactly these two calls
+        # when a shard is full.
+        if self.writer.new_samples:
+            self.writer.flush_shard()
+            self.writer._reset_cache()
+
+    def cancel(self) -> None:
+        self.writer.cancel_future_jobs()
+
+
+def _to_row(sample: Mapping[str, Any], source: str, config: MdsWriterConfig) -> dict[str, Any]:
+    image = sample["image"]
+    if not isinstance(image, bytes):
+        image = bytes(image)  # bytearray / memoryview / numpy buffer
+    if config.require_jpeg and not image.startswith(JPEG_MAGIC):
+        raise ValueError(f"sample {sample.get('sample_id')!r}: image is not JPEG-encoded bytes")
+    if sample.get("source", source) != source:
+        raise ValueError(
+            f"sample {sample.get('sample_id')!r} has source {sample['source']!r}, partition is {source!r}"
+        )
+    row: dict[str, Any] = {
+        "image": image,
+        "caption": sample.get("caption") or "",
+        "sample_id": str(sample["sample_id"]),
+        "source": source,
+        "original_width": int(sample["original_width"]),
+        "original_height": int(sample["original_height"]),
+    }
+    for name in config.extra_columns:
+        value = sample.get(name)
+        row[name] = "" if value is None else str(value)
+    return row
+
+
+@contextmanager
+def _source_lock(mds_root: str, source: str) -> Iterator[None]:
+    """One export of a source at a time: recovery deletes staging folders it does not own."""
+    folder = os.path.join(mds_root, COMMITS_DIR)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{source}.lock"), "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another export of source {source!r} is running under {mds_root}") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _existing_source_buckets(mds_root: str, source: str) -> list[BucketRef]:
+    return [ref for ref in list_buckets(mds_root) if os.path.isdir(ref.source_dir(mds_root, source))]
+
+
+def _apply_journal(mds_root: str, journal: dict[str, Any]) -> None:
+    """Idempotent: safe to re-run after a crash at any point."""
+    source, run_id = journal["source"], journal["run_id"]
+    for rel in journal["install"]:
+        bucket_dir = os.path.join(mds_root, rel)
+        staging = os.path.join(bucket_dir, staging_name(source, run_id))
+        final = os.path.join(bucket_dir, source)
+        if not os.path.isdir(staging):
+            continue  # already installed
+        if os.path.isdir(final):
+            os.rename(final, os.path.join(bucket_dir, old_name(source, run_id)))
+        os.rename(staging, final)
+        fsync_dir(bucket_dir)
+    for rel in journal["remove"]:
+        bucket_dir = os.path.join(mds_root, rel)
+        final = os.path.join(bucket_dir, source)
+        if os.path.isdir(final):
+            os.rename(final, os.path.join(bucket_dir, old_name(source, run_id)))
+            fsync_dir(bucket_dir)
+
+
+def _clean_transient(mds_root: str, source: str) -> None:
+    """Remove this source's staging and old folders (failed runs, finished swaps)."""
+    prefixes = (f"{source}.staging-", f"{source}.old-")
+    for ref in list_buckets(mds_root):
+        bucket_dir = ref.dir(mds_root)
+        for name in os.listdir(bucket_dir):
+            if name.startswith(prefixes):
+                shutil.rmtree(os.path.join(bucket_dir, name), ignore_errors=True)
+
+
+def recover_source(mds_root: str, source: str) -> bool:
+    """Finish a committed swap that was interrupted, then drop transient folders.
+
+    Returns True when an interrupted commit was rolled forward. Call under the source lock
+    (``write_partition`` does).
+    """
+    path = journal_path(mds_root, source)
+    rolled = False
+    if os.path.exists(path):
+        with open(path, "rb") as handle:
+            journal = json.loads(handle.read())
+        logger.warning("rolling forward interrupted export %s of %s", journal["run_id"], source)
+        _apply_journal(mds_root, journal)
+        os.remove(path)
+        rolled = True
+    _clean_transient(mds_root, source)
+    return rolled
+
+
+def _lineage_for_bucket(ref: BucketRef, source: str, out: str, sample_ids: list[str]) -> pa.Table:
+    with open(os.path.join(out, INDEX_BASENAME), "rb") as handle:
+        shards = json.loads(handle.read())["shards"]
+    counts = np.array([shard["samples"] for shard in shards], dtype=np.int64)
+    if int(counts.sum()) != len(sample_ids):
+        raise RuntimeError(f"{out}: index has {int(counts.sum())} samples, wrote {len(sample_ids)}")
+    prefix = f"{ref.rel}/{source}/"
+    names = np.array([prefix + shard["raw_data"]["basename"] for shard in shards], dtype=object)
+    # Writer order == global order in the index, so index_in_shard is the position minus the
+    # start of the shard the position falls in.
+    shard_of = np.repeat(np.arange(len(shards)), counts)
+    starts = np.cumsum(counts) - counts
+    index_in_shard = np.arange(len(sample_ids), dtype=np.int64) - starts[shard_of]
+    n = len(sample_ids)
+    return pa.table(
+        {
+            "sample_id": pa.array(sample_ids, pa.string()),
+            "source": pa.array([source] * n, pa.string()),
+            "tier": pa.array(np.full(n, ref.tier, np.int32)),
+            "bucket": pa.array([ref.bucket] * n, pa.string()),
+            "shard": pa.array(names[shard_of], pa.string()),
+            "index_in_shard": pa.array(index_in_shard),
+        },
+        schema=LINEAGE_SCHEMA,
+    )
+
+
+def write_partition(
+    samples: Iterable[Mapping[str, Any]],
+    *,
+    mds_root: str,
+    source: str,
+    config: MdsWriterConfig | None = None,
+    run_id: str | None = None,
+    allow_empty: bool = False,
+) -> PartitionExport:
+    """Write all of ``source``'s samples and replace its previous export in one commit.
+
+    Each sample carries ``tier, height, width`` (the bucket shape it was encoded to), ``image``
+    (JPEG bytes, stored unchanged), ``caption, sample_id, original_width, original_height`` and
+    optionally the configured extra columns. Input may interleave buckets.
+
+    An empty input removes the source from the tree, so it needs ``allow_empty=True``: an
+    upstream bug that yields nothing must not silently wipe a good export.
+    """
+    if "://" in mds_root:
+        raise NotImplementedError("write to a local root and upload; object-store roots are not written directly")
+    check_source(source)
+    config = config or MdsWriterConfig()
+    run_id = run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    started = time.perf_counter()
+    os.makedirs(mds_root, exist_ok=True)
+    with _source_lock(mds_root, source):
+        recover_source(mds_root, source)
+        writers: dict[BucketRef, _BucketWriter] = {}
+        try:
+            buffered = 0
+            for sample in samples:
+                ref = BucketRef(int(sample["tier"]), int(sample["height"]), int(sample["width"]))
+                writer = writers.get(ref)
+                if writer is None:
+                    out = os.path.join(ref.dir(mds_root), staging_name(source, run_id))
+                    writer = writers[ref] = _BucketWriter(out, config)
+                before = writer.buffered
+                writer.write(_to_row(sample, source, config))
+                buffered += writer.buffered - before
+                if buffered > config.max_buffered_bytes:
+                    fullest = max(writers.values(), key=lambda w: w.buffered)
+                    buffered -= fullest.buffered
+                    fullest.flush_early()
+            for writer in writers.values():
+                writer.writer.finish()
+            tables = [
+                _lineage_for_bucket(ref, source, writers[ref].out, writers[ref].sample_ids)
+                for ref in sorted(writers)
+            ]
+            lineage = pa.concat_tables(tables) if tables else LINEAGE_SCHEMA.empty_table()
+            if pc.count_distinct(lineage["sample_id"]).as_py() != lineage.num_rows:
+                raise ValueError(f"source {source!r}: duplicate sample_id in the partition")
+        except BaseException:
+            for ref, writer in writers.items():
+                writer.cancel()
+                shutil.rmtree(writer.out, ignore_errors=True)
+            raise
+
+        if not writers and not allow_empty:
+            raise ValueError(f"source {source!r}: no samples to export (pass allow_empty=True to remove it)")
+        previous = _existing_source_buckets(mds_root, source)
+        removed = sorted(set(previous) - set(writers))
+        journal = {
+            "source": source,
+            "run_id": run_id,
+            "install": [ref.rel for ref in sorted(writers)],
+            "remove": [ref.rel for ref in removed],
+        }
+        path = journal_path(mds_root, source)
+        atomic_write_bytes(path, dumps_stable(journal))  # the commit point
+        _apply_journal(mds_root, journal)
+        os.remove(path)
+        _clean_transient(mds_root, source)
+
+    return PartitionExport(
+        source=source,
+        run_id=run_id,
+        lineage=lineage,
+        buckets=sorted(writers),
+        removed_buckets=removed,
+        samples_per_bucket={ref.rel: len(writers[ref].sample_ids) for ref in sorted(writers)},
+        bytes_written=sum(w.bytes for w in writers.values()),
+        seconds=time.perf_counter() - started,
+    )

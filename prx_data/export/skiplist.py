@@ -1,0 +1,442 @@
+"""Per-shard skip-list sidecars: what the training loader must never yield.
+
+Files (JSON, one per shard and reason, beside the shard):
+
+    <bucket>/<source>/shard.00003.mds.skip.<reason token>.json
+    {"format": "prx-skiplist", "version": 1,
+     "shard": "shard.00003.mds",        # basename, as in the source's index.json
+     "reason": "label:nsfw",             # the reason as given (token is its filename-safe form)
+     "shard_samples": 812,               # samples in the shard when the list was built
+     "indices": [3, 17, ...],            # sorted, unique sample indices within the shard
+     "sample_ids": ["ab12...", ...],     # the skipped samples' ids, same order (audit)
+     "kept_sample_ids": ["cd34...", ...] # only when some row had one (dedup): the kept copy
+    }
+
+Bytes are canonical (sorted keys, no spaces, one trailing newline), so the same inputs give the
+same bytes; a file whose bytes would not change is not rewritten.
+
+Reason tokens: ASCII letters, digits and '-' are kept; every other UTF-8 byte becomes ``_XX``
+(upper-case hex), e.g. ``label:nsfw`` -> ``label_3Ansfw``, ``optout:req/42`` ->
+``optout_3Areq_2F42``. Safe on POSIX, Windows and object stores, and reversible.
+
+Each bucket folder also gets ``skiplists.json``, the manifest the loader trusts: every sidecar
+of the bucket with its sha256 and count, and the sha256 of every source's ``index.json`` at build
+time. The loader refuses a bucket whose manifest is missing (unless told not to require it),
+lists a sidecar that is missing or changed, misses one found on disk, or was built against
+another export of a source. Sidecars are written first and the manifest last, so a crash in
+between is caught by those checks instead of being read as a smaller skip list.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prx_data.export._fs import dumps_stable, sha256_bytes, write_if_changed
+from prx_data.export.corpus_index import source_index_digests
+from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
+
+SIDECAR_FORMAT = "prx-skiplist"
+SIDECAR_VERSION = 1
+MANIFEST_FORMAT = "prx-skiplist-manifest"
+MANIFEST_VERSION = 1
+MANIFEST_BASENAME = "skiplists.json"
+SKIP_INFIX = ".skip."
+REWRITE_SHARE = 0.10  # above this skipped share a stream should be rewritten (DESIGN.md)
+_MAX_TOKEN = 160  # keeps '<shard>.skip.<token>.json' well under 255 bytes
+_PLAIN = re.compile(r"[A-Za-z0-9-]")
+_TOKEN_RE = re.compile(r"^(?:[A-Za-z0-9-]|_[0-9A-F]{2})+$")
+
+
+class SkiplistError(ValueError):
+    """A sidecar or manifest is missing, malformed or inconsistent; the message names the file."""
+
+
+# Reason tokens ------------------------------------------------------------------------------
+def encode_reason(reason: str) -> str:
+    if not reason:
+        raise ValueError("empty skip reason")
+    out = []
+    for char in reason:
+        if _PLAIN.fullmatch(char):
+            out.append(char)
+        else:
+            out.extend(f"_{byte:02X}" for byte in char.encode("utf-8"))
+    token = "".join(out)
+    if len(token) > _MAX_TOKEN:
+        raise ValueError(f"skip reason too long for a file name ({len(token)} > {_MAX_TOKEN}): {reason!r}")
+    return token
+
+
+def decode_reason(token: str) -> str:
+    if not _TOKEN_RE.match(token):
+        raise ValueError(f"not a skip reason token: {token!r}")
+    raw = bytearray()
+    i = 0
+    while i < len(token):
+        if token[i] == "_":
+            raw.append(int(token[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            raw.extend(token[i].encode())
+            i += 1
+    return raw.decode("utf-8")
+
+
+def sidecar_name(shard_basename: str, reason: str) -> str:
+    return f"{shard_basename}{SKIP_INFIX}{encode_reason(reason)}.json"
+
+
+def split_sidecar_name(name: str) -> tuple[str, str]:
+    """'shard.00003.mds.skip.label_3Ansfw.json' -> ('shard.00003.mds', 'label:nsfw')."""
+    base = os.path.basename(name)
+    if not base.endswith(".json") or SKIP_INFIX not in base:
+        raise ValueError(f"not a sidecar name: {name!r}")
+    shard, token = base[: -len(".json")].rsplit(SKIP_INFIX, 1)
+    return shard, decode_reason(token)
+
+
+# Reading ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sidecar:
+    path: str
+    shard: str
+    reason: str
+    shard_samples: int
+    indices: np.ndarray  # int64, sorted, unique
+    sample_ids: list[str]
+    kept_sample_ids: list[str] | None
+
+
+def parse_sidecar(data: bytes, path: str, shard_samples: int | None = None) -> Sidecar:
+    """Validate a sidecar's bytes; every error names ``path``."""
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SkiplistError(f"malformed skip-list sidecar {path}: {error}") from None
+    try:
+        if not isinstance(obj, dict) or obj.get("format") != SIDECAR_FORMAT:
+            raise ValueError(f"format is not {SIDECAR_FORMAT!r}")
+        if obj.get("version") != SIDECAR_VERSION:
+            raise ValueError(f"unsupported version {obj.get('version')!r}")
+        shard_from_name, reason_from_name = split_sidecar_name(path)
+        if obj["shard"] != shard_from_name or obj["reason"] != reason_from_name:
+            raise ValueError(f"content ({obj['shard']!r}, {obj['reason']!r}) does not match the file name")
+        samples = obj["shard_samples"]
+        if not isinstance(samples, int) or samples < 0:
+            raise ValueError("shard_samples must be a non-negative int")
+        if shard_samples is not None and samples != shard_samples:
+            raise ValueError(f"built for a shard of {samples} samples, the shard has {shard_samples}")
+        raw = obj["indices"]
+        if not isinstance(raw, list) or not all(type(i) is int for i in raw):
+            raise ValueError("indices must be a list of ints")
+        indices = np.asarray(raw, dtype=np.int64)
+        if len(indices) and (indices[0] < 0 or indices[-1] >= samples or np.any(np.diff(indices) <= 0)):
+            raise ValueError("indices must be sorted, unique and within [0, shard_samples)")
+        sample_ids = obj["sample_ids"]
+        kept = obj.get("kept_sample_ids")
+        if not isinstance(sample_ids, list) or len(sample_ids) != len(indices):
+            raise ValueError("sample_ids must list one id per index")
+        if kept is not None and (not isinstance(kept, list) or len(kept) != len(indices)):
+            raise ValueError("kept_sample_ids must list one id per index")
+    except (KeyError, TypeError, ValueError) as error:
+        detail = f"missing field {error}" if isinstance(error, KeyError) else str(error)
+        raise SkiplistError(f"malformed skip-list sidecar {path}: {detail}") from None
+    return Sidecar(path, obj["shard"], obj["reason"], samples, indices, sample_ids, kept)
+
+
+def read_sidecar(path: str, shard_samples: int | None = None) -> Sidecar:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise SkiplistError(f"missing skip-list sidecar {path}") from None
+    return parse_sidecar(data, path, shard_samples)
+
+
+def shard_sidecar_paths(shard_path: str) -> list[str]:
+    return sorted(glob.glob(glob.escape(shard_path) + SKIP_INFIX + "*.json"))
+
+
+def read_shard_skips(shard_path: str, shard_samples: int | None = None) -> np.ndarray:
+    """Union (sorted int64) of the indices of every sidecar beside ``shard_path``."""
+    parts = [read_sidecar(path, shard_samples).indices for path in shard_sidecar_paths(shard_path)]
+    if not parts:
+        return np.empty(0, np.int64)
+    return np.unique(np.concatenate(parts))
+
+
+@dataclass(frozen=True)
+class BucketSkips:
+    manifest_path: str
+    sources: dict[str, str]  # source -> index sha256 the lists were built against
+    skipped: dict[str, np.ndarray]  # shard basename relative to the bucket -> sorted indices
+    num_skipped: int
+
+
+def read_manifest(path: str) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            obj = json.loads(handle.read())
+    except FileNotFoundError:
+        raise SkiplistError(
+            f"missing skip-list manifest {path}: build skip lists for this tree (skip_lists asset) "
+            "or pass require_skiplists=False"
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SkiplistError(f"malformed skip-list manifest {path}: {error}") from None
+    if not isinstance(obj, dict) or obj.get("format") != MANIFEST_FORMAT or obj.get("version") != MANIFEST_VERSION:
+        raise SkiplistError(f"malformed skip-list manifest {path}: not a {MANIFEST_FORMAT} v{MANIFEST_VERSION}")
+    return obj
+
+
+def load_bucket_skips(
+    bucket_dir: str,
+    shard_samples: dict[str, int] | None = None,
+    fetch: Callable[[str], str] | None = None,
+) -> BucketSkips:
+    """Load and check every sidecar a bucket's manifest lists, unioned per shard.
+
+    ``fetch(relative path) -> local path`` brings a file of a remote bucket into a local cache;
+    without it ``bucket_dir`` is local and sidecars on disk that the manifest does not list are
+    an error too (a crash between writing sidecars and the manifest).
+    ``shard_samples`` (shard basename -> samples) checks each sidecar against the index in use.
+    """
+    manifest_rel = MANIFEST_BASENAME
+    manifest_path = fetch(manifest_rel) if fetch else os.path.join(bucket_dir, manifest_rel)
+    manifest = read_manifest(manifest_path)
+    per_shard: dict[str, list[np.ndarray]] = defaultdict(list)
+    listed = set()
+    try:
+        entries = manifest["sidecars"]
+        sources = dict(manifest["sources"])
+    except (KeyError, TypeError):
+        raise SkiplistError(f"malformed skip-list manifest {manifest_path}: missing sidecars/sources") from None
+    for entry in entries:
+        rel = entry["path"]
+        listed.add(rel)
+        local = fetch(rel) if fetch else os.path.join(bucket_dir, rel)
+        if not os.path.exists(local):
+            raise SkiplistError(f"missing skip-list sidecar {local} (listed in {manifest_path})")
+        with open(local, "rb") as handle:
+            data = handle.read()
+        if sha256_bytes(data) != entry["sha256"]:
+            raise SkiplistError(f"skip-list sidecar {local} changed since {manifest_path} was written")
+        shard_rel = f"{os.path.dirname(rel)}/{split_sidecar_name(rel)[0]}"
+        expected = None if shard_samples is None else shard_samples.get(shard_rel)
+        if shard_samples is not None and expected is None:
+            raise SkiplistError(f"skip-list sidecar {local} names shard {shard_rel}, which the index lacks")
+        per_shard[shard_rel].append(parse_sidecar(data, local, expected).indices)
+    if fetch is None:
+        for source in list_sources(bucket_dir):
+            for path in glob.glob(os.path.join(glob.escape(bucket_dir), source, "*" + SKIP_INFIX + "*.json")):
+                rel = os.path.relpath(path, bucket_dir).replace(os.sep, "/")
+                if rel not in listed:
+                    raise SkiplistError(f"skip-list sidecar {path} is not listed in {manifest_path}: rebuild skip lists")
+    skipped = {shard: np.unique(np.concatenate(parts)) for shard, parts in sorted(per_shard.items())}
+    return BucketSkips(manifest_path, sources, skipped, sum(len(v) for v in skipped.values()))
+
+
+# Building -----------------------------------------------------------------------------------
+@dataclass
+class SkiplistReport:
+    counts: pa.Table  # reason, source, bucket ("tier/HxW"), skipped
+    streams: pa.Table  # bucket, samples, skipped (unique), share, rewrite_recommended
+    written: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    manifests_written: int = 0
+    rewrite_recommended: list[str] = field(default_factory=list)
+
+
+def _parse_shard_path(path: str) -> tuple[str, str, str]:
+    """'1024/768x1344/src/shard.00003.mds' -> ('1024/768x1344', 'src', 'shard.00003.mds')."""
+    parts = path.split("/")
+    if len(parts) != 4 or not TIER_RE.match(parts[0]) or not BUCKET_RE.match(parts[1]) or not SOURCE_RE.match(parts[2]):
+        raise ValueError(f"shard path {path!r} is not '<tier>/<HxW>/<source>/<shard basename>'")
+    return f"{parts[0]}/{parts[1]}", parts[2], parts[3]
+
+
+def _shard_sizes(mds_root: str, bucket_rel: str, source: str) -> dict[str, int]:
+    path = os.path.join(mds_root, bucket_rel, source, INDEX_BASENAME)
+    try:
+        with open(path, "rb") as handle:
+            shards = json.loads(handle.read())["shards"]
+    except FileNotFoundError:
+        raise ValueError(f"skip rows name {bucket_rel}/{source}, which has no {path}") from None
+    return {info["raw_data"]["basename"]: int(info["samples"]) for info in shards}
+
+
+def _sidecar_bytes(shard: str, reason: str, samples: int, idx: np.ndarray, sids: list, kept: list | None) -> bytes:
+    obj = {
+        "format": SIDECAR_FORMAT,
+        "version": SIDECAR_VERSION,
+        "shard": shard,
+        "reason": reason,
+        "shard_samples": samples,
+        "indices": idx.tolist(),
+        "sample_ids": sids,
+    }
+    if kept is not None:
+        obj["kept_sample_ids"] = kept
+    return dumps_stable(obj)
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    encoded = pc.dictionary_encode(column)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def build_skiplists(table: pa.Table, mds_root: str, rewrite_share: float = REWRITE_SHARE) -> SkiplistReport:
+    """Make the sidecars under ``mds_root`` say exactly what ``table`` says.
+
+    ``table``: ``sample_id, shard (path relative to the MDS root), index_in_shard, reason`` and
+    optional ``kept_sample_id``; the same (shard, index, reason) may repeat only with equal ids.
+    The table is the whole truth for the tree: sidecars of (shard, reason) pairs it does not
+    mention are removed, and every bucket gets a fresh manifest (also when nothing is skipped).
+    """
+    missing = {"sample_id", "shard", "index_in_shard", "reason"} - set(table.column_names)
+    if missing:
+        raise ValueError(f"skip table lacks columns {sorted(missing)}")
+    if table.num_rows and any(table[c].null_count for c in ("sample_id", "shard", "index_in_shard", "reason")):
+        raise ValueError("skip table has nulls in sample_id/shard/index_in_shard/reason")
+    has_kept = "kept_sample_id" in table.column_names
+    shard_code, shards = _codes(table["shard"])
+    reason_code, reasons = _codes(table["reason"])
+    index = table["index_in_shard"].to_numpy(zero_copy_only=False).astype(np.int64)
+    sample_ids = np.asarray(table["sample_id"].to_numpy(zero_copy_only=False), dtype=object)
+    kept_ids = (
+        np.asarray(table["kept_sample_id"].to_numpy(zero_copy_only=False), dtype=object) if has_kept else None
+    )
+
+    order = np.lexsort((index, reason_code, shard_code))
+    shard_code, reason_code, index = shard_code[order], reason_code[order], index[order]
+    sample_ids = sample_ids[order]
+    kept_ids = kept_ids[order] if kept_ids is not None else None
+    n = len(order)
+    same_as_prev = np.zeros(n, dtype=bool)
+    if n > 1:
+        same_as_prev[1:] = (shard_code[1:] == shard_code[:-1]) & (reason_code[1:] == reason_code[:-1]) & (
+            index[1:] == index[:-1]
+        )
+    if same_as_prev.any():
+        dup = np.flatnonzero(same_as_prev)
+        conflict = sample_ids[dup] != sample_ids[dup - 1]
+        if kept_ids is not None:
+            conflict |= kept_ids[dup] != kept_ids[dup - 1]
+        if conflict.any():
+            row = int(dup[np.flatnonzero(conflict)[0]])
+            raise ValueError(f"conflicting skip rows for {shards[shard_code[row]]} index {index[row]}")
+        keep = ~same_as_prev
+        shard_code, reason_code, index, sample_ids = shard_code[keep], reason_code[keep], index[keep], sample_ids[keep]
+        kept_ids = kept_ids[keep] if kept_ids is not None else None
+        n = len(index)
+
+    parsed = [_parse_shard_path(path) for path in shards]
+    tree_buckets = {ref.rel for ref in list_buckets(mds_root)}
+    unknown = sorted({bucket for bucket, _, _ in parsed} - tree_buckets)
+    if unknown:
+        raise ValueError(f"skip rows name buckets that are not in {mds_root}: {unknown[:5]}")
+    sizes: dict[tuple[str, str], dict[str, int]] = {}
+    for bucket, source, _ in parsed:
+        if (bucket, source) not in sizes:
+            sizes[(bucket, source)] = _shard_sizes(mds_root, bucket, source)
+
+    # Desired sidecars, grouped by bucket: rel path inside the bucket -> (bytes, reason, count).
+    desired: dict[str, dict[str, tuple[bytes, str, int]]] = defaultdict(dict)
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    starts = np.flatnonzero(np.r_[True, (shard_code[1:] != shard_code[:-1]) | (reason_code[1:] != reason_code[:-1])]) if n else np.empty(0, np.int64)
+    ends = np.r_[starts[1:], n] if n else starts
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        bucket, source, basename = parsed[shard_code[start]]
+        reason = reasons[reason_code[start]]
+        samples = sizes[(bucket, source)].get(basename)
+        if samples is None:
+            raise ValueError(f"shard {shards[shard_code[start]]} is not in {bucket}/{source}/{INDEX_BASENAME}")
+        idx = index[start:end]
+        if idx[0] < 0 or idx[-1] >= samples:
+            raise ValueError(f"index out of range for {shards[shard_code[start]]} ({samples} samples)")
+        kept = None
+        if kept_ids is not None:
+            chunk = kept_ids[start:end]
+            if any(value is not None for value in chunk):
+                kept = ["" if value is None else value for value in chunk.tolist()]
+        data = _sidecar_bytes(basename, reason, samples, idx, sample_ids[start:end].tolist(), kept)
+        desired[bucket][f"{source}/{sidecar_name(basename, reason)}"] = (data, reason, end - start)
+        counts[(reason, source, bucket)] += end - start
+
+    # Unique skipped samples per bucket (a sample may be skipped for several reasons).
+    unique_per_bucket: dict[str, int] = defaultdict(int)
+    if n:
+        pair = np.unique(shard_code * (int(index.max()) + 1) + index)
+        shard_of_pair = pair // (int(index.max()) + 1)
+        for code, count in zip(*np.unique(shard_of_pair, return_counts=True)):
+            unique_per_bucket[parsed[code][0]] += int(count)
+
+    report = SkiplistReport(counts=pa.table({}), streams=pa.table({}))
+    stream_rows = []
+    for bucket in sorted(tree_buckets):
+        bucket_dir = os.path.join(mds_root, bucket)
+        wanted = desired.get(bucket, {})
+        for rel, (data, _, _) in sorted(wanted.items()):
+            if write_if_changed(os.path.join(bucket_dir, rel), data):
+                report.written += 1
+            else:
+                report.unchanged += 1
+        for source in list_sources(bucket_dir):
+            for path in glob.glob(os.path.join(glob.escape(bucket_dir), source, "*" + SKIP_INFIX + "*.json")):
+                if os.path.relpath(path, bucket_dir).replace(os.sep, "/") not in wanted:
+                    os.remove(path)
+                    report.removed += 1
+        digests = source_index_digests(bucket_dir)
+        total = sum(sum(_shard_sizes(mds_root, bucket, s).values()) for s in digests)
+        skipped = unique_per_bucket.get(bucket, 0)
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "sources": digests,
+            "samples": total,
+            "skipped": skipped,
+            "sidecars": [
+                {"path": rel, "reason": reason, "count": count, "sha256": sha256_bytes(data)}
+                for rel, (data, reason, count) in sorted(wanted.items())
+            ],
+        }
+        if write_if_changed(os.path.join(bucket_dir, MANIFEST_BASENAME), dumps_stable(manifest)):
+            report.manifests_written += 1
+        if total:
+            share = skipped / total
+            stream_rows.append((bucket, total, skipped, share, share > rewrite_share))
+            if share > rewrite_share:
+                report.rewrite_recommended.append(bucket)
+
+    keys = sorted(counts)
+    report.counts = pa.table(
+        {
+            "reason": pa.array([k[0] for k in keys], pa.string()),
+            "source": pa.array([k[1] for k in keys], pa.string()),
+            "bucket": pa.array([k[2] for k in keys], pa.string()),
+            "skipped": pa.array([counts[k] for k in keys], pa.int64()),
+        }
+    )
+    report.streams = pa.table(
+        {
+            "bucket": pa.array([r[0] for r in stream_rows], pa.string()),
+            "samples": pa.array([r[1] for r in stream_rows], pa.int64()),
+            "skipped": pa.array([r[2] for r in stream_rows], pa.int64()),
+            "share": pa.array([r[3] for r in stream_rows], pa.float64()),
+            "rewrite_recommended": pa.array([r[4] for r in stream_rows], pa.bool_()),
+        }
+    )
+    return report

@@ -1,0 +1,91 @@
+"""The MDS tree's layout: ``<mds root>/<tier>/<height>x<width>/<source>/shard.NNNNN.mds``.
+
+Paths of real folders come from ``prx_data.paths``; this module only adds what paths.py does
+not know: how to list the tree and how to recognise the transient folders that the atomic
+export leaves beside a source's folder (``<source>.staging-<run>``, ``<source>.old-<run>``).
+Source names never contain a dot (registry rule), so a dot marks a transient folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from prx_data.paths import StoragePaths
+
+SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
+BUCKET_RE = re.compile(r"^(\d+)x(\d+)$")
+TIER_RE = re.compile(r"^\d+$")
+INDEX_BASENAME = "index.json"
+
+
+def check_source(source: str) -> str:
+    if not SOURCE_RE.match(source):
+        raise ValueError(f"invalid source name {source!r}: lowercase letters, digits, '-', '_' only")
+    return source
+
+
+def mds_paths(mds_root: str) -> StoragePaths:
+    # The MDS half of StoragePaths is all we need; lance_root is unused here.
+    return StoragePaths(lance_root="", mds_root=mds_root)
+
+
+def bucket_key(height: int, width: int) -> str:
+    return f"{int(height)}x{int(width)}"
+
+
+def parse_bucket(bucket: str) -> tuple[int, int]:
+    match = BUCKET_RE.match(bucket)
+    if not match:
+        raise ValueError(f"invalid bucket {bucket!r}, expected '<height>x<width>'")
+    return int(match.group(1)), int(match.group(2))
+
+
+@dataclass(frozen=True, order=True)
+class BucketRef:
+    tier: int
+    height: int
+    width: int
+
+    @property
+    def bucket(self) -> str:
+        return bucket_key(self.height, self.width)
+
+    @property
+    def rel(self) -> str:
+        """Bucket folder relative to the MDS root ('1024/768x1344')."""
+        return f"{self.tier}/{self.bucket}"
+
+    def dir(self, mds_root: str) -> str:
+        return mds_paths(mds_root).bucket_dir(self.tier, self.height, self.width)
+
+    def source_dir(self, mds_root: str, source: str) -> str:
+        return mds_paths(mds_root).source_stream_dir(self.tier, self.height, self.width, source)
+
+
+def list_buckets(mds_root: str) -> list[BucketRef]:
+    """Every ``<tier>/<HxW>`` folder under the root, sorted (tier, height, width)."""
+    found: list[BucketRef] = []
+    if not os.path.isdir(mds_root):
+        return found
+    for tier in os.listdir(mds_root):
+        tier_dir = os.path.join(mds_root, tier)
+        if not TIER_RE.match(tier) or not os.path.isdir(tier_dir):
+            continue
+        for bucket in os.listdir(tier_dir):
+            match = BUCKET_RE.match(bucket)
+            if match and os.path.isdir(os.path.join(tier_dir, bucket)):
+                found.append(BucketRef(int(tier), int(match.group(1)), int(match.group(2))))
+    return sorted(found)
+
+
+def list_sources(bucket_dir: str) -> list[str]:
+    """Committed source folders of a bucket (with an index.json), sorted; transient ones skipped."""
+    if not os.path.isdir(bucket_dir):
+        return []
+    return sorted(
+        name
+        for name in os.listdir(bucket_dir)
+        if SOURCE_RE.match(name) and os.path.isfile(os.path.join(bucket_dir, name, INDEX_BASENAME))
+    )
