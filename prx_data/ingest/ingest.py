@@ -97,7 +97,7 @@ def _resolve_urls(chunk: list[RawItem], spec, skip: set[str]) -> None:
             item.data = result.data
         else:
             item.error = result.error or str(result.status)
-            item._status = Status(result.status)  # type: ignore[attr-defined]
+            item.error_status = Status(result.status).value
 
 
 def _row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutMatcher | None) -> dict:
@@ -127,12 +127,7 @@ def _row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutM
         row.update(status=Status.OPTED_OUT.value, error=f"opt-out request {request}")
         return row
     if item.error:
-        status = getattr(item, "_status", None)
-        if status is None:
-            status = Status.MISSING if item.error.startswith("missing") else Status.INVALID_IMAGE
-            if item.url:
-                status = Status.DOWNLOAD_FAILED
-        row.update(status=Status(status).value, error=item.error)
+        row.update(status=item.error_status or Status.INVALID_IMAGE.value, error=item.error)
         return row
     probe = probe_image(item.data, spec.max_pixels, spec.max_bytes)
     row.update(

@@ -16,3 +16,4 @@ class RawItem:
     source_url: str | None = None
     embedding: list[float] | None = None
     error: str | None = None  # a reader-level problem (missing path, bad record)
+    error_status: str | None = None  # the Status value that error maps to (default invalid_image)

@@ -17,6 +17,7 @@ from typing import Any
 
 from prx_data.ingest.items import RawItem
 from prx_data.registry import RegisteredSource, SourceSpec
+from prx_data.schema import Status
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff"}
 
@@ -94,6 +95,7 @@ def _record_to_item(record: dict[str, Any], spec: SourceSpec, base: Path, positi
     value = record.get(fields.image) if fields.image else None
     if value is None:
         item.error = f"field '{fields.image}' is empty"
+        item.error_status = Status.MISSING.value
         return item
     if fields.image_kind == "bytes":
         if isinstance(value, str):  # JSON carries bytes as base64
@@ -111,6 +113,7 @@ def _record_to_item(record: dict[str, Any], spec: SourceSpec, base: Path, positi
             item.data = path.read_bytes()
         except FileNotFoundError:
             item.error = f"missing file {path}"
+            item.error_status = Status.MISSING.value
         except OSError as exc:
             item.error = f"cannot read {path}: {exc}"
     else:  # url

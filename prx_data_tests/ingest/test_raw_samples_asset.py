@@ -145,7 +145,7 @@ def test_parquet_bytes_jsonl_paths_and_duplicate_keys(data_root, prx_defs, insta
     rows = rows_by_key("pq")
     assert set(rows) == {"p0", "p1", "p2", "p3", "p4", "p-null"}
     assert rows["p0"]["source_caption"] == "alt 0"  # first of the duplicated key kept
-    assert rows["p-null"]["status"] == "invalid_image" and "empty" in rows["p-null"]["error"]
+    assert rows["p-null"]["status"] == "missing" and "empty" in rows["p-null"]["error"]
     assert rows["p-null"]["license"] == "default-lic"
     (mat,) = materializations(result, "raw_samples")
     assert mat.metadata["duplicate_keys"].value == 1
