@@ -52,6 +52,10 @@ class ChatReply:
     error: str | None = None
 
 
+class _GaveUp(BackendUnavailable):
+    """Stopped because another request of the batch found the server down."""
+
+
 class _Retryable(Exception):
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
@@ -94,7 +98,11 @@ class ChatCompletionsClient:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chat") as pool:
             futures = [pool.submit(run, i) for i in todo]
             errors = [f.exception() for f in futures]
-        unavailable = [e for e in errors if isinstance(e, BackendUnavailable)]
+        # Report the request that found the server down, not the ones that followed it.
+        unavailable = sorted(
+            (e for e in errors if isinstance(e, BackendUnavailable)),
+            key=lambda e: isinstance(e, _GaveUp),
+        )
         if unavailable:
             raise unavailable[0]
         for error in errors:
@@ -107,7 +115,7 @@ class ChatCompletionsClient:
         last = "no attempt"
         for attempt in range(cfg.max_retries + 1):
             if down.is_set():
-                raise BackendUnavailable(f"{cfg.completions_url}: gave up (another request did)")
+                raise _GaveUp(f"{cfg.completions_url}: gave up (another request did)")
             try:
                 return self._post(body)
             except _Retryable as exc:
@@ -120,7 +128,7 @@ class ChatCompletionsClient:
                     delay = max(delay, min(exc.retry_after, cfg.backoff_max_s))
                 # Wait on the event so a batch gives up at once when another request did.
                 if down.wait(delay):
-                    raise BackendUnavailable(f"{cfg.completions_url}: gave up ({last})")
+                    raise _GaveUp(f"{cfg.completions_url}: gave up ({last})")
         down.set()
         raise BackendUnavailable(
             f"{cfg.completions_url} still failing after {cfg.max_retries + 1} attempts "

@@ -90,8 +90,17 @@ class TransformersCaptioner(BaseCaptioner):
             return CaptionResult(error=with_detail(E.INFERENCE_ERROR, repr(exc)))
 
     def _generate(self, images: list[Any]) -> list[CaptionResult]:
+        guards = self.config.guards
+        return [
+            judge_caption(text, finish_reason=finish, guards=guards)
+            for text, finish in self.generate_raw(images)
+        ]
+
+    def generate_raw(self, images: list[Any]) -> list[tuple[str, str]]:
+        """(text, finish_reason) per prepared PIL image, before the quality guards."""
         import torch
 
+        self._load()
         cfg = self.config
         processor, model = self._processor, self._model
         texts = [
@@ -116,8 +125,7 @@ class TransformersCaptioner(BaseCaptioner):
             ids = row.tolist()
             # generate() stops when every row hit eos or max_new_tokens, so no eos means cut off.
             finish = "stop" if any(t in eos for t in ids) else "length"
-            text = processor.decode(row, skip_special_tokens=True)
-            results.append(judge_caption(text, finish_reason=finish, guards=cfg.guards))
+            results.append((processor.decode(row, skip_special_tokens=True), finish))
         return results
 
 

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from prx_data.captioning.base import BackendUnavailable, error_code
+from prx_data.captioning.chat_http import ChatServerConfig
+from prx_data.captioning.config import OpenAICaptionerConfig
+from prx_data.captioning.factory import make_captioner
+from prx_data.captioning.images import ImageBudget
+from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, SYSTEM_PROMPT
+from prx_data_tests.captioning.fake_openai import (
+    FakeChatServer,
+    dominant_colour,
+    free_port,
+    request_image,
+)
+from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
+
+BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=128 * 128)
+
+
+def make(base_url: str, **server) -> object:
+    options = {"max_retries": 3, "backoff_initial_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 5}
+    options.update(server)
+    return make_captioner(
+        OpenAICaptionerConfig(
+            server=ChatServerConfig(base_url=base_url, model="qwen3-vl", **options), image=BUDGET
+        )
+    )
+
+
+def test_captions_images_through_the_protocol():
+    colours = ["red", "green", "blue", "red"]
+    with FakeChatServer() as server, make(server.base_url, max_concurrency=2) as captioner:
+        results = captioner.caption_images([image_bytes(c, (300, 200)) for c in colours])
+    assert captioner.model_id == "qwen3-vl"
+    assert captioner.prompt_version == CAPTION_PROMPT_VERSION
+    assert all(r.ok for r in results)
+    # Each reply describes the image the server decoded from that row's data URL, in order.
+    assert [r.caption.split()[2] for r in results] == colours
+    body = server.requests[0]
+    assert body["model"] == "qwen3-vl"
+    assert body["messages"][0]["content"] == SYSTEM_PROMPT
+    assert body["max_tokens"] == 512 and body["top_k"] == 20
+    image = request_image(body)
+    assert BUDGET.min_pixels <= image.width * image.height <= BUDGET.max_pixels
+
+
+def test_flaky_server_is_retried_until_it_answers():
+    with FakeChatServer(fail_first=3) as server, make(server.base_url, max_concurrency=1) as c:
+        results = c.caption_images([image_bytes("red"), image_bytes("blue")])
+    assert all(r.ok for r in results)
+    assert server.responses[:3] == [503, 503, 503]
+    assert len(server.requests) == 5
+
+
+def test_client_errors_are_per_row_and_not_retried():
+    def reject_green(body):
+        return 400 if dominant_colour(request_image(body)) == "green" else None
+
+    with FakeChatServer(status_for=reject_green) as server, make(server.base_url) as captioner:
+        results = captioner.caption_images([image_bytes("red"), image_bytes("green"), NOT_AN_IMAGE])
+    assert results[0].ok
+    assert error_code(results[1].error) == "http_error"
+    assert "400" in results[1].error and "rejected by test" in results[1].error
+    assert error_code(results[2].error) == "bad_image"
+    assert len(server.requests) == 2  # no retry of the 400, no request for the bad image
+
+
+def test_quality_guards_apply_to_server_replies():
+    replies = iter([("I'm sorry, I can't describe this.", "stop"), ("A red", "length")])
+    with FakeChatServer(reply=lambda body: next(replies)) as server:
+        with make(server.base_url, max_concurrency=1) as captioner:
+            results = captioner.caption_images([image_bytes(), image_bytes()])
+    assert [error_code(r.error) for r in results] == ["refusal", "truncated"]
+
+
+def test_server_that_stays_down_raises_backend_unavailable():
+    with FakeChatServer(fail_first=10**9) as server, make(server.base_url) as captioner:
+        with pytest.raises(BackendUnavailable, match="still failing after 4 attempts"):
+            captioner.caption_images([image_bytes()] * 3)
+
+
+def test_nothing_listening_raises_backend_unavailable_quickly():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    start = time.monotonic()
+    with make(url) as captioner, pytest.raises(BackendUnavailable, match="connection error"):
+        captioner.caption_images([image_bytes()] * 8)
+    assert time.monotonic() - start < 5

@@ -1,0 +1,146 @@
+"""The vLLM-on-Ray captioner, as far as it goes without vLLM or a GPU.
+
+What runs here: the preprocess (messages, image budget), the postprocess (guards), the engine
+config, and building the real ``ray.data.llm`` processor and the lazy captioning dataset
+against a local stand-in model directory. What cannot run here: the vLLM stages themselves.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from prx_data.captioning.base import error_code
+from prx_data.captioning.config import CaptionSampling, VLLMCaptionerConfig
+from prx_data.captioning.factory import make_captioner
+from prx_data.captioning.gpu_env import DEFAULT_REQUIREMENTS, WorkerEnv, gpu_runtime_env
+from prx_data.captioning.images import ImageBudget
+from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT
+from prx_data.captioning.vllm_ray import (
+    PREP_ERROR,
+    VLLMCaptioner,
+    caption_postprocess,
+    caption_preprocess,
+    finalize_caption_row,
+    vllm_processor_config,
+)
+from prx_data_tests.captioning.fake_openai import good_caption
+from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
+
+BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=256 * 256)
+SAMPLING = CaptionSampling(max_tokens=300)
+
+
+def test_preprocess_builds_chat_messages_with_the_resized_image():
+    row = {"sample_id": "s1", "image": image_bytes("red", (1200, 800), "JPEG"), "source": "x"}
+    out = caption_preprocess(row, image=BUDGET, sampling=SAMPLING)
+    assert out["image"] is None  # the raw bytes do not travel through the GPU stages
+    assert out[PREP_ERROR] is None
+    system, user = out["messages"]
+    assert system == {"role": "system", "content": SYSTEM_PROMPT}
+    image_part, text_part = user["content"]
+    assert text_part == {"type": "text", "text": USER_PROMPT}
+    url = image_part["image_url"]["url"]
+    assert url.startswith("data:image/jpeg;base64,")
+    image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert BUDGET.min_pixels <= image.width * image.height <= BUDGET.max_pixels
+    assert image.width > image.height
+    assert out["sampling_params"] == {"temperature": 0.7, "top_p": 0.8, "max_tokens": 300, "top_k": 20}
+
+
+def test_preprocess_of_a_bad_image_sends_a_one_token_placeholder():
+    out = caption_preprocess({"sample_id": "s", "image": NOT_AN_IMAGE}, image=BUDGET, sampling=SAMPLING)
+    assert error_code(out[PREP_ERROR]) == "bad_image"
+    assert out["sampling_params"]["max_tokens"] == 1
+    # Same message shape as a real request, so the Arrow column type holds across rows.
+    assert [m["role"] for m in out["messages"]] == ["system", "user"]
+
+
+def post(**row):
+    return caption_postprocess(row, model_id="qwen3-vl-8b", guards=VLLMCaptionerConfig().guards,
+                               max_tokens=300)
+
+
+def test_postprocess_applies_the_guards():
+    good = post(sample_id="a", generated_text=good_caption("red"), num_generated_tokens=160)
+    assert good == {
+        "sample_id": "a",
+        "caption": good_caption("red"),
+        "caption_model": "qwen3-vl-8b",
+        "caption_prompt_version": CAPTION_PROMPT_VERSION,
+        "caption_error": None,
+    }
+    cut = post(sample_id="b", generated_text=good_caption("red"), num_generated_tokens=300)
+    assert cut["caption"] is None and error_code(cut["caption_error"]) == "truncated"
+    refused = post(sample_id="c", generated_text="I cannot help with that.", num_generated_tokens=7)
+    assert error_code(refused["caption_error"]) == "refusal"
+    bad = post(sample_id="d", generated_text="x", num_generated_tokens=1, prep_error="bad_image: x")
+    assert bad["caption"] is None and bad["caption_error"] == "bad_image: x"
+
+
+def test_finalize_gives_engine_failures_the_same_columns():
+    failed = {"sample_id": "e", "messages": [], "__inference_error__": "CUDA error: boom"}
+    out = finalize_caption_row(failed, model_id="m")
+    assert out["caption"] is None and out["caption_error"] == "inference_error: CUDA error: boom"
+    ok = {**post(sample_id="a", generated_text=good_caption(), num_generated_tokens=9),
+          "__inference_error__": ""}
+    assert finalize_caption_row(ok, model_id="m") == post(
+        sample_id="a", generated_text=good_caption(), num_generated_tokens=9
+    )
+
+
+def test_engine_config_carries_the_settings_and_the_gpu_worker_env(monkeypatch):
+    monkeypatch.delenv("HF_HOME", raising=False)
+    cfg = VLLMCaptionerConfig(replicas=2, batch_size=16, max_num_seqs=64, max_model_len=4096,
+                              gpu_memory_utilization=0.85, accelerator_type="H200")
+    pc = vllm_processor_config(cfg)
+    assert pc.model_source == "Qwen/Qwen3-VL-8B-Instruct"
+    assert pc.concurrency == 2 and pc.batch_size == 16 and pc.accelerator_type == "H200"
+    kw = pc.engine_kwargs
+    assert kw["max_model_len"] == 4096 and kw["max_num_seqs"] == 64
+    assert kw["gpu_memory_utilization"] == 0.85 and kw["enable_prefix_caching"] is True
+    assert kw["limit_mm_per_prompt"] == {"image": 1, "video": 0}
+    assert pc.prepare_multimodal_stage == {"enabled": True}
+    assert pc.should_continue_on_error is True
+    env = pc.runtime_env
+    assert any(p.startswith("vllm==") for p in env["pip"]["packages"])
+    assert not any(p.startswith("mosaicml-streaming") for p in env["pip"]["packages"])
+    assert env["env_vars"]["HF_HUB_OFFLINE"] == "1"
+
+
+def test_worker_env_modes(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the driver's value wins over the default
+    assert gpu_runtime_env(WorkerEnv(mode="none"))["env_vars"]["HF_HUB_OFFLINE"] == "0"
+    image = gpu_runtime_env(WorkerEnv(mode="image", image_uri="registry/prx-gpu:1"))
+    assert image["image_uri"] == "registry/prx-gpu:1"
+    with pytest.raises(ValueError):
+        gpu_runtime_env(WorkerEnv(mode="image"))
+    with pytest.raises(FileNotFoundError, match="requirements"):
+        gpu_runtime_env(WorkerEnv(requirements_path="/nonexistent/req.txt"))
+    assert DEFAULT_REQUIREMENTS.is_file()
+
+
+@pytest.fixture
+def fake_model_dir(tmp_path):
+    """Stands in for a local Qwen3-VL checkpoint: building the processor only reads config.json."""
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl"})
+    )
+    return tmp_path
+
+
+def test_builds_the_ray_data_llm_processor_and_the_lazy_dataset(ray_local, fake_model_dir):
+    cfg = VLLMCaptionerConfig(model_source=str(fake_model_dir), image=BUDGET)
+    captioner = make_captioner(cfg)
+    assert isinstance(captioner, VLLMCaptioner)
+    assert captioner.model_id == "Qwen/Qwen3-VL-8B-Instruct"  # the path is not the model name
+    ds = ray_local.data.from_items([{"sample_id": "a", "image": image_bytes()}])
+    out = captioner.caption_dataset(ds)  # lazy: nothing runs, so no vLLM is needed
+    plan = str(out)
+    for stage in ("_preprocess", "PrepareMultimodalUDF", "ChatTemplateUDF", "TokenizeUDF",
+                  "vLLMEngineStageUDF", "DetokenizeUDF", "_postprocess"):
+        assert stage in plan, plan
