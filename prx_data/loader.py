@@ -132,12 +132,7 @@ class PrxStreamingDataset(StreamingDataset):
                     read_manifest(os.path.join(local_dir, MANIFEST_BASENAME))  # raises, naming the file
                 return np.empty(0, np.int64)
             sizes = {shard.raw_data.basename: int(shard.samples) for shard in shards}
-            skips = load_bucket_skips(local_dir, shard_samples=sizes, fetch=fetch)
-            if skips.sources != index_digests:
-                raise SkiplistError(
-                    f"{skips.manifest_path} was built against another export of this bucket "
-                    f"(sources {sorted(set(skips.sources) ^ set(index_digests)) or 'changed'}); rebuild skip lists"
-                )
+            skips = load_bucket_skips(local_dir, shard_samples=sizes, fetch=fetch, expected_sources=index_digests)
         finally:
             if scratch:
                 shutil.rmtree(os.path.join(local_dir, scratch), ignore_errors=True)
@@ -167,6 +162,9 @@ class PrxStreamingDataset(StreamingDataset):
         """
         if not self.skip_ids.size:
             return super().resample_streams(epoch, stream_id)
+        return self._resample_kept(epoch, stream_id)
+
+    def _resample_kept(self, epoch: int, stream_id: int | None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         rng = (
             np.random.default_rng(self.shuffle_seed + epoch)
             if self.sampling_method == "balanced"

@@ -203,6 +203,7 @@ def load_bucket_skips(
     bucket_dir: str,
     shard_samples: dict[str, int] | None = None,
     fetch: Callable[[str], str] | None = None,
+    expected_sources: dict[str, str] | None = None,
 ) -> BucketSkips:
     """Load and check every sidecar a bucket's manifest lists, unioned per shard.
 
@@ -210,6 +211,9 @@ def load_bucket_skips(
     without it ``bucket_dir`` is local and sidecars on disk that the manifest does not list are
     an error too (a crash between writing sidecars and the manifest).
     ``shard_samples`` (shard basename -> samples) checks each sidecar against the index in use.
+    ``expected_sources`` (source -> index sha256, from the merged index in use) must equal what
+    the lists were built against: indices into another export of a source would skip the wrong
+    samples.
     """
     manifest_rel = MANIFEST_BASENAME
     manifest_path = fetch(manifest_rel) if fetch else os.path.join(bucket_dir, manifest_rel)
@@ -221,6 +225,11 @@ def load_bucket_skips(
         sources = dict(manifest["sources"])
     except (KeyError, TypeError):
         raise SkiplistError(f"malformed skip-list manifest {manifest_path}: missing sidecars/sources") from None
+    if expected_sources is not None and sources != expected_sources:
+        changed = sorted(name for name in set(sources) | set(expected_sources) if sources.get(name) != expected_sources.get(name))
+        raise SkiplistError(
+            f"{manifest_path} was built against another export of sources {changed}: rebuild skip lists"
+        )
     for entry in entries:
         rel = entry["path"]
         listed.add(rel)

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from prx_data.export.dedup import DedupConfig, aspect_ratio_index, find_duplicates
+
+
+def _table(rows: list[tuple]) -> pa.Table:
+    sid, source, prio, tier, ar, phash = zip(*rows)
+    return pa.table(
+        {
+            "sample_id": list(sid),
+            "source": list(source),
+            "source_priority": pa.array(prio, pa.int32()),
+            "tier": pa.array(tier, pa.int32()),
+            "ar_index": pa.array(ar, pa.int32()),
+            "phash": pa.array(phash, pa.int64()),
+        }
+    )
+
+
+ROWS = [
+    ("a1", "a", 0, 512, 6, 111),
+    ("b1", "b", 5, 512, 6, 111),  # higher priority than a1, same tier
+    ("c1", "c", 0, 1024, 6, 111),  # higher tier wins over priority
+    ("a2", "a", 0, 512, 6, 222),
+    ("b2", "b", 0, 512, 6, 222),  # tie on tier and priority: smaller id (a2) kept
+    ("a3", "a", 0, 512, 7, 111),  # other aspect ratio: not a duplicate of the 111 group
+    ("a4", "a", 0, 512, 6, None),  # no hash: never a duplicate
+    ("z9", "z", 9, 2048, 6, 333),
+]
+
+
+def _as_dict(result: pa.Table) -> dict[str, str]:
+    return dict(zip(result["sample_id"].to_pylist(), result["kept_sample_id"].to_pylist()))
+
+
+def test_keep_rules() -> None:
+    result = find_duplicates(_table(ROWS))
+    assert _as_dict(result) == {"b1": "c1", "a1": "c1", "b2": "a2"}
+    assert set(result["reason"].to_pylist()) == {"dedup"}
+    assert result.column_names[:6] == ["sample_id", "source", "source_priority", "tier", "ar_index", "phash"]
+
+
+def test_order_independent() -> None:
+    rng = np.random.default_rng(0)
+    n = 5000
+    table = pa.table(
+        {
+            "sample_id": [f"{i:08x}" for i in range(n)],
+            "source_priority": rng.integers(0, 3, n),
+            "tier": rng.choice([512, 1024], n),
+            "ar_index": rng.integers(0, 3, n),
+            "phash": rng.integers(-50, 50, n),
+        }
+    )
+    expected = find_duplicates(table)
+    for seed in range(3):
+        perm = np.random.default_rng(seed).permutation(n)
+        assert find_duplicates(table.take(perm)).equals(expected)
+    # one kept per group, duplicates = rows - groups
+    groups = len({(a, p) for a, p in zip(table["ar_index"].to_pylist(), table["phash"].to_pylist())})
+    assert expected.num_rows == n - groups
+
+
+def test_aspect_key_from_shapes_across_tiers() -> None:
+    # 512-tier and 1024-tier shapes of the same grid ratio get the same key; neighbours differ.
+    h = np.array([512, 1024, 448, 896, 384, 768, 2048])
+    w = np.array([512, 1024, 576, 1152, 672, 1344, 2048])
+    keys = aspect_ratio_index(h, w)
+    assert keys[0] == keys[1] == keys[6] and keys[2] == keys[3] and keys[4] == keys[5]
+    assert len({keys[0], keys[2], keys[4]}) == 3
+    with pytest.raises(ValueError, match="outside"):
+        aspect_ratio_index(np.array([100]), np.array([400]))
+    table = pa.table(
+        {
+            "sample_id": ["x", "y", "z"],
+            "tier": [512, 1024, 1024],
+            "bucket": ["512x512", "1024x1024", "896x1152"],
+            "phash": pa.array([7, 7, 7], pa.int64()),
+        }
+    )
+    assert _as_dict(find_duplicates(table)) == {"x": "y"}
+    hw = table.append_column("height", pa.array([512, 1024, 896])).append_column("width", pa.array([512, 1024, 1152]))
+    assert _as_dict(find_duplicates(hw.drop(["bucket"]), DedupConfig())) == {"x": "y"}
+
+
+def test_rejects_duplicate_ids_and_handles_empty() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        find_duplicates(_table([ROWS[0], ROWS[0]]))
+    assert find_duplicates(_table([ROWS[6]])).num_rows == 0
