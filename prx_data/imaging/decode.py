@@ -1,0 +1,296 @@
+"""The one decode path: bytes in, pixels as displayed out, or a ``DecodeError`` with a reason.
+
+Every stage that needs pixels (ingest checks, captioning, hashing, export) goes through here,
+so EXIF orientation, animation frames, odd modes and broken files are handled the same way
+everywhere. Two entry points return ready images:
+
+- ``open_image(data, max_pixels)``: full-size RGB, as displayed.
+- ``open_for_hash(data)``: a small grayscale image for the perceptual hash. JPEGs are decoded
+  at a reduced DCT scale (libjpeg "draft" mode); that choice changes the hash bits, so this
+  function is part of ``phash.PHASH_VERSION`` and must not change without bumping it.
+
+Callers that want to choose a reduced size after seeing the header (the export resizer) use the
+two halves directly: ``read_header`` then ``load_pixels``.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import numpy as np
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
+
+# Machine-readable reasons. ``truncated`` is kept apart from ``invalid_image`` because a
+# truncated file is often a failed download worth re-fetching; tables whose status vocabulary
+# has no such value record it as ``invalid_image`` (see ``DecodeError.status``).
+INVALID_IMAGE: Final = "invalid_image"
+TOO_LARGE: Final = "too_large"
+TRUNCATED: Final = "truncated"
+Reason = Literal["invalid_image", "too_large", "truncated"]
+
+# Same default as the source registry's decompression-bomb guard.
+DEFAULT_MAX_PIXELS: Final = 100_000_000
+
+# Formats a web-scale corpus actually contains. Anything else is refused before any plugin
+# touches the bytes: some Pillow plugins (EPS) shell out to external programs. Most common first,
+# since Pillow tries them in order. (Camera MPO files open through the JPEG entry.)
+ALLOWED_FORMATS: Final = (
+    "JPEG",
+    "PNG",
+    "WEBP",
+    "GIF",
+    "BMP",
+    "TIFF",
+    "AVIF",
+    "ICO",
+    "PPM",
+    "TGA",
+)
+
+# Hash thumbnails are decoded at the smallest JPEG scale that keeps at least this many pixels
+# on each side (2x the 32 px DCT input), so the final resize still averages several pixels.
+HASH_DRAFT_SIDE: Final = 64
+
+_WHITE = (255, 255, 255)
+_ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "La", "RGBa"})
+_SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
+_SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that rotate by 90 degrees
+
+
+class DecodeError(Exception):
+    """An image that cannot be used, with a machine-readable ``reason``."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason: Reason = reason
+        self.message = message
+
+    @property
+    def status(self) -> str:
+        """The row status for tables whose vocabulary is ``schema.Status``."""
+        return TOO_LARGE if self.reason == TOO_LARGE else INVALID_IMAGE
+
+
+Box = tuple[float, float, float, float]  # (left, top, right, bottom), Pillow's resize box
+
+
+@dataclass
+class Header:
+    """A parsed header; pixels not decoded yet. ``width``/``height`` are as displayed."""
+
+    image: Image.Image
+    width: int
+    height: int
+    format: str
+    orientation: int  # EXIF orientation 1..8, 1 when absent or unreadable
+    data: bytes  # kept to re-open the file if a reduced decode has to be retried
+    stored_size: tuple[int, int]  # (width, height) as encoded, before orientation
+
+
+def read_header(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Header:
+    """Parse the header only (cheap) and apply the pixel limit before anything is decoded."""
+    if not data:
+        raise DecodeError(INVALID_IMAGE, "empty data")
+    try:
+        with warnings.catch_warnings():
+            # We enforce our own limit below; Pillow's warning for large images is noise.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS)
+    except Image.DecompressionBombError as exc:
+        raise DecodeError(TOO_LARGE, str(exc)) from None
+    except UnidentifiedImageError:
+        # Pillow's own message names the BytesIO object's address: useless in a table.
+        raise DecodeError(INVALID_IMAGE, "not an image in a supported format") from None
+    except Exception as exc:  # a plugin's SyntaxError/ValueError/struct.error...
+        raise DecodeError(INVALID_IMAGE, _describe(exc)) from None
+    width, height = image.size
+    if width <= 0 or height <= 0:
+        raise DecodeError(INVALID_IMAGE, f"empty image size {width}x{height}")
+    if width * height > max_pixels:
+        raise DecodeError(TOO_LARGE, f"{width}x{height} pixels exceed the limit of {max_pixels}")
+    orientation = _orientation(image)
+    if orientation in _SWAPS_AXES:
+        width, height = height, width
+    return Header(image, width, height, image.format or "", orientation, data, image.size)
+
+
+def load_pixels(
+    header: Header,
+    mode: Literal["RGB", "L", "YCbCr"] = "RGB",
+    min_size: tuple[int, int] | None = None,
+) -> Image.Image:
+    """Decode the first frame, apply EXIF orientation, normalise the mode.
+
+    ``min_size`` (width, height as displayed) lets a JPEG decode at 1/2, 1/4 or 1/8 scale
+    while every side stays at least that large; other formats decode at full size.
+    ``mode="YCbCr"`` returns YCbCr only for ordinary colour JPEGs (it skips two colour
+    conversions when the result is re-encoded as JPEG) and RGB for everything else.
+    A header is consumed by one call.
+    """
+    image = header.image
+    if getattr(image, "is_animated", False) and image.tell() != 0:
+        image.seek(0)
+    if header.format in ("JPEG", "MPO"):
+        _draft(image, header.orientation, mode, min_size)
+    try:
+        image.load()
+    except Image.DecompressionBombError as exc:
+        raise DecodeError(TOO_LARGE, str(exc)) from None
+    except Exception as exc:
+        text = _describe(exc)
+        if "truncated" in text or "premature end" in text.lower():
+            raise DecodeError(TRUNCATED, text) from None
+        if image.mode == "YCbCr" and header.format in ("JPEG", "MPO"):
+            # libjpeg cannot hand out YCbCr for the rare JPEG stored as RGB (Adobe transform
+            # 0, or R/G/B component ids): decode it again the ordinary way.
+            retry = read_header(header.data, header.width * header.height)
+            return load_pixels(retry, "RGB", min_size)
+        raise DecodeError(INVALID_IMAGE, text) from None
+    if header.orientation != 1:
+        try:
+            ImageOps.exif_transpose(image, in_place=True)
+        except Exception:  # a broken EXIF block must not cost the image: show it as stored
+            if header.orientation in _SWAPS_AXES:
+                header.width, header.height = header.height, header.width
+            header.orientation = 1
+    try:
+        if mode == "YCbCr" and image.mode == "YCbCr":
+            return image
+        return to_gray(image) if mode == "L" else to_rgb(image)
+    except Exception as exc:  # an exotic mode Pillow cannot convert
+        raise DecodeError(INVALID_IMAGE, f"unsupported mode {image.mode}: {_describe(exc)}") from None
+
+
+def picture_box(header: Header, image: Image.Image) -> Box:
+    """Where the whole picture lies in ``image`` (decoded from ``header``), as a resize box.
+
+    A JPEG decoded at 1/s scale is ceil(W/s) pixels wide but the picture spans only W/s of
+    them: the last column (and row) stands for a partial block. Resizing with this box instead
+    of the full frame keeps the geometry exact, so the same picture stored at different sizes
+    yields the same thumbnail (this matters for hash equality) and crops stay centred.
+    """
+    width, height = image.size
+    if header.orientation in _SWAPS_AXES:
+        width, height = height, width  # back to the stored frame
+    stored_w, stored_h = header.stored_size
+    for scale in (1, 2, 4, 8):
+        if -(-stored_w // scale) == width and -(-stored_h // scale) == height:
+            break
+    else:
+        return (0.0, 0.0, float(image.size[0]), float(image.size[1]))
+    # The picture is [0, W/s] x [0, H/s] of the stored frame; map both corners to display.
+    x1, y1 = stored_w / scale, stored_h / scale
+    corners = [_to_display(header.orientation, x, y, width, height) for x, y in ((0, 0), (x1, y1))]
+    xs, ys = [c[0] for c in corners], [c[1] for c in corners]
+    return (min(xs), min(ys), max(xs), max(ys))
+
+
+def _to_display(orientation: int, x: float, y: float, w: float, h: float) -> tuple[float, float]:
+    """A point of a w x h stored frame after ``ImageOps.exif_transpose``'s transform."""
+    if orientation == 2:
+        return (w - x, y)
+    if orientation == 3:
+        return (w - x, h - y)
+    if orientation == 4:
+        return (x, h - y)
+    if orientation == 5:
+        return (y, x)
+    if orientation == 6:
+        return (h - y, x)
+    if orientation == 7:
+        return (h - y, w - x)
+    if orientation == 8:
+        return (y, w - x)
+    return (x, y)
+
+
+def open_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """Full-size RGB pixels as displayed. Raises ``DecodeError``."""
+    return load_pixels(read_header(data, max_pixels), "RGB")
+
+
+def open_for_hash(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Image.Image, Box]:
+    """Reduced grayscale pixels for the perceptual hash, and the box the picture fills.
+
+    Part of ``PHASH_VERSION``: JPEGs decode at the smallest DCT scale that keeps
+    ``HASH_DRAFT_SIDE`` pixels on each side. Raises ``DecodeError``.
+    """
+    header = read_header(data, max_pixels)
+    image = load_pixels(header, "L", (HASH_DRAFT_SIDE, HASH_DRAFT_SIDE))
+    return image, picture_box(header, image)
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB with transparency composited on white and 16-bit samples scaled, not clipped."""
+    mode = image.mode
+    if mode == "RGB":
+        return image
+    if mode in _SIXTEEN_BIT_MODES or mode == "F":
+        return Image.fromarray(_to_uint8(image), "L").convert("RGB")
+    if mode in _ALPHA_MODES or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, _WHITE)
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    # L, 1, P, CMYK (Adobe's inverted CMYK is undone by the JPEG plugin), YCbCr, HSV.
+    return image.convert("RGB")
+
+
+def to_gray(image: Image.Image) -> Image.Image:
+    """Luma (ITU-R 601, as JPEG's Y) after the same normalisation as ``to_rgb``."""
+    if image.mode == "L":
+        return image
+    if image.mode in _SIXTEEN_BIT_MODES or image.mode == "F":
+        return Image.fromarray(_to_uint8(image), "L")
+    if image.mode == "RGB" and "transparency" not in image.info:
+        return image.convert("L")
+    return to_rgb(image).convert("L")
+
+
+def _to_uint8(image: Image.Image) -> np.ndarray:
+    """Scale 16-bit (and float) samples to 8 bits; Pillow's own convert clips them at 255."""
+    pixels = np.asarray(image)
+    if image.mode == "F":
+        # No bit depth to go by: 0..1 floats are scaled, anything else is taken as 0..255.
+        values = pixels.astype(np.float64)
+        if np.nanmax(values, initial=0.0) <= 1.0:
+            values = values * 255.0
+        return np.clip(np.nan_to_num(values) + 0.5, 0, 255).astype(np.uint8)
+    # Mode "I" almost always holds a 16-bit PNG/TIFF; values outside 0..65535 are clipped.
+    values = np.clip(pixels.astype(np.int64), 0, 65535)
+    return ((values * 255 + 32767) // 65535).astype(np.uint8)
+
+
+def _draft(
+    image: Image.Image,
+    orientation: int,
+    mode: Literal["RGB", "L", "YCbCr"],
+    min_size: tuple[int, int] | None,
+) -> None:
+    """Ask libjpeg for the target mode and the smallest 1/2^k scale that keeps ``min_size``."""
+    request = None
+    if min_size is not None:
+        width, height = min_size
+        # min_size is as displayed; the decoder works on the stored (unrotated) frame.
+        request = (height, width) if orientation in _SWAPS_AXES else (width, height)
+        request = (max(1, request[0]), max(1, request[1]))
+    try:
+        image.draft(mode, request)
+    except Exception:  # draft is an optimisation; without it the full decode still works
+        pass
+
+
+def _orientation(image: Image.Image) -> int:
+    try:
+        value = int(image.getexif().get(ExifTags.Base.Orientation, 1))
+    except Exception:  # unreadable EXIF: show the image as stored
+        return 1
+    return value if 1 <= value <= 8 else 1
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:500]
