@@ -1,0 +1,47 @@
+"""phashes: a 64-bit DCT perceptual hash per usable row, computed on Ray."""
+
+import dagster as dg
+from dagster_ray import RayResource
+
+from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
+from prx_data.defs.progress import ProgressLogger
+from prx_data.defs.resources import StorageResource
+from prx_data.imaging.phash import PHASH_VERSION
+from prx_data.stages.phash_stage import compute_phashes
+
+
+class PhashConfig(dg.Config):
+    chunk_rows: int = 256
+    executor: str = "ray"
+
+
+@dg.asset(
+    partitions_def=sources_partitions,
+    deps=["raw_samples"],
+    group_name="image",
+    kinds={"lance", "ray"},
+    tags=PER_SOURCE_TAG,
+    code_version=PHASH_VERSION,
+    description="Adds phash, phash_version, phash_error to the source's table; rows already "
+    "hashed with the current version are skipped.",
+)
+def phashes(context: dg.AssetExecutionContext, config: PhashConfig, storage: StorageResource, ray: RayResource) -> dg.MaterializeResult:
+    uri = storage.paths.raw_table(context.partition_key)
+    stats = compute_phashes(
+        uri,
+        executor=config.executor,
+        chunk_rows=config.chunk_rows,
+        storage_options=storage.options,
+        progress=ProgressLogger(context.log, "hashed"),
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "rows_hashed": stats.processed,
+            "errors": stats.failed,
+            "skipped_current": stats.skipped_current,
+            "resumed_from_staging": stats.resumed,
+            "images_per_s": round(stats.rows_per_s, 1),
+            "phash_version": PHASH_VERSION,
+            "lance_version": stats.version,
+        }
+    )

@@ -1,0 +1,192 @@
+"""Resumable column stages: results are appended to a staging table batch by batch, then merged
+into the source table in one commit per run.
+
+Why staging: committing each batch straight into a large fragment would rewrite that fragment's
+column files every time (a 1M-row caption column, once per 1k captions). Appending a batch to a
+staging table is a small new fragment; a killed run keeps every staged batch, and the next run
+skips those rows (when they were made by the current model/version) and merges them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prx_data.lance_io import chunked, ensure_columns, open_table, update_columns
+
+
+@dataclass(frozen=True)
+class ColumnStage:
+    """What a stage writes and how to tell rows that are already current."""
+
+    name: str  # e.g. "phash"; names the staging table
+    columns: pa.Schema  # the columns it owns (without sample_id)
+    # Column values that mark a row as done by the current code (e.g. {"phash_version": "v1"}).
+    current: dict[str, str]
+    # Rows eligible at all (e.g. "status = 'ok'"); others are never touched.
+    eligible: str = "status = 'ok'"
+    # Extra condition that also marks a row as needing work (e.g. "caption_error IS NOT NULL").
+    redo_also: str | None = None
+
+    def pending_filter(self) -> str:
+        stale = " OR ".join(f"{col} IS NULL OR {col} != '{_escape(val)}'" for col, val in self.current.items())
+        if self.redo_also:
+            stale = f"{stale} OR ({self.redo_also})"
+        return f"({self.eligible}) AND ({stale})"
+
+
+def _escape(value: str) -> str:
+    return value.replace("'", "''")
+
+
+@dataclass
+class StageStats:
+    eligible: int = 0
+    pending: int = 0
+    processed: int = 0
+    resumed: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    version: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def skipped_current(self) -> int:
+        return self.eligible - self.pending
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.processed / self.seconds if self.seconds else 0.0
+
+
+def staging_uri(table_uri: str, stage: str) -> str:
+    return f"{table_uri.rstrip('/').removesuffix('.lance')}.staging-{stage}.lance"
+
+
+def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance.LanceDataset | None:
+    staged = open_table(uri, options)
+    if staged is None:
+        return None
+    if any(col not in staged.schema.names for col in stage.current):
+        return None
+    return staged
+
+
+def pending_rows(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str]) -> pa.Table:
+    """sample_id and row address of every row that needs work (no blobs are read)."""
+    table = ds.to_table(columns=["sample_id"], filter=stage.pending_filter(), with_row_address=True)
+    if exclude:
+        table = table.filter(pc.invert(pc.is_in(table.column("sample_id"), value_set=pa.array(list(exclude)))))
+    return table
+
+
+# A processor receives the sample ids and row addresses of a chunk and yields result tables
+# (sample_id + the stage's columns); it decides where the work runs.
+Processor = Callable[[lance.LanceDataset, pa.Table], Iterable[pa.Table]]
+
+
+def run_column_stage(
+    table_uri: str,
+    stage: ColumnStage,
+    processor: Processor,
+    *,
+    storage_options: dict | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    error_column: str | None = None,
+) -> StageStats:
+    started = time.perf_counter()
+    stats = StageStats()
+    ds = open_table(table_uri, storage_options)
+    if ds is None:
+        raise FileNotFoundError(f"no Lance table at {table_uri}: materialize raw_samples first")
+    ds = ensure_columns(ds, stage.columns)
+    stats.eligible = ds.count_rows(filter=stage.eligible)
+
+    staging = staging_uri(table_uri, stage.name)
+    staged = _staged_current(staging, stage, storage_options)
+    done: set[str] = set()
+    if staged is not None:
+        cond = " AND ".join(f"{c} = '{_escape(v)}'" for c, v in stage.current.items())
+        done = set(staged.to_table(columns=["sample_id"], filter=cond).column("sample_id").to_pylist())
+    todo = pending_rows(ds, stage, done)
+    stats.pending = todo.num_rows + len(done)
+    stats.resumed = len(done)
+
+    out_schema = pa.schema([pa.field("sample_id", pa.string()), *stage.columns])
+    mode = "append" if staged is not None else "create"
+    for result in processor(ds, todo):
+        result = result.select(out_schema.names).cast(out_schema)
+        lance.write_dataset(result, staging, mode=mode, storage_options=storage_options)
+        mode = "append"
+        stats.processed += result.num_rows
+        if error_column:
+            stats.failed += result.num_rows - result.column(error_column).null_count
+        if progress:
+            progress(stats.processed, todo.num_rows)
+
+    final = open_table(staging, storage_options)
+    if final is not None:
+        cond = " AND ".join(f"{c} = '{_escape(v)}'" for c, v in stage.current.items())
+        results = final.to_table(filter=cond)
+        # Latest staged result per sample wins (a row re-done after a crash appears twice).
+        results = _last_per_sample(results)
+        ds = update_columns(ds, results)
+        _remove(staging)
+    stats.version = ds.version
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+def _last_per_sample(table: pa.Table) -> pa.Table:
+    if table.num_rows == 0:
+        return table
+    ids = table.column("sample_id").to_pylist()
+    last = {sid: i for i, sid in enumerate(ids)}
+    if len(last) == len(ids):
+        return table
+    return table.take(pa.array(sorted(last.values())))
+
+
+def _remove(uri: str) -> None:
+    if "://" in uri:
+        import pyarrow.fs as pafs
+
+        fs, path = pafs.FileSystem.from_uri(uri)
+        fs.delete_dir(path)
+    else:
+        shutil.rmtree(uri, ignore_errors=True)
+
+
+def address_chunks(todo: pa.Table, size: int) -> Iterator[pa.Table]:
+    for start in range(0, todo.num_rows, size):
+        yield todo.slice(start, size)
+
+
+def read_images(ds: lance.LanceDataset, addresses: list[int], column: str = "image") -> list[bytes | None]:
+    """Image bytes for row addresses, in order."""
+    pairs = ds.read_blobs(column, addresses=addresses, preserve_order=True)
+    return [data for _, data in pairs]
+
+
+def read_rows(ds: lance.LanceDataset, addresses: list[int], columns: list[str]) -> pa.Table:
+    """Non-blob columns for row addresses, in order."""
+    return ds._take_rows(addresses, columns=columns) if columns else pa.table({})
+
+
+__all__ = [
+    "ColumnStage",
+    "StageStats",
+    "address_chunks",
+    "chunked",
+    "pending_rows",
+    "read_images",
+    "read_rows",
+    "run_column_stage",
+    "staging_uri",
+]

@@ -1,0 +1,71 @@
+"""Where a row stage's work runs: in this process, or as Ray tasks (one chunk of rows each).
+
+Workers open the table at the driver's version and read their own images by row address, so
+only addresses cross the wire to the worker and only small result tables come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+import lance
+import pyarrow as pa
+
+from prx_data.lance_io import storage_options_of
+from prx_data.stages.columns import Processor, address_chunks, read_images, read_rows
+
+# fn(sample_ids, images, rows) -> table with sample_id + the stage's columns. Must be picklable
+# (a module-level function or a functools.partial of one) to run on Ray.
+RowFn = Callable[[list[str], list[bytes | None], pa.Table], pa.Table]
+
+
+def _run_chunk(uri: str, version: int, options: dict | None, chunk: pa.Table, fn: RowFn, columns: list[str], with_images: bool) -> pa.Table:
+    ds = lance.dataset(uri, version=version, storage_options=options)
+    addresses = chunk.column("_rowaddr").to_pylist()
+    images = read_images(ds, addresses) if with_images else [None] * len(addresses)
+    rows = read_rows(ds, addresses, columns)
+    return fn(chunk.column("sample_id").to_pylist(), images, rows)
+
+
+def make_processor(
+    fn: RowFn,
+    *,
+    columns: list[str] = (),
+    with_images: bool = True,
+    executor: Literal["ray", "local"] = "ray",
+    chunk_rows: int = 256,
+    num_cpus: float = 1,
+    max_in_flight: int | None = None,
+) -> Processor:
+    columns = list(columns)
+
+    def local(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+        options = storage_options_of(ds)
+        for chunk in address_chunks(todo, chunk_rows):
+            yield _run_chunk(ds.uri, ds.version, options, chunk, fn, columns, with_images)
+
+    def on_ray(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource")
+        remote = ray.remote(num_cpus=num_cpus, max_retries=2)(_run_chunk)
+        options = storage_options_of(ds)
+        fn_ref = ray.put(fn)
+        limit = max_in_flight or max(2, int(ray.available_resources().get("CPU", 1) / num_cpus) * 2)
+        in_flight = []
+        chunks = address_chunks(todo, chunk_rows)
+        while True:
+            # Bounded submission: a billion-row table never becomes a billion queued tasks.
+            while len(in_flight) < limit:
+                chunk = next(chunks, None)
+                if chunk is None:
+                    break
+                in_flight.append(remote.remote(ds.uri, ds.version, options, chunk, fn_ref, columns, with_images))
+            if not in_flight:
+                return
+            done, in_flight = ray.wait(in_flight, num_returns=1)
+            yield ray.get(done[0])
+
+    return on_ray if executor == "ray" else local

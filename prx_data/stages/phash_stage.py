@@ -1,0 +1,40 @@
+"""The phash stage: a DCT hash for every usable row, as columns of the source's table."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+
+from prx_data.imaging.phash import PHASH_VERSION, phash_row
+from prx_data.schema import PHASH_COLUMNS
+from prx_data.stages.columns import ColumnStage, StageStats, run_column_stage
+from prx_data.stages.executors import make_processor
+
+PHASH_STAGE = ColumnStage(name="phash", columns=PHASH_COLUMNS, current={"phash_version": PHASH_VERSION})
+
+
+def hash_rows(sample_ids: list[str], images: list[bytes | None], _rows: pa.Table) -> pa.Table:
+    rows = [phash_row(data) for data in images]
+    return pa.table(
+        {
+            "sample_id": pa.array(sample_ids, pa.string()),
+            "phash": pa.array([r["phash"] for r in rows], pa.int64()),
+            "phash_version": pa.array([r["phash_version"] for r in rows], pa.string()),
+            "phash_error": pa.array([r["phash_error"] for r in rows], pa.string()),
+        }
+    )
+
+
+def compute_phashes(
+    table_uri: str,
+    *,
+    executor: Literal["ray", "local"] = "ray",
+    chunk_rows: int = 256,
+    storage_options: dict | None = None,
+    progress=None,
+) -> StageStats:
+    processor = make_processor(hash_rows, executor=executor, chunk_rows=chunk_rows)
+    return run_column_stage(
+        table_uri, PHASH_STAGE, processor, storage_options=storage_options, progress=progress, error_column="phash_error"
+    )
