@@ -1,0 +1,68 @@
+"""The ``openai`` label backend: a chat-completions server (``vllm serve Qwen/Qwen3-8B``) whose
+answer is constrained to the three labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prx_data.captioning.base import with_detail
+from prx_data.captioning.chat_http import ChatCompletionsClient
+from prx_data.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
+from prx_data.labeling.config import OpenAIClassifierConfig
+from prx_data.labeling.prompt import LABEL_PROMPT_VERSION, label_messages, parse_label
+from prx_data.schema import LABELS
+
+
+def constraint_body(config: OpenAIClassifierConfig) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if config.constraint == "structured_outputs":
+        body["structured_outputs"] = {"choice": list(LABELS)}
+    elif config.constraint == "guided_choice":
+        body["guided_choice"] = list(LABELS)
+    if config.disable_thinking:
+        body["chat_template_kwargs"] = {"enable_thinking": False}
+    return body
+
+
+class OpenAIClassifier(BaseClassifier):
+    label_version = LABEL_PROMPT_VERSION
+
+    def __init__(self, config: OpenAIClassifierConfig) -> None:
+        self.config = config
+        self.model_id = config.model_id or config.server.model
+        self._client = ChatCompletionsClient(config.server)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
+        cfg = self.config
+        extra = {**constraint_body(cfg), **cfg.extra_body}
+        bodies = [
+            None
+            if caption is None or not caption.strip()
+            else {
+                "messages": label_messages(caption),
+                "max_tokens": cfg.max_tokens,
+                "temperature": 0.0,
+                **extra,
+            }
+            for caption in captions
+        ]
+        results = []
+        for body, reply in zip(bodies, self._client.complete_many(bodies)):
+            if body is None:
+                results.append(LabelResult(error=LabelErrorCode.NO_CAPTION))
+            elif reply.error is not None:
+                results.append(LabelResult(error=reply.error))
+            else:
+                results.append(_to_result(reply.text))
+        return results
+
+
+def _to_result(text: str | None) -> LabelResult:
+    label = parse_label(text)
+    if label is None:
+        return LabelResult(error=with_detail(LabelErrorCode.INVALID_LABEL, repr(text)))
+    return LabelResult(label=label)

