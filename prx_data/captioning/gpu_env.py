@@ -77,3 +77,27 @@ def gpu_runtime_env(config: WorkerEnv, environ: dict | None = None) -> dict[str,
         "pip": {"packages": read_requirements(path), "pip_check": False},
         "env_vars": env_vars,
     }
+
+
+def gpu_environment_problems() -> list[str]:
+    """Why this process cannot run the vLLM stages itself (empty when it can).
+
+    For scripts that run vLLM in the current environment (benchmarks, ``mode='none'``): they
+    should stop with these reasons rather than fail deep inside a Ray actor.
+    """
+    problems = []
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken CUDA build failing at import
+        problems.append(
+            f"vLLM is not importable here ({type(exc).__name__}: {exc}). Run from the GPU worker "
+            "environment: pip install -r deployments/gpu-worker/requirements.txt in a separate venv"
+        )
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            problems.append("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
+    except Exception as exc:
+        problems.append(f"torch is not importable ({type(exc).__name__}: {exc})")
+    return problems
