@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 import numpy as np
-from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, UnidentifiedImageError
 
 # Machine-readable reasons. ``truncated`` is kept apart from ``invalid_image`` because a
 # truncated file is often a failed download worth re-fetching; tables whose status vocabulary
@@ -58,6 +58,16 @@ _WHITE = (255, 255, 255)
 _ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "La", "RGBa"})
 _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
 _SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that rotate by 90 degrees
+# What ImageOps.exif_transpose does for each EXIF orientation.
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 
 
 class DecodeError(Exception):
@@ -122,10 +132,12 @@ def load_pixels(
     mode: Literal["RGB", "L", "YCbCr"] = "RGB",
     min_size: tuple[int, int] | None = None,
 ) -> Image.Image:
-    """Decode the first frame, apply EXIF orientation, normalise the mode.
+    """Decode the first frame, normalise the mode, apply EXIF orientation.
 
-    ``min_size`` (width, height as displayed) lets a JPEG decode at 1/2, 1/4 or 1/8 scale
-    while every side stays at least that large; other formats decode at full size.
+    ``min_size`` (width, height as displayed) allows a reduced image whose sides stay at
+    least that large: JPEGs decode at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling, close
+    to averaging 2x2..8x8 blocks), other formats are reduced by the same factor with
+    ``Image.reduce`` (block averages), so a PNG copy of a JPEG yields nearly the same pixels.
     ``mode="YCbCr"`` returns YCbCr only for ordinary colour JPEGs (it skips two colour
     conversions when the result is re-encoded as JPEG) and RGB for everything else.
     A header is consumed by one call.
@@ -133,8 +145,10 @@ def load_pixels(
     image = header.image
     if getattr(image, "is_animated", False) and image.tell() != 0:
         image.seek(0)
-    if header.format in ("JPEG", "MPO"):
-        _draft(image, header.orientation, mode, min_size)
+    request = _stored_request(header, min_size)
+    is_jpeg = header.format in ("JPEG", "MPO")
+    if is_jpeg:
+        _draft(image, mode, request)
     try:
         image.load()
     except Image.DecompressionBombError as exc:
@@ -143,32 +157,37 @@ def load_pixels(
         text = _describe(exc)
         if "truncated" in text or "premature end" in text.lower():
             raise DecodeError(TRUNCATED, text) from None
-        if image.mode == "YCbCr" and header.format in ("JPEG", "MPO"):
+        if image.mode == "YCbCr" and is_jpeg:
             # libjpeg cannot hand out YCbCr for the rare JPEG stored as RGB (Adobe transform
             # 0, or R/G/B component ids): decode it again the ordinary way.
             retry = read_header(header.data, header.width * header.height)
             return load_pixels(retry, "RGB", min_size)
         raise DecodeError(INVALID_IMAGE, text) from None
-    if header.orientation != 1:
-        try:
-            ImageOps.exif_transpose(image, in_place=True)
-        except Exception:  # a broken EXIF block must not cost the image: show it as stored
-            if header.orientation in _SWAPS_AXES:
-                header.width, header.height = header.height, header.width
-            header.orientation = 1
     try:
-        if mode == "YCbCr" and image.mode == "YCbCr":
-            return image
-        return to_gray(image) if mode == "L" else to_rgb(image)
+        if not (mode == "YCbCr" and image.mode == "YCbCr"):
+            image = to_gray(image) if mode == "L" else to_rgb(image)
     except Exception as exc:  # an exotic mode Pillow cannot convert
         raise DecodeError(INVALID_IMAGE, f"unsupported mode {image.mode}: {_describe(exc)}") from None
+    if request is not None and not is_jpeg:
+        factor = reduction_factor(image.size, request)
+        if factor > 1:
+            image = image.reduce(factor)
+    # Applied last, on the smallest image; the orientation was read once from the header.
+    method = _TRANSPOSE.get(header.orientation)
+    return image.transpose(method) if method is not None else image
+
+
+def reduction_factor(size: tuple[int, int], request: tuple[int, int]) -> int:
+    """Largest of 8, 4, 2, 1 that keeps both sides >= request (Pillow's JPEG draft rule)."""
+    fits = min(size[0] // max(1, request[0]), size[1] // max(1, request[1]))
+    return next(factor for factor in (8, 4, 2, 1) if fits >= factor or factor == 1)
 
 
 def picture_box(header: Header, image: Image.Image) -> Box:
     """Where the whole picture lies in ``image`` (decoded from ``header``), as a resize box.
 
-    A JPEG decoded at 1/s scale is ceil(W/s) pixels wide but the picture spans only W/s of
-    them: the last column (and row) stands for a partial block. Resizing with this box instead
+    A JPEG decoded at 1/s scale (or an image reduced by s) is ceil(W/s) pixels wide but the
+    picture spans only W/s of them: the last column (and row) stands for a partial block. Resizing with this box instead
     of the full frame keeps the geometry exact, so the same picture stored at different sizes
     yields the same thumbnail (this matters for hash equality) and crops stay centred.
     """
@@ -189,7 +208,7 @@ def picture_box(header: Header, image: Image.Image) -> Box:
 
 
 def _to_display(orientation: int, x: float, y: float, w: float, h: float) -> tuple[float, float]:
-    """A point of a w x h stored frame after ``ImageOps.exif_transpose``'s transform."""
+    """A point of a w x h stored frame after the orientation's transpose (``_TRANSPOSE``)."""
     if orientation == 2:
         return (w - x, y)
     if orientation == 3:
@@ -264,19 +283,16 @@ def _to_uint8(image: Image.Image) -> np.ndarray:
     return ((values * 255 + 32767) // 65535).astype(np.uint8)
 
 
-def _draft(
-    image: Image.Image,
-    orientation: int,
-    mode: Literal["RGB", "L", "YCbCr"],
-    min_size: tuple[int, int] | None,
-) -> None:
-    """Ask libjpeg for the target mode and the smallest 1/2^k scale that keeps ``min_size``."""
-    request = None
-    if min_size is not None:
-        width, height = min_size
-        # min_size is as displayed; the decoder works on the stored (unrotated) frame.
-        request = (height, width) if orientation in _SWAPS_AXES else (width, height)
-        request = (max(1, request[0]), max(1, request[1]))
+def _stored_request(header: Header, min_size: tuple[int, int] | None) -> tuple[int, int] | None:
+    """``min_size`` is as displayed; decoders work on the stored (unrotated) frame."""
+    if min_size is None:
+        return None
+    width, height = max(1, min_size[0]), max(1, min_size[1])
+    return (height, width) if header.orientation in _SWAPS_AXES else (width, height)
+
+
+def _draft(image: Image.Image, mode: str, request: tuple[int, int] | None) -> None:
+    """Ask libjpeg for the target mode and the smallest 1/2^k scale that keeps ``request``."""
     try:
         image.draft(mode, request)
     except Exception:  # draft is an optimisation; without it the full decode still works

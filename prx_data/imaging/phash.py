@@ -5,8 +5,9 @@ fixed filter, 2-D DCT-II, keep the 8x8 lowest frequencies (DC included), set a b
 coefficient above their median. Bit 63 (the most significant) is coefficient (0, 0), then
 row-major, so the unsigned value equals ``int(str(imagehash.phash(thumbnail)), 16)``.
 
-What is hashed is ``decode.open_for_hash``'s output (JPEGs decoded at a reduced DCT scale), and
-a different decode gives different bits on textured images, so ``PHASH_VERSION`` names both the
+What is hashed is ``decode.open_for_hash``'s output (JPEGs decoded at a reduced DCT scale, other
+formats block-averaged by the same factor, both resampled from the exact picture box), and a
+different decode gives different bits on textured images, so ``PHASH_VERSION`` names both the
 algorithm and that decode path. Change either and the version must change: hashes of different
 versions are never compared.
 """

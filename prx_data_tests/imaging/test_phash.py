@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import io
+
+import imagehash
+import numpy as np
+import pyarrow as pa
+import pytest
+import scipy.fft
+from PIL import Image
+
+from prx_data.imaging.phash import (
+    PHASH_VERSION,
+    THUMB_SIDE,
+    hamming,
+    hash_thumbnail,
+    low_frequencies,
+    phash_bytes,
+    phash_row,
+    to_signed,
+    to_unsigned,
+)
+from prx_data_tests.imaging.helpers import jpeg_bytes, photo, png_bytes
+
+# Robustness sample: distinct photos (different source, crop, colours, size) at 0.5-1 MP.
+ROBUSTNESS_PHOTOS = 60
+ROBUSTNESS_SEED = 7
+
+
+def _thumbnail(index: int) -> np.ndarray:
+    return np.asarray(photo(index).convert("L").resize((THUMB_SIDE, THUMB_SIDE)))
+
+
+def test_low_frequencies_match_scipy_dct() -> None:
+    pixels = _thumbnail(0).astype(np.float64)
+    reference = scipy.fft.dct(scipy.fft.dct(pixels, type=2, axis=0), type=2, axis=1)[:8, :8]
+    np.testing.assert_allclose(low_frequencies(pixels), reference, rtol=1e-9, atol=1e-6)
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_bits_and_bit_order_match_imagehash(index: int) -> None:
+    # imagehash.phash leaves a 32x32 grayscale image as it is, so on the same thumbnail both
+    # must agree bit for bit (bit 63 = DC coefficient, row-major).
+    thumbnail = _thumbnail(index)
+    expected = int(str(imagehash.phash(Image.fromarray(thumbnail))), 16)
+    assert hash_thumbnail(thumbnail) == expected
+
+
+def test_signed_storage_round_trips_through_arrow_int64() -> None:
+    values = [0, 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
+    signed = [to_signed(v) for v in values]
+    assert all(-(1 << 63) <= s < (1 << 63) for s in signed)
+    stored = pa.array(signed, pa.int64()).to_pylist()
+    assert [to_unsigned(s) for s in stored] == values
+    assert to_signed(-5) == -5 and to_unsigned(to_signed(12345)) == 12345
+
+
+def test_hamming_ignores_sign_representation() -> None:
+    a, b = (1 << 64) - 1, 0
+    assert hamming(a, b) == 64
+    assert hamming(to_signed(a), b) == 64
+    assert hamming(to_signed(a), a) == 0
+    assert hamming(0b1011, 0b0001) == 2
+
+
+def test_identical_bytes_give_identical_hash() -> None:
+    data = jpeg_bytes(photo(1, megapixels=(1.0, 2.0)))
+    first = phash_bytes(data)
+    assert phash_bytes(bytes(data)) == first
+    assert isinstance(first, int) and -(1 << 63) <= first < (1 << 63)
+
+
+def test_hash_row_never_raises() -> None:
+    ok = phash_row(jpeg_bytes(photo(2)))
+    assert ok["phash_error"] is None and ok["phash_version"] == PHASH_VERSION
+    bad = phash_row(b"not an image")
+    assert bad["phash"] is None and str(bad["phash_error"]).startswith("invalid_image")
+    assert phash_row(None)["phash"] is None
+    assert str(phash_row(jpeg_bytes(photo(2)), max_pixels=10)["phash_error"]).startswith(
+        "too_large"
+    )
+
+
+def test_version_names_the_decode_path() -> None:
+    assert "dct64" in PHASH_VERSION and "draftL64" in PHASH_VERSION
+
+
+def test_png_copy_of_a_photo_hashes_like_the_jpeg() -> None:
+    # Same pixels as PNG and as JPEG q95: the PNG is block-averaged by the same factor the
+    # JPEG decodes at, so only rounding and the q95 loss separate the two thumbnails.
+    matches = 0
+    for index in range(10):
+        decoded = Image.open(io.BytesIO(jpeg_bytes(photo(index, seed=3)))).convert("RGB")
+        matches += phash_bytes(png_bytes(decoded)) == phash_bytes(jpeg_bytes(decoded, 95))
+    print(f"\nPNG copy hashes like the JPEG for {matches}/10 photos")
+    assert matches >= 9
+
+
+@pytest.fixture(scope="module")
+def robustness() -> dict[str, list[int]]:
+    """Hashes of distinct photos, their q92 re-encodes and their half-size copies."""
+    hashes: dict[str, list[int]] = {"original": [], "reencoded": [], "half": []}
+    for index in range(ROBUSTNESS_PHOTOS):
+        original = jpeg_bytes(photo(index, ROBUSTNESS_SEED, (0.5, 1.0)), quality=90)
+        pixels = Image.open(io.BytesIO(original)).convert("RGB")
+        half = pixels.resize((pixels.width // 2, pixels.height // 2), Image.Resampling.LANCZOS)
+        hashes["original"].append(phash_bytes(original))
+        hashes["reencoded"].append(phash_bytes(jpeg_bytes(pixels, 92)))
+        hashes["half"].append(phash_bytes(jpeg_bytes(half, 92)))
+    return hashes
+
+
+def _share_equal(a: list[int], b: list[int]) -> float:
+    return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+
+
+def test_q92_reencode_keeps_the_hash(robustness: dict[str, list[int]]) -> None:
+    share = _share_equal(robustness["original"], robustness["reencoded"])
+    print(f"\nphash equal after JPEG q92 re-encode: {share:.1%} of {ROBUSTNESS_PHOTOS} photos")
+    assert share >= 0.93  # observed 96.7 % on this sample (99-100 % on 1-2 MP photos)
+
+
+def test_half_size_copy_keeps_the_hash(robustness: dict[str, list[int]]) -> None:
+    share = _share_equal(robustness["original"], robustness["half"])
+    distances = [hamming(a, b) for a, b in zip(robustness["original"], robustness["half"])]
+    print(
+        f"\nphash equal after half-size downscale: {share:.1%} of {ROBUSTNESS_PHOTOS} photos "
+        f"(max distance {max(distances)} bits)"
+    )
+    assert share >= 0.80  # observed 86.7 % on this sample (88-89 % on 1-2 MP photos)
+    assert max(distances) <= 6
+
+
+def test_distinct_photos_never_collide(robustness: dict[str, list[int]]) -> None:
+    originals = robustness["original"]
+    nearest = min(
+        hamming(a, b) for i, a in enumerate(originals) for b in originals[i + 1 :]
+    )
+    print(f"\nclosest pair of distinct photos: {nearest} bits apart")
+    assert len(set(originals)) == len(originals)
+    assert nearest >= 2
