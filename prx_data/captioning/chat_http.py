@@ -3,6 +3,8 @@
 Shared by the captioner and the label classifier. Failure policy, per request:
 - timeouts, connection errors, 5xx, 408 and 429 are retried with exponential backoff and
   jitter (a restarting or overloaded server recovers);
+- 401, 403 and 404 are the configuration's fault (key, URL, model name): every row would get
+  the same answer, so :class:`BackendUnavailable` is raised at once;
 - other 4xx are the row's fault (bad image, prompt too long): reported for that row, no retry;
 - a request still failing after the retries means the server is down: :class:`BackendUnavailable`
   is raised for the whole batch, and the other requests of the batch stop retrying.
@@ -26,6 +28,7 @@ from prx_data.captioning.base import CaptionErrorCode as E
 from prx_data.captioning.base import with_detail
 
 _RETRYABLE_STATUS = frozenset({408, 429})
+_CONFIG_STATUS = frozenset({401, 403, 404})
 
 
 class ChatServerConfig(BaseModel):
@@ -118,6 +121,9 @@ class ChatCompletionsClient:
                 raise _GaveUp(f"{cfg.completions_url}: gave up (another request did)")
             try:
                 return self._post(body)
+            except BackendUnavailable:
+                down.set()
+                raise
             except _Retryable as exc:
                 last = str(exc)
                 if attempt == cfg.max_retries:
@@ -145,6 +151,11 @@ class ChatCompletionsClient:
         status = response.status_code
         if status >= 500 or status in _RETRYABLE_STATUS:
             raise _Retryable(f"HTTP {status}", _retry_after(response))
+        if status in _CONFIG_STATUS:
+            raise BackendUnavailable(
+                f"{self.config.completions_url} answered HTTP {status} "
+                f"({_error_message(response)}): check base_url, api_key and model"
+            )
         if status >= 400:
             return ChatReply(error=with_detail(E.HTTP_ERROR, f"{status} {_error_message(response)}"))
         try:

@@ -89,3 +89,10 @@ def test_nothing_listening_raises_backend_unavailable_quickly():
     with make(url) as captioner, pytest.raises(BackendUnavailable, match="connection error"):
         captioner.caption_images([image_bytes()] * 8)
     assert time.monotonic() - start < 5
+
+
+def test_wrong_url_or_model_fails_the_batch_not_each_row():
+    with FakeChatServer(status_for=lambda body: 404) as server, make(server.base_url) as captioner:
+        with pytest.raises(BackendUnavailable, match="HTTP 404.*check base_url"):
+            captioner.caption_images([image_bytes()] * 3)
+    assert set(server.responses) == {404}

@@ -144,3 +144,44 @@ def test_builds_the_ray_data_llm_processor_and_the_lazy_dataset(ray_local, fake_
     for stage in ("_preprocess", "PrepareMultimodalUDF", "ChatTemplateUDF", "TokenizeUDF",
                   "vLLMEngineStageUDF", "DetokenizeUDF", "_postprocess"):
         assert stage in plan, plan
+
+
+def test_rows_survive_ray_data_around_a_stand_in_engine(ray_local):
+    """Our pre/postprocess run in real Ray Data maps, wrapped the way the processor wraps them
+    (Ray's own wrap_preprocess/wrap_postprocess), with a stand-in for the vLLM stages: mixed
+    rows (good, bad image, engine failure) come out with one schema."""
+    import functools
+
+    from ray.llm._internal.batch.stages.base import wrap_postprocess, wrap_preprocess
+
+    cfg = VLLMCaptionerConfig(image=BUDGET)
+    data = "__data"
+
+    def engine(row):
+        d = dict(row[data])
+        if d["sample_id"] == "boom":
+            return {data: {**d, "__inference_error__": "CUDA error"}}
+        assert d["image"] is None  # the raw bytes were dropped before the GPU stages
+        n = d["sampling_params"]["max_tokens"]
+        return {data: {**d, "generated_text": good_caption("red"),
+                       "num_generated_tokens": min(n, 160), "__inference_error__": ""}}
+
+    rows = [{"sample_id": "a", "image": image_bytes("red", (300, 200))},
+            {"sample_id": "bad", "image": NOT_AN_IMAGE},
+            {"sample_id": "boom", "image": image_bytes()}]
+    ds = (
+        ray_local.data.from_items(rows)
+        .map(wrap_preprocess(functools.partial(caption_preprocess, image=cfg.image,
+                                               sampling=cfg.sampling), data))
+        .map(engine)
+        .map(wrap_postprocess(functools.partial(caption_postprocess, model_id="m",
+                                                guards=cfg.guards, max_tokens=300), data,
+                              include_error_column=True))
+        .map(functools.partial(finalize_caption_row, model_id="m"))
+    )
+    out = {r["sample_id"]: r for r in ds.take_all()}
+    assert out["a"]["caption"] == good_caption("red") and out["a"]["caption_error"] is None
+    assert error_code(out["bad"]["caption_error"]) == "bad_image"
+    assert out["boom"]["caption_error"] == "inference_error: CUDA error"
+    assert {tuple(sorted(r)) for r in out.values()} == {
+        ("caption", "caption_error", "caption_model", "caption_prompt_version", "sample_id")}
