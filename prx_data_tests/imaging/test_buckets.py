@@ -89,8 +89,10 @@ def test_shapes_invariants(cfg: BucketConfig) -> None:
         for (height, width), ar in zip(shapes, ideal, strict=True):
             assert height % cfg.multiple == 0 and width % cfg.multiple == 0
             assert abs(height * width / tier**2 - 1) <= tolerance + 1e-12
-            # rounding moves the aspect ratio by at most half a multiple on each side
-            slack = math.log((1 + cfg.multiple / 2 / width) * (1 + cfg.multiple / 2 / height))
+            # each side moves by at most half a multiple from its ideal length
+            half_w = cfg.multiple / 2 / (tier * math.sqrt(ar))
+            half_h = cfg.multiple / 2 / (tier / math.sqrt(ar))
+            slack = max(math.log((1 + half_w) / (1 - half_h)), math.log((1 + half_h) / (1 - half_w)))
             assert abs(math.log(width / height / ar)) <= slack + 1e-12
 
 
