@@ -72,11 +72,16 @@ class PrxStreamingDataset(StreamingDataset):
         self.decode_images = decode_images
         self.require_skiplists = require_skiplists
         skipped = [self._load_stream_skips(stream_id) for stream_id in range(self.num_streams)]
-        # One sorted array of global sample ids: cheap to pickle into workers, O(log n) lookup.
-        self.skip_ids: NDArray[np.int64] = np.concatenate(skipped) if skipped else np.empty(0, np.int64)
-        shard_lo = np.searchsorted(self.skip_ids, self.sample_offset_per_shard, "left")
-        shard_hi = np.searchsorted(self.skip_ids, self.sample_offset_per_shard + self.samples_per_shard, "left")
-        self._skip_bounds = np.stack([shard_lo, shard_hi], axis=1)
+        skip_ids = np.concatenate(skipped) if skipped else np.empty(0, np.int64)  # sorted global ids
+        self.num_skipped = int(skip_ids.size)
+        # A bitmap over global ids, as bytes: num_samples/8 bytes, pickles into workers as one
+        # buffer, and the per-sample check in get_item is ~50 ns (a searchsorted is ~2 us).
+        mask = np.zeros(self.num_samples, dtype=bool)
+        mask[skip_ids] = True
+        self._skip_bitmap: bytes = np.packbits(mask, bitorder="little").tobytes()
+        del mask
+        shard_lo = np.searchsorted(skip_ids, self.sample_offset_per_shard, "left")
+        shard_hi = np.searchsorted(skip_ids, self.sample_offset_per_shard + self.samples_per_shard, "left")
         self.kept_per_shard = self.samples_per_shard - (shard_hi - shard_lo)
         self.kept_per_stream = np.array(
             [
@@ -85,7 +90,7 @@ class PrxStreamingDataset(StreamingDataset):
             ],
             np.int64,
         )
-        if self.skip_ids.size:
+        if self.num_skipped:
             empty = np.flatnonzero(self.kept_per_stream == 0)
             if empty.size:
                 names = [self._stream_dir(self.streams[i]) for i in empty]
@@ -141,15 +146,18 @@ class PrxStreamingDataset(StreamingDataset):
         return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
     # Epoch construction ---------------------------------------------------------------------
+    def _skip_mask(self, start: int, end: int) -> NDArray[np.bool_]:
+        """Skip flags of global ids [start, end), unpacked from the bitmap."""
+        first, shift = start >> 3, start & 7
+        raw = np.frombuffer(self._skip_bitmap, np.uint8, count=((end + 7) >> 3) - first, offset=first)
+        return np.unpackbits(raw, bitorder="little")[shift : shift + end - start].view(bool)
+
     def _kept_ids(self, shard_id: int) -> NDArray[np.int64]:
         start = int(self.sample_offset_per_shard[shard_id])
-        ids = np.arange(start, start + int(self.samples_per_shard[shard_id]), dtype=np.int64)
-        lo, hi = self._skip_bounds[shard_id]
-        if hi > lo:
-            keep = np.ones(len(ids), dtype=bool)
-            keep[self.skip_ids[lo:hi] - start] = False
-            ids = ids[keep]
-        return ids
+        end = start + int(self.samples_per_shard[shard_id])
+        if self.kept_per_shard[shard_id] == end - start:
+            return np.arange(start, end, dtype=np.int64)
+        return start + np.flatnonzero(~self._skip_mask(start, end)).astype(np.int64)
 
     def resample_streams(
         self, epoch: int, stream_id: int | None = None
@@ -160,7 +168,7 @@ class PrxStreamingDataset(StreamingDataset):
         draw; only the shard sizes are the kept counts and the drawn ids are kept ids. Shuffle
         units shrink with them (a fully skipped shard contributes no unit).
         """
-        if not self.skip_ids.size:
+        if not self.num_skipped:
             return super().resample_streams(epoch, stream_id)
         return self._resample_kept(epoch, stream_id)
 
@@ -204,12 +212,11 @@ class PrxStreamingDataset(StreamingDataset):
         return units, ids
 
     def is_skipped(self, sample_id: int) -> bool:
-        pos = np.searchsorted(self.skip_ids, sample_id)
-        return bool(pos < len(self.skip_ids) and self.skip_ids[pos] == sample_id)
+        return bool((self._skip_bitmap[sample_id >> 3] >> (sample_id & 7)) & 1)
 
     def get_item(self, sample_id: int, retry: int = 7) -> Any:
-        # Belt and braces: the epoch never contains skipped ids; random access must not reach them either.
-        if self.skip_ids.size and self.is_skipped(sample_id):
+        # Belt and braces: the epoch never holds skipped ids; random access must not reach them either.
+        if self.num_skipped and (self._skip_bitmap[sample_id >> 3] >> (sample_id & 7)) & 1:
             raise SkippedSampleError(f"sample {sample_id} is skipped by the skip lists")
         sample = super().get_item(sample_id, retry)
         if self.decode_images and isinstance(sample.get("image"), bytes):

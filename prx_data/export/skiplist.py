@@ -301,10 +301,11 @@ def _sidecar_bytes(shard: str, reason: str, samples: int, idx: np.ndarray, sids:
 
 
 def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    # One chunk first: chunks encoded separately would carry different dictionaries.
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
     encoded = pc.dictionary_encode(column)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
-    return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
 
 
 def build_skiplists(table: pa.Table, mds_root: str, rewrite_share: float = REWRITE_SHARE) -> SkiplistReport:
@@ -321,6 +322,13 @@ def build_skiplists(table: pa.Table, mds_root: str, rewrite_share: float = REWRI
     if table.num_rows and any(table[c].null_count for c in ("sample_id", "shard", "index_in_shard", "reason")):
         raise ValueError("skip table has nulls in sample_id/shard/index_in_shard/reason")
     has_kept = "kept_sample_id" in table.column_names
+    # Normalise types: an empty or all-null column arrives as pa.null().
+    table = table.set_column(table.schema.get_field_index("sample_id"), "sample_id", table["sample_id"].cast(pa.string()))
+    table = table.set_column(table.schema.get_field_index("shard"), "shard", table["shard"].cast(pa.string()))
+    table = table.set_column(table.schema.get_field_index("reason"), "reason", table["reason"].cast(pa.string()))
+    if has_kept:
+        i = table.schema.get_field_index("kept_sample_id")
+        table = table.set_column(i, "kept_sample_id", table["kept_sample_id"].cast(pa.string()))
     shard_code, shards = _codes(table["shard"])
     reason_code, reasons = _codes(table["reason"])
     index = table["index_in_shard"].to_numpy(zero_copy_only=False).astype(np.int64)

@@ -12,7 +12,7 @@ from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.export.mds_writer import write_partition
 from prx_data.export.skiplist import SkiplistError, build_skiplists
-from prx_data.loader import PrxStreamingDataset, build_bucket_streams, make_loader
+from prx_data.loader import PrxStreamingDataset, SkippedSampleError, build_bucket_streams, make_loader
 from prx_data_tests.export.conftest import SMALL, make_samples
 from prx_data_tests.export.test_skiplist import skip_table
 
@@ -73,6 +73,13 @@ def test_never_yields_skipped_and_per_stream_batches_are_one_shape(tree) -> None
     bucket = _bucket_of(lineage)
     for i in range(0, len(got), BS):
         assert len({bucket[s] for s in got[i : i + BS]}) == 1
+    # random access refuses skipped samples too
+    flags = [ds.is_skipped(i) for i in range(ds.num_samples)]
+    assert sum(flags) == ds.num_skipped == len(skipped)
+    first = flags.index(True)
+    with pytest.raises(SkippedSampleError):
+        ds[first]
+    assert ds[flags.index(False)]["sample_id"] not in skipped
 
 
 def test_random_batching_yields_exactly_the_kept_samples(tree) -> None:
@@ -223,7 +230,7 @@ def test_kept_resampling_matches_streaming_when_nothing_is_skipped(tree, weights
         streams = [Stream(local=s.local, proportion=p) for s, p in zip(streams, (0.5, 0.3, 0.2))]
     extra = {"epoch_size": 77} if weights == "proportion" else {}
     ds = PrxStreamingDataset(streams=streams, batch_size=BS, shuffle=True, require_skiplists=False, **extra)
-    assert ds.skip_ids.size == 0
+    assert ds.num_skipped == 0
     for epoch in (0, 3):
         for sid in (None, 0, 1, 2):
             units, ids = ds._resample_kept(epoch, sid)
