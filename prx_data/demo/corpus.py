@@ -191,6 +191,11 @@ class DemoManifest:
 # --- building -----------------------------------------------------------------------------
 
 
+def _subject(payload: "_Payload") -> str:
+    """What an alt text would say the picture shows."""
+    return "document" if payload.text else (payload.same_as or "a scene").replace("_", " ")
+
+
 @dataclass
 class _Payload:
     """Bytes of one item plus what the manifest needs to know about them."""
@@ -360,7 +365,7 @@ class _Builder:
             path = self.write(f"photos/{rel}", payload.data)
             caption = None
             if sidecar:
-                caption = f"{Path(rel).stem.replace('_', ' ')}: {im.sentence(rng)}"
+                caption = im.alt_text(rng, Path(rel).stem)
                 stem = (self.root / path).with_suffix("")
                 if sidecar == "txt":
                     stem.with_suffix(".txt").write_text(caption + "\n")
@@ -515,7 +520,7 @@ class _Builder:
         for n, shard in enumerate(samples):
             with tarfile.open(self.root / "shards" / f"shard-{n:05d}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
                 for key, ext, payload, has_caption in shard:
-                    caption = im.sentence(rng) if has_caption else None
+                    caption = im.alt_text(rng, _subject(payload)) if has_caption else None
                     url = f"https://example.org/wds/{key}.{ext}"
                     lic = "cc-by-sa-4.0" if int(key) % 3 == 0 else "cc-by-4.0"
                     members = [(f"{key}.{ext}", payload.data)]
@@ -562,7 +567,7 @@ class _Builder:
             ("arch-0006", _ok(im.jpeg_bytes(tiny, 90), tiny.size), "cc-by-4.0"),
             ("arch-0007", _ok(im.png_bytes(shot), shot.size, text=True), "cc-by-sa-4.0"),
         ]
-        captions = [im.sentence(rng) for _ in rows]
+        captions = [im.alt_text(rng, _subject(payload)) for _key, payload, _lic in rows]
         vectors = np.random.default_rng(self.seed).standard_normal((len(rows), EMBEDDING_DIM)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         table = pa.table(

@@ -45,6 +45,30 @@ def sentence(rng: random.Random, lo: int = 5, hi: int = 12) -> str:
     return text[:1].upper() + text[1:] + "."
 
 
+_SCENES = (
+    "a photograph of {s} in soft daylight, with a blurred green background",
+    "a close-up photo of {s} on a wooden table, warm light from the left",
+    "a wide shot of {s} under a clear blue sky, shadows falling to the right",
+    "a colourful picture of {s} against a plain grey wall",
+    "an outdoor photo of {s} at dusk, orange light on the horizon",
+)
+_TEXTY = (
+    "a scanned page of a {s} with several paragraphs of printed text and a heading",
+    "a screenshot of a {s} showing lines of text, menus and a table of numbers",
+    "a presentation {s} with a title and bullet points of text",
+)
+_TEXT_WORDS = ("document", "screenshot", "slide", "page", "text", "notes")
+
+
+def alt_text(rng: random.Random, subject: str) -> str:
+    """A short alt-text-like caption: visual scenes, or text-heavy ones for documents."""
+    subject = subject.replace("_", " ").replace("-", " ").strip() or "an object"
+    texty = any(w in subject.lower() for w in _TEXT_WORDS)
+    template = rng.choice(_TEXTY if texty else _SCENES)
+    text = template.format(s=subject)
+    return text[:1].upper() + text[1:] + "."
+
+
 def _wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> list[str]:
     lines, current = [], ""
     for word in text.split():

@@ -33,6 +33,9 @@ class ColumnStage:
     eligible: str = "status = 'ok'"
     # Extra condition that also marks a row as needing work (e.g. "caption_error IS NOT NULL").
     redo_also: str | None = None
+    # Downstream columns made from this stage's output: nulled for every row this stage redoes
+    # (a new caption invalidates its label).
+    invalidates: tuple[str, ...] = ()
 
     def pending_filter(self) -> str:
         stale = " OR ".join(f"{col} IS NULL OR {col} != '{_escape(val)}'" for col, val in self.current.items())
@@ -136,6 +139,9 @@ def run_column_stage(
         results = final.to_table(filter=cond)
         # Latest staged result per sample wins (a row re-done after a crash appears twice).
         results = _last_per_sample(results)
+        for name in stage.invalidates:
+            if name in ds.schema.names and name not in results.column_names:
+                results = results.append_column(ds.schema.field(name), pa.nulls(results.num_rows, ds.schema.field(name).type))
         ds = update_columns(ds, results)
         _remove(staging)
     stats.version = ds.version

@@ -1,0 +1,132 @@
+"""The captions stage: a caption per usable row from the configured backend.
+
+CPU backends (source, openai, transformers) run as row chunks on Ray with the captioner built
+once per worker; the vLLM backend streams the rows through a Ray Data LLM processor on GPU
+replicas. Either way results go through the resumable column stage.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from typing import Literal
+
+import lance
+import pyarrow as pa
+
+from prx_data.captioning.columns import caption_results_table
+from prx_data.captioning.config import (
+    CaptionerConfig,
+    OpenAICaptionerConfig,
+    SourceCaptionerConfig,
+    TransformersCaptionerConfig,
+    VLLMCaptionerConfig,
+)
+from prx_data.captioning.factory import make_captioner, parse_captioner_config
+from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
+from prx_data.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
+from prx_data.lance_io import storage_options_of
+from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
+from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
+from prx_data.stages.executors import make_processor
+
+
+def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
+    """(caption_model, caption_prompt_version) a backend will record, without loading it."""
+    if isinstance(config, SourceCaptionerConfig):
+        return SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
+    if isinstance(config, OpenAICaptionerConfig):
+        return config.model_id or config.server.model, CAPTION_PROMPT_VERSION
+    if isinstance(config, TransformersCaptionerConfig):
+        from pathlib import Path
+
+        return config.model_id or str(Path(config.model_path)), CAPTION_PROMPT_VERSION
+    if isinstance(config, VLLMCaptionerConfig):
+        return config.model_id, CAPTION_PROMPT_VERSION
+    raise TypeError(type(config).__name__)
+
+
+def caption_stage(config: CaptionerConfig) -> ColumnStage:
+    model_id, prompt_version = caption_identity(config)
+    return ColumnStage(
+        name="caption",
+        columns=CAPTION_COLUMNS,
+        current={"caption_model": model_id, "caption_prompt_version": prompt_version},
+        redo_also="caption_error IS NOT NULL",
+        invalidates=tuple(f.name for f in LABEL_COLUMNS),
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def _worker_captioner(config_json: str):
+    """One captioner per worker process: a model is loaded once, not once per chunk."""
+    return make_captioner(parse_captioner_config(json.loads(config_json)))
+
+
+def caption_rows(config_json: str, sample_ids: list[str], images: list[bytes | None], rows: pa.Table) -> pa.Table:
+    captioner = _worker_captioner(config_json)
+    captions = rows.column("source_caption").to_pylist() if "source_caption" in rows.column_names else [None] * len(images)
+    batch = [{"image": img, "source_caption": cap} for img, cap in zip(images, captions)]
+    results = captioner.caption_batch(batch)
+    return caption_results_table(sample_ids, results, captioner.model_id, captioner.prompt_version)
+
+
+def _read_chunk(item: dict, *, uri: str, version: int, options: dict | None) -> list[dict]:
+    ds = lance.dataset(uri, version=version, storage_options=options)
+    images = read_images(ds, item["addresses"])
+    return [{"sample_id": sid, "image": img} for sid, img in zip(item["sample_ids"], images)]
+
+
+def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Processor:
+    """Rows -> Ray Data (read images on CPU workers) -> vLLM replicas -> result batches."""
+
+    def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+        import ray.data
+
+        from prx_data.captioning.vllm_ray import caption_dataset_vllm
+
+        chunks = [
+            {"addresses": c.column("_rowaddr").to_pylist(), "sample_ids": c.column("sample_id").to_pylist()}
+            for c in address_chunks(todo, chunk_rows)
+        ]
+        if not chunks:
+            return
+        rows = ray.data.from_items(chunks).flat_map(
+            functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds))
+        )
+        for batch in caption_dataset_vllm(rows, config).iter_batches(batch_size=config.batch_size, batch_format="pyarrow"):
+            yield batch
+
+    return run
+
+
+def compute_captions(
+    table_uri: str,
+    config: CaptionerConfig | dict,
+    *,
+    executor: Literal["ray", "local"] = "ray",
+    chunk_rows: int = 64,
+    storage_options: dict | None = None,
+    progress=None,
+) -> StageStats:
+    config = parse_captioner_config(config)
+    stage = caption_stage(config)
+    if isinstance(config, VLLMCaptionerConfig):
+        processor = vllm_processor(config, chunk_rows)
+    else:
+        fn = functools.partial(caption_rows, config.model_dump_json())
+        needs_image = not isinstance(config, SourceCaptionerConfig)
+        processor = make_processor(fn, columns=["source_caption"], with_images=needs_image, executor=executor, chunk_rows=chunk_rows)
+    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, error_column="caption_error")
+    stats.extra.update(zip(("caption_model", "caption_prompt_version"), caption_identity(config)))
+    return stats
+
+
+def caption_word_counts(table_uri: str, storage_options: dict | None = None) -> list[int]:
+    ds = lance.dataset(table_uri, storage_options=storage_options)
+    captions = ds.to_table(columns=["caption"], filter="caption IS NOT NULL").column("caption").to_pylist()
+    return [len(c.split()) for c in captions]
+
+
+__all__ = ["caption_identity", "caption_rows", "caption_stage", "compute_captions", "read_rows"]

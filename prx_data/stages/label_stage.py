@@ -1,0 +1,103 @@
+"""The caption_labels stage: visual / text / nsfw from the caption alone."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from typing import Literal
+
+import lance
+import pyarrow as pa
+
+from prx_data.labeling.columns import label_results_table
+from prx_data.labeling.config import ClassifierConfig, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
+from prx_data.labeling.factory import make_classifier, parse_classifier_config
+from prx_data.labeling.minilm import MINILM_LABEL_VERSION
+from prx_data.labeling.prompt import LABEL_PROMPT_VERSION
+from prx_data.schema import LABEL_COLUMNS
+from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, run_column_stage
+from prx_data.stages.executors import make_processor
+
+
+def label_identity(config: ClassifierConfig) -> tuple[str, str]:
+    if isinstance(config, MiniLMClassifierConfig):
+        from prx_data.labeling.config import MINILM
+
+        return MINILM, MINILM_LABEL_VERSION
+    if isinstance(config, OpenAIClassifierConfig):
+        return config.model_id or config.server.model, LABEL_PROMPT_VERSION
+    if isinstance(config, VLLMClassifierConfig):
+        return config.model_id, LABEL_PROMPT_VERSION
+    raise TypeError(type(config).__name__)
+
+
+def label_stage(config: ClassifierConfig) -> ColumnStage:
+    model_id, version = label_identity(config)
+    return ColumnStage(
+        name="label",
+        columns=LABEL_COLUMNS,
+        current={"label_model": model_id, "label_version": version},
+        eligible="status = 'ok' AND caption IS NOT NULL",
+        redo_also="label_error IS NOT NULL",
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def _worker_classifier(config_json: str):
+    return make_classifier(parse_classifier_config(json.loads(config_json)))
+
+
+def label_rows(config_json: str, sample_ids: list[str], _images: list, rows: pa.Table) -> pa.Table:
+    classifier = _worker_classifier(config_json)
+    results = classifier.label_batch(rows.column("caption").to_pylist())
+    return label_results_table(sample_ids, results, classifier.model_id, classifier.label_version)
+
+
+def vllm_label_processor(config: VLLMClassifierConfig, chunk_rows: int = 1024) -> Processor:
+    def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+        import ray.data
+
+        from prx_data.labeling.vllm_ray import label_dataset_vllm
+
+        if todo.num_rows == 0:
+            return
+        captions = ds._take_rows(todo.column("_rowaddr").to_pylist(), columns=["sample_id", "caption"])
+        rows = ray.data.from_arrow(captions)
+        for batch in label_dataset_vllm(rows, config).iter_batches(batch_size=config.batch_size, batch_format="pyarrow"):
+            yield batch
+
+    return run
+
+
+def compute_labels(
+    table_uri: str,
+    config: ClassifierConfig | dict,
+    *,
+    executor: Literal["ray", "local"] = "ray",
+    chunk_rows: int = 256,
+    storage_options: dict | None = None,
+    progress=None,
+) -> StageStats:
+    config = parse_classifier_config(config)
+    stage = label_stage(config)
+    if isinstance(config, VLLMClassifierConfig):
+        processor = vllm_label_processor(config, chunk_rows)
+    else:
+        fn = functools.partial(label_rows, config.model_dump_json())
+        processor = make_processor(fn, columns=["caption"], with_images=False, executor=executor, chunk_rows=chunk_rows)
+    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, error_column="label_error")
+    stats.extra.update(zip(("label_model", "label_version"), label_identity(config)))
+    return stats
+
+
+def label_counts(table_uri: str, storage_options: dict | None = None) -> dict[str, int]:
+    ds = lance.dataset(table_uri, storage_options=storage_options)
+    labels = ds.to_table(columns=["label"], filter="label IS NOT NULL").column("label").to_pylist()
+    out: dict[str, int] = {}
+    for label in labels:
+        out[label] = out.get(label, 0) + 1
+    return dict(sorted(out.items()))
+
+
+__all__ = ["address_chunks", "compute_labels", "label_counts", "label_identity", "label_rows", "label_stage"]
