@@ -20,10 +20,22 @@ class OpenAICaptioner(BaseCaptioner):
     def __init__(self, config: OpenAICaptionerConfig) -> None:
         self.config = config
         self.model_id = config.model_id or config.server.model
-        self._client = ChatCompletionsClient(config.server)
+        self._http: ChatCompletionsClient | None = None
+
+    @property
+    def _client(self) -> ChatCompletionsClient:
+        # Created on first use, so the object pickles (to Ray workers) before it has sockets.
+        if self._http is None:
+            self._http = ChatCompletionsClient(self.config.server)
+        return self._http
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_http": None}
 
     def close(self) -> None:
-        self._client.close()
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def _body(self, image: bytes | None) -> dict | CaptionResult:
         cfg = self.config

@@ -38,6 +38,10 @@ class TransformersCaptioner(BaseCaptioner):
         self._model = None
         self._processor = None
 
+    def __getstate__(self) -> dict:
+        # Ship the config, not the weights: each Ray worker loads the model once itself.
+        return {**self.__dict__, "_model": None, "_processor": None}
+
     def _load(self) -> None:
         if self._model is not None:
             return

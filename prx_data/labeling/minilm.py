@@ -92,6 +92,11 @@ class MiniLMClassifier(BaseClassifier):
         self._label_of_row: list[str] = []
         self._descriptions = None
 
+    def __getstate__(self) -> dict:
+        # Ship the config, not the weights: each Ray worker loads the model once itself.
+        return {**self.__dict__, "_model": None, "_tokenizer": None, "_descriptions": None,
+                "_label_of_row": []}
+
     def _load(self) -> None:
         if self._model is not None:
             return

@@ -96,3 +96,13 @@ def test_wrong_url_or_model_fails_the_batch_not_each_row():
         with pytest.raises(BackendUnavailable, match="HTTP 404.*check base_url"):
             captioner.caption_images([image_bytes()] * 3)
     assert set(server.responses) == {404}
+
+
+def test_captioner_pickles_for_ray_workers_after_use():
+    import pickle
+
+    with FakeChatServer() as server, make(server.base_url) as captioner:
+        captioner.caption_images([image_bytes()])
+        clone = pickle.loads(pickle.dumps(captioner))
+        assert clone.caption_images([image_bytes("blue")])[0].caption.split()[2] == "blue"
+        clone.close()
