@@ -76,10 +76,12 @@ class PrxStreamingDataset(StreamingDataset):
         self.num_skipped = int(skip_ids.size)
         # A bitmap over global ids, as bytes: num_samples/8 bytes, pickles into workers as one
         # buffer, and the per-sample check in get_item is ~50 ns (a searchsorted is ~2 us).
-        mask = np.zeros(self.num_samples, dtype=bool)
-        mask[skip_ids] = True
-        self._skip_bitmap: bytes = np.packbits(mask, bitorder="little").tobytes()
-        del mask
+        self._skip_bitmap = b""
+        if self.num_skipped:
+            mask = np.zeros(self.num_samples, dtype=bool)
+            mask[skip_ids] = True
+            self._skip_bitmap = np.packbits(mask, bitorder="little").tobytes()
+            del mask
         shard_lo = np.searchsorted(skip_ids, self.sample_offset_per_shard, "left")
         shard_hi = np.searchsorted(skip_ids, self.sample_offset_per_shard + self.samples_per_shard, "left")
         self.kept_per_shard = self.samples_per_shard - (shard_hi - shard_lo)
@@ -127,14 +129,20 @@ class PrxStreamingDataset(StreamingDataset):
                 if index_digests:
                     check_merged_fresh(local_dir)
             else:
+                # Only a clean not-found counts as "no manifest"; any other failure (network,
+                # permissions) raises, since reading on without the lists would un-skip samples.
                 try:
                     fetch(MANIFEST_BASENAME)
                     has_manifest = True
-                except Exception:  # downloaders raise their own not-found types
+                except FileNotFoundError:
                     has_manifest = False
             if not has_manifest:
                 if self.require_skiplists:
-                    read_manifest(os.path.join(local_dir, MANIFEST_BASENAME))  # raises, naming the file
+                    where = os.path.join(stream.remote or local_dir, stream.split or "", MANIFEST_BASENAME)
+                    raise SkiplistError(
+                        f"missing skip-list manifest {where}: build skip lists for this tree (skip_lists "
+                        "asset) or pass require_skiplists=False"
+                    )
                 return np.empty(0, np.int64)
             sizes = {shard.raw_data.basename: int(shard.samples) for shard in shards}
             skips = load_bucket_skips(local_dir, shard_samples=sizes, fetch=fetch, expected_sources=index_digests)

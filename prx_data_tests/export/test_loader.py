@@ -80,6 +80,8 @@ def test_never_yields_skipped_and_per_stream_batches_are_one_shape(tree) -> None
     with pytest.raises(SkippedSampleError):
         ds[first]
     assert ds[flags.index(False)]["sample_id"] not in skipped
+    ds.decode_images = True
+    assert ds[flags.index(False)]["image"].size == (24, 16)  # PIL image on request
 
 
 def test_random_batching_yields_exactly_the_kept_samples(tree) -> None:
@@ -237,3 +239,10 @@ def test_kept_resampling_matches_streaming_when_nothing_is_skipped(tree, weights
             ref_units, ref_ids = StreamingDataset.resample_streams(ds, epoch, sid)
             assert np.array_equal(units, ref_units) and np.array_equal(ids, ref_ids)
     _release(ds)
+
+
+def test_remote_stream_without_manifest_is_refused(tree, tmp_path) -> None:
+    root, _ = tree
+    streams = [Stream(remote=s.local, local=str(tmp_path / "c" / str(i))) for i, s in enumerate(build_bucket_streams(str(root)))]
+    with pytest.raises(SkiplistError, match=f"missing skip-list manifest {streams[0].remote}"):
+        PrxStreamingDataset(streams=streams, batch_size=BS)

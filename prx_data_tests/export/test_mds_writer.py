@@ -136,3 +136,23 @@ def test_interrupted_commit_is_rolled_forward(tmp_path: Path) -> None:
         assert sum(s["samples"] for s in index["shards"]) == new.samples_per_bucket[ref.rel]
     assert not os.path.exists(journal_path(root, "alpha"))
     assert not [p for p in tmp_path.rglob("*") if ".staging-" in p.name or ".old-" in p.name]
+
+
+def test_killed_run_leftovers_are_cleaned_and_concurrent_export_refused(tmp_path: Path) -> None:
+    import fcntl
+
+    root = str(tmp_path)
+    write_partition(make_samples("alpha", 20, seed=1), mds_root=root, source="alpha", config=SMALL)
+    before = _tree_digest(tmp_path)
+    # a killed run leaves a half-written staging folder and no journal
+    junk = tmp_path / "512" / "512x512" / staging_name("alpha", "killed")
+    junk.mkdir()
+    (junk / "shard.00000.mds").write_bytes(b"partial")
+    assert {k: v for k, v in _tree_digest(tmp_path).items() if "staging" not in k} == before
+    with open(os.path.join(root, "_commits", "alpha.lock"), "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(RuntimeError, match="another export"):
+            write_partition(make_samples("alpha", 5, seed=2), mds_root=root, source="alpha", config=SMALL)
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    write_partition(make_samples("alpha", 5, seed=2), mds_root=root, source="alpha", config=SMALL)
+    assert not junk.exists()
