@@ -27,7 +27,9 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", required=True, help="local checkpoint dir or object-storage URI")
     p.add_argument("--model-id", default="Qwen/Qwen3-VL-8B-Instruct")
     p.add_argument("--images", help="folder of images (searched recursively)")
@@ -62,12 +64,22 @@ def synthetic_jpeg(seed: int) -> bytes:
 
 def load_rows(args: argparse.Namespace) -> list[dict]:
     if args.images:
-        paths = sorted(p for p in Path(args.images).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        found = Path(args.images).rglob("*")
+        paths = sorted(p for p in found if p.suffix.lower() in IMAGE_SUFFIXES)
         if not paths:
             sys.exit(f"no images under {args.images}")
         paths = (paths * (args.n // len(paths) + 1))[: args.n]
         return [{"sample_id": f"{i}", "image": p.read_bytes()} for i, p in enumerate(paths)]
     return [{"sample_id": f"{i}", "image": synthetic_jpeg(i)} for i in range(args.n)]
+
+
+def steady_rate(stamps: list[float]) -> float:
+    """Items/s from the first 5% of outputs (the engine is loaded and warm) to the last."""
+    n = len(stamps)
+    k = max(1, n // 20)
+    if n <= k or stamps[-1] <= stamps[k - 1]:
+        return float("nan")
+    return (n - k) / (stamps[-1] - stamps[k - 1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,17 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - start
 
     n = len(results)
-    # Steady state: from the first 5% of outputs (the engine is loaded and warm) to the last.
-    k = max(1, n // 20)
-    steady = (n - k) / (stamps[-1] - stamps[k - 1]) if n > k and stamps[-1] > stamps[k - 1] else float("nan")
+    steady = steady_rate(stamps)
     captions = [r["caption"] for r in results if r["caption"]]
     words = [len(c.split()) for c in captions]
-    errors = Counter((r["caption_error"] or "").split(":", 1)[0] for r in results if r["caption_error"])
+    errors = Counter(r["caption_error"].split(":", 1)[0] for r in results if r["caption_error"])
     print(f"model {args.model_id} | {replicas} replica(s) | {n} images")
     print(f"end to end   : {n / total:8.2f} images/s ({total:.1f} s, engine start included)")
     print(f"steady state : {steady:8.2f} images/s per {replicas} GPU(s) "
           f"= {steady / replicas:.2f} images/s/GPU (reference ~20 on an H200)")
-    print(f"captions ok  : {len(captions)}/{n}; median words {statistics.median(words) if words else 'n/a'}")
+    median = statistics.median(words) if words else "n/a"
+    print(f"captions ok  : {len(captions)}/{n}; median words {median}")
     print(f"errors       : {dict(errors) or 'none'}")
     for r in results[: args.show]:
         print(f"- [{r['sample_id']}] {r['caption'] or r['caption_error']}")

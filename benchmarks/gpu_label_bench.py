@@ -30,7 +30,9 @@ DETAILS = ["in the centre of the frame", "on the left side", "in the background"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", required=True, help="local checkpoint dir or object-storage URI")
     p.add_argument("--model-id", default="Qwen/Qwen3-8B")
     p.add_argument("--captions", help=".jsonl or .parquet with a caption column")
@@ -66,6 +68,15 @@ def load_captions(args: argparse.Namespace) -> list[str]:
         return (captions * (args.n // len(captions) + 1))[: args.n]
     rng = random.Random(0)
     return [synthetic_caption(rng) for _ in range(args.n)]
+
+
+def steady_rate(stamps: list[float]) -> float:
+    """Items/s from the first 5% of outputs (the engine is loaded and warm) to the last."""
+    n = len(stamps)
+    k = max(1, n // 20)
+    if n <= k or stamps[-1] <= stamps[k - 1]:
+        return float("nan")
+    return (n - k) / (stamps[-1] - stamps[k - 1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - start
 
     n = len(results)
-    k = max(1, n // 20)
-    steady = (n - k) / (stamps[-1] - stamps[k - 1]) if n > k and stamps[-1] > stamps[k - 1] else float("nan")
+    steady = steady_rate(stamps)
     labels = Counter(r["label"] or (r["label_error"] or "").split(":", 1)[0] for r in results)
     print(f"model {args.model_id} | {replicas} replica(s) | {n} captions")
     print(f"end to end   : {n / total:8.2f} captions/s ({total:.1f} s, engine start included)")

@@ -1,6 +1,7 @@
 """Captioning backends as plain modules (no Dagster): Ray workers import them.
 
-- ``base``: :class:`Captioner` protocol, :class:`CaptionResult`, reason codes, ``BackendUnavailable``
+- ``base``: :class:`Captioner` protocol, :class:`CaptionResult`, reason codes,
+  ``BackendUnavailable``
 - ``config``: one pydantic config per backend, discriminated by ``backend``
 - ``factory``: ``make_captioner(config)``
 - ``source`` / ``openai_backend`` / ``transformers_backend`` / ``vllm_ray``: the backends

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -157,7 +156,8 @@ class ChatCompletionsClient:
                 f"({_error_message(response)}): check base_url, api_key and model"
             )
         if status >= 400:
-            return ChatReply(error=with_detail(E.HTTP_ERROR, f"{status} {_error_message(response)}"))
+            detail = f"{status} {_error_message(response)}"
+            return ChatReply(error=with_detail(E.HTTP_ERROR, detail))
         try:
             choice = response.json()["choices"][0]
             text = choice["message"]["content"]

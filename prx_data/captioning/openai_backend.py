@@ -59,7 +59,8 @@ class OpenAICaptioner(BaseCaptioner):
             elif reply.error is not None:
                 results.append(CaptionResult(error=reply.error))
             else:
+                guards = self.config.guards
                 results.append(
-                    judge_caption(reply.text, finish_reason=reply.finish_reason, guards=self.config.guards)
+                    judge_caption(reply.text, finish_reason=reply.finish_reason, guards=guards)
                 )
         return results

@@ -27,7 +27,9 @@ LABEL = DerivedColumns("label", "label_model", "label_version", "label_error")
 
 
 @overload
-def needs_redo(data: Mapping[str, Any], columns: DerivedColumns, model_id: str, version: str) -> bool: ...
+def needs_redo(
+    data: Mapping[str, Any], columns: DerivedColumns, model_id: str, version: str
+) -> bool: ...
 @overload
 def needs_redo(
     data: pa.Table | pa.RecordBatch, columns: DerivedColumns, model_id: str, version: str

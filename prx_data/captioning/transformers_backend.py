@@ -108,7 +108,9 @@ class TransformersCaptioner(BaseCaptioner):
         cfg = self.config
         processor, model = self._processor, self._model
         texts = [
-            processor.apply_chat_template(hf_messages(im), tokenize=False, add_generation_prompt=True)
+            processor.apply_chat_template(
+                hf_messages(im), tokenize=False, add_generation_prompt=True
+            )
             for im in images
         ]
         inputs = processor(

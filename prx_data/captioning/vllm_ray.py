@@ -192,7 +192,8 @@ class VLLMCaptioner(BaseCaptioner):
         items = [{"sample_id": str(i), "image": row.get("image")} for i, row in enumerate(rows)]
         if not items:
             return []
-        out = {r["sample_id"]: r for r in self.caption_dataset(ray.data.from_items(items)).take_all()}
+        done = self.caption_dataset(ray.data.from_items(items)).take_all()
+        out = {r["sample_id"]: r for r in done}
         results = []
         for item in items:
             r = out.get(item["sample_id"])

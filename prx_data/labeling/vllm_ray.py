@@ -145,12 +145,14 @@ class VLLMClassifier(BaseClassifier):
         items = [{"sample_id": str(i), "caption": c} for i, c in enumerate(captions)]
         if not items:
             return []
-        out = {r["sample_id"]: r for r in self.label_dataset(ray.data.from_items(items)).take_all()}
+        done = self.label_dataset(ray.data.from_items(items)).take_all()
+        out = {r["sample_id"]: r for r in done}
         results = []
         for item in items:
             r = out.get(item["sample_id"])
             if r is None:
-                results.append(LabelResult(error=with_detail(LabelErrorCode.INFERENCE_ERROR, "row lost")))
+                lost = with_detail(LabelErrorCode.INFERENCE_ERROR, "row lost")
+                results.append(LabelResult(error=lost))
             elif r["label_error"] is not None:
                 results.append(LabelResult(error=r["label_error"]))
             else:

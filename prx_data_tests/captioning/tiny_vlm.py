@@ -107,7 +107,11 @@ def build_tiny_qwen3_vl(path: Path, seed: int = 0) -> Path:
             head_dim=16,
             max_position_embeddings=4096,
             # mrope sections split head_dim / 2 across (time, height, width).
-            rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True},
+            rope_scaling={
+                "rope_type": "default",
+                "mrope_section": [4, 2, 2],
+                "mrope_interleaved": True,
+            },
         ),
         vision_config=dict(
             depth=2,
