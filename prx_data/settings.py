@@ -28,6 +28,9 @@ class Settings(BaseModel):
     storage_options: dict[str, str] = Field(default_factory=dict)
     ray_address: str | None = None
     rows_per_fragment: int = 1_000_000
+    # Backend configs (see prx_data/captioning/config.py, prx_data/labeling/config.py).
+    captioner: dict = Field(default_factory=lambda: {"backend": "source"})
+    classifier: dict = Field(default_factory=lambda: {"backend": "minilm"})
 
     @model_validator(mode="after")
     def _cluster_needs_remote_roots(self) -> "Settings":
@@ -76,7 +79,24 @@ def load_settings(env: dict | None = None) -> Settings:
         storage_options=_storage_options_from_env(env),
         ray_address=env.get("PRX_RAY_ADDRESS") or None,
         rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
+        captioner=_json_env(env, "PRX_CAPTIONER", {"backend": "source"}),
+        classifier=_json_env(env, "PRX_CLASSIFIER", {"backend": "minilm"}),
     )
+
+
+def _json_env(env, name: str, default: dict) -> dict:
+    import json
+
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} must be a JSON object (a backend config): {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
 
 
 @lru_cache(maxsize=1)

@@ -53,7 +53,11 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
             },
             data_execution_options={"verbose_progress": False},
         )
+    from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
+
     return {
+        "captioner": CaptionerResource.from_dict(settings.captioner),
+        "classifier": ClassifierResource.from_dict(settings.classifier),
         "storage": StorageResource(
             lance_root=settings.lance_root,
             mds_root=settings.mds_root,

@@ -66,6 +66,13 @@ def make_processor(
             if not in_flight:
                 return
             done, in_flight = ray.wait(in_flight, num_returns=1)
-            yield ray.get(done[0])
+            try:
+                result = ray.get(done[0])
+            except ray.exceptions.RayTaskError as exc:
+                # Surface the worker's own exception (e.g. BackendUnavailable), not Ray's wrapper.
+                for ref in in_flight:
+                    ray.cancel(ref)
+                raise (exc.cause or exc) from None
+            yield result
 
     return on_ray if executor == "ray" else local

@@ -1,0 +1,115 @@
+"""captions and caption_labels: per-source columns made by a VLM and a text classifier."""
+
+import statistics
+
+import dagster as dg
+from dagster_ray import RayResource
+
+from prx_data.captioning.base import BackendUnavailable
+from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
+from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
+from prx_data.defs.progress import ProgressLogger
+from prx_data.defs.resources import StorageResource
+from prx_data.stages.caption_stage import caption_word_counts, compute_captions
+from prx_data.stages.label_stage import compute_labels, label_counts
+
+
+class StageRunConfig(dg.Config):
+    executor: str = "ray"
+    chunk_rows: int = 64
+
+
+@dg.asset(
+    partitions_def=sources_partitions,
+    deps=["raw_samples"],
+    group_name="caption",
+    kinds={"lance", "ray"},
+    tags=PER_SOURCE_TAG,
+    pool="gpu",
+    description="Adds caption, caption_model, caption_prompt_version, caption_error. Only rows "
+    "with no caption, an error, or one made by another model/prompt version are captioned.",
+)
+def captions(
+    context: dg.AssetExecutionContext,
+    config: StageRunConfig,
+    storage: StorageResource,
+    captioner: CaptionerResource,
+    ray: RayResource,
+) -> dg.MaterializeResult:
+    uri = storage.paths.raw_table(context.partition_key)
+    backend = captioner.config()
+    if backend.backend == "source":
+        context.log.warning("captioner backend 'source': keeping source captions (caption_model=source); configure vllm or openai for VLM captions")
+    try:
+        stats = compute_captions(
+            uri,
+            backend,
+            executor=config.executor,
+            chunk_rows=config.chunk_rows,
+            storage_options=storage.options,
+            progress=ProgressLogger(context.log, "captioned"),
+        )
+    except BackendUnavailable as exc:
+        raise dg.Failure(
+            description=f"captioner backend {backend.backend!r} is unavailable; finished batches are kept "
+            f"in staging and the next run resumes from them. {exc}"
+        ) from None
+    words = caption_word_counts(uri, storage.options)
+    return dg.MaterializeResult(
+        metadata={
+            "captioned": stats.processed - stats.failed,
+            "failed": stats.failed,
+            "skipped_current": stats.skipped_current,
+            "resumed_from_staging": stats.resumed,
+            "images_per_s": round(stats.rows_per_s, 2),
+            "words_per_caption_median": statistics.median(words) if words else 0,
+            "caption_model": stats.extra["caption_model"],
+            "caption_prompt_version": stats.extra["caption_prompt_version"],
+            "lance_version": stats.version,
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=sources_partitions,
+    deps=["captions"],
+    group_name="caption",
+    kinds={"lance", "ray"},
+    tags=PER_SOURCE_TAG,
+    pool="gpu",
+    description="Labels each caption visual, text or nsfw from the caption alone.",
+)
+def caption_labels(
+    context: dg.AssetExecutionContext,
+    config: StageRunConfig,
+    storage: StorageResource,
+    classifier: ClassifierResource,
+    ray: RayResource,
+) -> dg.MaterializeResult:
+    uri = storage.paths.raw_table(context.partition_key)
+    backend = classifier.config()
+    try:
+        stats = compute_labels(
+            uri,
+            backend,
+            executor=config.executor,
+            chunk_rows=max(config.chunk_rows, 256),
+            storage_options=storage.options,
+            progress=ProgressLogger(context.log, "labelled"),
+        )
+    except BackendUnavailable as exc:
+        raise dg.Failure(
+            description=f"classifier backend {backend.backend!r} is unavailable; finished batches are kept. {exc}"
+        ) from None
+    return dg.MaterializeResult(
+        metadata={
+            "labelled": stats.processed - stats.failed,
+            "failed": stats.failed,
+            "skipped_current": stats.skipped_current,
+            "captions_per_s": round(stats.rows_per_s, 1),
+            "labels": dg.MetadataValue.json(label_counts(uri, storage.options)),
+            "label_model": stats.extra["label_model"],
+            "label_version": stats.extra["label_version"],
+            "lance_version": stats.version,
+        }
+    )

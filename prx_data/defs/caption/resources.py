@@ -1,0 +1,45 @@
+"""Captioner and classifier resources: which backend runs, chosen by configuration.
+
+The backend configs are the plain pydantic models of ``prx_data.captioning`` /
+``prx_data.labeling`` (Ray workers receive them as JSON); these resources only hold them.
+"""
+
+import json
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from prx_data.captioning.config import CaptionerConfig
+from prx_data.captioning.factory import parse_captioner_config
+from prx_data.labeling.config import ClassifierConfig
+from prx_data.labeling.factory import parse_classifier_config
+
+
+class CaptionerResource(dg.ConfigurableResource):
+    """``backend`` is one of source (the CPU default), openai, transformers, vllm; the other
+    keys are that backend's config (see prx_data/captioning/config.py)."""
+
+    config_json: str = Field(default='{"backend": "source"}', description="The backend config as JSON.")
+
+    def config(self) -> CaptionerConfig:
+        return parse_captioner_config(json.loads(self.config_json))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CaptionerResource":
+        parse_captioner_config(data)  # fail at load, naming the bad field
+        return cls(config_json=json.dumps(data))
+
+
+class ClassifierResource(dg.ConfigurableResource):
+    """``backend`` is one of minilm (the CPU default), openai, vllm."""
+
+    config_json: str = Field(default='{"backend": "minilm"}')
+
+    def config(self) -> ClassifierConfig:
+        return parse_classifier_config(json.loads(self.config_json))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ClassifierResource":
+        parse_classifier_config(data)
+        return cls(config_json=json.dumps(data))
