@@ -91,3 +91,14 @@ def test_rejects_duplicate_ids_and_handles_empty() -> None:
     with pytest.raises(ValueError, match="unique"):
         find_duplicates(_table([ROWS[0], ROWS[0]]))
     assert find_duplicates(_table([ROWS[6]])).num_rows == 0
+
+
+def test_aspect_key_agrees_with_the_bucketing_shapes() -> None:
+    """Contract with prx_data.imaging.buckets: shape i of every tier gets key i."""
+    buckets = pytest.importorskip("prx_data.imaging.buckets")
+    cfg = buckets.BucketConfig()
+    config = DedupConfig(num_aspect_ratios=cfg.shapes_per_tier, min_aspect=cfg.ar_min, max_aspect=cfg.ar_max)
+    for tier in cfg.tiers:
+        shapes = buckets.shapes_for_tier(tier, cfg)
+        keys = aspect_ratio_index(np.array([h for h, _ in shapes]), np.array([w for _, w in shapes]), config)
+        assert keys.tolist() == list(range(len(shapes)))
