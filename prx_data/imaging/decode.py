@@ -245,11 +245,12 @@ def open_for_hash(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Im
 def to_rgb(image: Image.Image) -> Image.Image:
     """RGB with transparency composited on white and 16-bit samples scaled, not clipped."""
     mode = image.mode
-    if mode == "RGB":
+    transparent = mode in _ALPHA_MODES or "transparency" in image.info
+    if mode == "RGB" and not transparent:
         return image
     if mode in _SIXTEEN_BIT_MODES or mode == "F":
         return Image.fromarray(_to_uint8(image), "L").convert("RGB")
-    if mode in _ALPHA_MODES or "transparency" in image.info:
+    if transparent:
         rgba = image.convert("RGBA")
         background = Image.new("RGB", rgba.size, _WHITE)
         background.paste(rgba, mask=rgba.getchannel("A"))
@@ -260,11 +261,12 @@ def to_rgb(image: Image.Image) -> Image.Image:
 
 def to_gray(image: Image.Image) -> Image.Image:
     """Luma (ITU-R 601, as JPEG's Y) after the same normalisation as ``to_rgb``."""
-    if image.mode == "L":
+    opaque = "transparency" not in image.info
+    if image.mode == "L" and opaque:
         return image
     if image.mode in _SIXTEEN_BIT_MODES or image.mode == "F":
         return Image.fromarray(_to_uint8(image), "L")
-    if image.mode == "RGB" and "transparency" not in image.info:
+    if image.mode == "RGB" and opaque:
         return image.convert("L")
     return to_rgb(image).convert("L")
 
@@ -300,6 +302,11 @@ def _draft(image: Image.Image, mode: str, request: tuple[int, int] | None) -> No
 
 
 def _orientation(image: Image.Image) -> int:
+    if image.format == "PNG" and "exif" not in image.info:
+        # Pillow's PNG getexif() decodes the whole image to look for an eXIf chunk after the
+        # pixels. Writers put eXIf before IDAT; one placed after it is ignored, so that the
+        # header stays cheap and the decode happens once, inside load_pixels' error handling.
+        return 1
     try:
         value = int(image.getexif().get(ExifTags.Base.Orientation, 1))
     except Exception:  # unreadable EXIF: show the image as stored

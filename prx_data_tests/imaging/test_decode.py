@@ -177,3 +177,29 @@ def test_picture_box_follows_exif_orientation(
     header = read_header(data)
     image = load_pixels(header, "L", (64, 64))
     assert picture_box(header, image) == pytest.approx(expected)
+
+
+def test_png_header_is_cheap_and_png_exif_orientation_is_applied() -> None:
+    image = photo(6)
+    data = png_bytes(image)
+    truncated = data[: len(data) // 2]
+    assert read_header(truncated).width == image.width  # header only: no pixels decoded yet
+    assert _reason(truncated) == "truncated"
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    rotated = png_bytes(image, exif=exif.tobytes())
+    assert read_header(rotated).orientation == 6
+    assert open_image(rotated).size == (image.height, image.width)
+
+
+def test_rgb_colour_key_transparency_is_composited() -> None:
+    image = Image.new("RGB", (4, 1), (10, 20, 30))
+    image.putpixel((3, 0), (200, 0, 0))
+    pixels = np.asarray(open_image(png_bytes(image, transparency=(10, 20, 30))))[0]
+    assert pixels[0].tolist() == [255, 255, 255] and pixels[3].tolist() == [200, 0, 0]
+
+
+def test_cmyk_jpeg_hash_decode_is_reduced_gray() -> None:
+    cmyk = Image.new("CMYK", (800, 600), (0, 255, 255, 0))
+    image, box = open_for_hash(jpeg_bytes(cmyk))
+    assert image.mode == "L" and image.size == (100, 75) and box == (0, 0, 100, 75)
