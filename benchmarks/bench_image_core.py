@@ -184,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     ok = show("perceptual hash", hashing, HASH_TARGET)
     ceiling = hashing["floor: draft('L', 64) decode only"] / hashing[next(iter(hashing))]
     print(f"  ceiling with this decoder: {ceiling:.2f}x (the reduced decode alone)")
-    ok &= show("bucket + resize + JPEG q92 (default tiers: all to the 1024 tier)", exporting, EXPORT_TARGET)
+    ok &= show(
+        "bucket + resize + JPEG q92 (default tiers: all to the 1024 tier)",
+        exporting,
+        EXPORT_TARGET,
+    )
     show("same, 512-only tiers (downscale >= 2x: reduced decode applies)", low_res, EXPORT_TARGET)
     return 1 if args.check and not ok else 0
 

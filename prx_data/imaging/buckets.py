@@ -183,7 +183,9 @@ def shape_table(cfg: BucketConfig | None = None) -> str:
         floor = tier_floor_pixels(tier, cfg)
         side = tier / cfg.max_upscale
         lines.append("")
-        lines.append(f"tier {tier}: {tier * tier:,} px; sources from {floor:,.0f} px (~{side:.0f}²)")
+        lines.append(
+            f"tier {tier}: {tier * tier:,} px; sources from {floor:,.0f} px (~{side:.0f}²)"
+        )
         lines.append(f"  {'bucket HxW':>11}  {'w/h':>6}  {'pixels':>10}  {'vs T²':>7}")
         for height, width in _shapes(tier, cfg):
             pixels = height * width

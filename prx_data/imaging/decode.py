@@ -5,9 +5,14 @@ so EXIF orientation, animation frames, odd modes and broken files are handled th
 everywhere. Two entry points return ready images:
 
 - ``open_image(data, max_pixels)``: full-size RGB, as displayed.
-- ``open_for_hash(data)``: a small grayscale image for the perceptual hash. JPEGs are decoded
-  at a reduced DCT scale (libjpeg "draft" mode); that choice changes the hash bits, so this
+- ``open_for_hash(data)``: a small grayscale image for the perceptual hash and the box the
+  picture fills in it. JPEGs are decoded at a reduced DCT scale (libjpeg "draft" mode), other
+  formats block-averaged by the same factor; that choice changes the hash bits, so this
   function is part of ``phash.PHASH_VERSION`` and must not change without bumping it.
+
+Errors are ``DecodeError(reason, message)``; nothing else escapes for bad input. Do not set
+``PIL.ImageFile.LOAD_TRUNCATED_IMAGES``: truncated files would then decode silently grey-filled
+instead of being reported as ``truncated``.
 
 Callers that want to choose a reduced size after seeing the header (the export resizer) use the
 two halves directly: ``read_header`` then ``load_pixels``.
@@ -166,15 +171,15 @@ def load_pixels(
     try:
         if not (mode == "YCbCr" and image.mode == "YCbCr"):
             image = to_gray(image) if mode == "L" else to_rgb(image)
-    except Exception as exc:  # an exotic mode Pillow cannot convert
-        raise DecodeError(INVALID_IMAGE, f"unsupported mode {image.mode}: {_describe(exc)}") from None
-    if request is not None and not is_jpeg:
-        factor = reduction_factor(image.size, request)
-        if factor > 1:
-            image = image.reduce(factor)
-    # Applied last, on the smallest image; the orientation was read once from the header.
-    method = _TRANSPOSE.get(header.orientation)
-    return image.transpose(method) if method is not None else image
+        if request is not None and not is_jpeg:
+            factor = reduction_factor(image.size, request)
+            if factor > 1:
+                image = image.reduce(factor)
+        # Applied last, on the smallest image; the orientation was read once from the header.
+        method = _TRANSPOSE.get(header.orientation)
+        return image.transpose(method) if method is not None else image
+    except Exception as exc:  # an exotic mode Pillow cannot convert, or out of memory
+        raise DecodeError(INVALID_IMAGE, f"mode {image.mode}: {_describe(exc)}") from None
 
 
 def reduction_factor(size: tuple[int, int], request: tuple[int, int]) -> int:
@@ -187,9 +192,10 @@ def picture_box(header: Header, image: Image.Image) -> Box:
     """Where the whole picture lies in ``image`` (decoded from ``header``), as a resize box.
 
     A JPEG decoded at 1/s scale (or an image reduced by s) is ceil(W/s) pixels wide but the
-    picture spans only W/s of them: the last column (and row) stands for a partial block. Resizing with this box instead
-    of the full frame keeps the geometry exact, so the same picture stored at different sizes
-    yields the same thumbnail (this matters for hash equality) and crops stay centred.
+    picture spans only W/s of them: the last column (and row) stands for a partial block.
+    Resizing with this box instead of the full frame keeps the geometry exact, so the same
+    picture stored at different sizes yields the same thumbnail (this matters for hash
+    equality) and crops stay centred.
     """
     width, height = image.size
     if header.orientation in _SWAPS_AXES:

@@ -100,7 +100,9 @@ def measure_image(
 
 
 def image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    return sorted(
+        p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
+    )
 
 
 def study(

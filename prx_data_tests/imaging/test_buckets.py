@@ -92,7 +92,9 @@ def test_shapes_invariants(cfg: BucketConfig) -> None:
             # each side moves by at most half a multiple from its ideal length
             half_w = cfg.multiple / 2 / (tier * math.sqrt(ar))
             half_h = cfg.multiple / 2 / (tier / math.sqrt(ar))
-            slack = max(math.log((1 + half_w) / (1 - half_h)), math.log((1 + half_h) / (1 - half_w)))
+            slack = max(
+                math.log((1 + half_w) / (1 - half_h)), math.log((1 + half_h) / (1 - half_w))
+            )
             assert abs(math.log(width / height / ar)) <= slack + 1e-12
 
 
