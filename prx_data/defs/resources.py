@@ -54,8 +54,10 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
             data_execution_options={"verbose_progress": False},
         )
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
+    from prx_data.defs.export.resources import ExportResource
 
     return {
+        "export": ExportResource(),
         "captioner": CaptionerResource.from_dict(settings.captioner),
         "classifier": ClassifierResource.from_dict(settings.classifier),
         "storage": StorageResource(

@@ -1,0 +1,126 @@
+"""Corpus-wide exclusion: what the loader must skip, and why, from every source's exports.
+
+Reasons: ``dedup`` (exact phash equality within an aspect-ratio bucket, across tiers and
+sources), ``label:<label>`` for excluded caption labels, ``optout:<request id>`` for samples an
+opt-out request resolved to. Shards are never rewritten: the result is written as sidecars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prx_data.export.dedup import DedupConfig, find_duplicates
+from prx_data.export.skiplist import SkiplistReport, build_skiplists
+from prx_data.imaging.buckets import BucketConfig
+from prx_data.lance_io import open_table
+from prx_data.paths import StoragePaths
+
+SKIP_COLUMNS = ["sample_id", "source", "shard", "index_in_shard", "reason", "kept_sample_id"]
+SKIP_SCHEMA = pa.schema(
+    [
+        pa.field("sample_id", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("shard", pa.string()),
+        pa.field("index_in_shard", pa.int64()),
+        pa.field("reason", pa.string()),
+        pa.field("kept_sample_id", pa.string()),
+    ]
+)
+
+
+def dedup_config(bucket_cfg: BucketConfig) -> DedupConfig:
+    """The dedup grid is the bucketing grid: same ratios, same range."""
+    return DedupConfig(num_aspect_ratios=bucket_cfg.shapes_per_tier, min_aspect=bucket_cfg.ar_min, max_aspect=bucket_cfg.ar_max)
+
+
+def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None) -> pa.Table:
+    """Every exported sample of the given sources, with its source priority."""
+    tables = []
+    for source, priority in sorted(priorities.items()):
+        ds = open_table(paths.exports_table(source), options)
+        if ds is None:
+            continue
+        t = ds.to_table(columns=["sample_id", "source", "tier", "bucket", "shard", "index_in_shard", "phash"], filter="shard IS NOT NULL")
+        tables.append(t.append_column("source_priority", pa.array([priority] * t.num_rows, pa.int64())))
+    if not tables:
+        return pa.schema(
+            [("sample_id", pa.string()), ("source", pa.string()), ("tier", pa.int32()), ("bucket", pa.string()),
+             ("shard", pa.string()), ("index_in_shard", pa.int64()), ("phash", pa.int64()), ("source_priority", pa.int64())]
+        ).empty_table()
+    return pa.concat_tables(tables)
+
+
+def _with_shape(exports: pa.Table) -> pa.Table:
+    parts = pc.split_pattern(exports["bucket"], "x")
+    height = pc.cast(pc.list_element(parts, 0), pa.int64())
+    width = pc.cast(pc.list_element(parts, 1), pa.int64())
+    return exports.append_column("height", height).append_column("width", width)
+
+
+def dedup_rows(exports: pa.Table, cfg: DedupConfig) -> pa.Table:
+    dups = find_duplicates(_with_shape(exports), cfg)
+    return dups.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
+
+
+def label_rows(exports: pa.Table, paths: StoragePaths, sources: Iterable[str], exclude: Iterable[str], options: dict | None = None) -> pa.Table:
+    exclude = sorted(set(exclude))
+    tables = []
+    for source in sources:
+        ds = open_table(paths.raw_table(source), options)
+        if ds is None or "label" not in ds.schema.names or not exclude:
+            continue
+        values = ", ".join(f"'{label}'" for label in exclude)
+        labelled = ds.to_table(columns=["sample_id", "label"], filter=f"label IN ({values})")
+        tables.append(labelled)
+    return _join_reasons(exports, tables, lambda t: pc.binary_join_element_wise("label:", t["label"], ""))
+
+
+def optout_rows(exports: pa.Table, optouts: pa.Table | None) -> pa.Table:
+    """``optouts``: sample_id, request_id (one row per request that covers the sample)."""
+    if optouts is None or optouts.num_rows == 0:
+        return SKIP_SCHEMA.empty_table()
+    return _join_reasons(exports, [optouts.select(["sample_id", "request_id"])], lambda t: pc.binary_join_element_wise("optout:", t["request_id"], ""))
+
+
+def _join_reasons(exports: pa.Table, tables: list[pa.Table], reason_of) -> pa.Table:
+    if not tables:
+        return SKIP_SCHEMA.empty_table()
+    found = pa.concat_tables(tables)
+    found = found.append_column("reason", reason_of(found))
+    joined = exports.select(["sample_id", "source", "shard", "index_in_shard"]).join(found.select(["sample_id", "reason"]), "sample_id", join_type="inner")
+    joined = joined.append_column("kept_sample_id", pa.nulls(joined.num_rows, pa.string()))
+    return joined.select(SKIP_COLUMNS).cast(SKIP_SCHEMA).sort_by([("shard", "ascending"), ("index_in_shard", "ascending"), ("reason", "ascending")])
+
+
+def write_skip_lists(mds_root: str, skips: pa.Table) -> SkiplistReport:
+    return build_skiplists(skips, mds_root)
+
+
+def read_optout_samples(paths: StoragePaths, options: dict | None = None) -> pa.Table | None:
+    ds = open_table(paths.optout_samples_table(), options)
+    return None if ds is None else ds.to_table(columns=["sample_id", "request_id"])
+
+
+def compute_skips(
+    paths: StoragePaths,
+    priorities: Mapping[str, int],
+    *,
+    bucket_cfg: BucketConfig,
+    exclude_labels: Iterable[str] = ("nsfw", "text"),
+    options: dict | None = None,
+) -> tuple[pa.Table, pa.Table]:
+    """(exports, skip rows) over the whole corpus."""
+    exports = exported_samples(paths, priorities, options)
+    parts = [
+        dedup_rows(exports, dedup_config(bucket_cfg)),
+        label_rows(exports, paths, priorities, exclude_labels, options),
+        optout_rows(exports, read_optout_samples(paths, options)),
+    ]
+    return exports, pa.concat_tables(parts)
+
+
+__all__ = ["compute_skips", "dedup_config", "exported_samples", "write_skip_lists", "lance"]
