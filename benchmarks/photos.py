@@ -16,6 +16,7 @@ Files are cached by name (generator version, seed, index), so repeated runs reus
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from functools import lru_cache
@@ -141,7 +142,7 @@ def make_photo_jpegs(n: int, folder: Path, seed: int = 0) -> list[Path]:
         if not path.exists():
             rng = np.random.default_rng([seed, index, 0x51])
             quality = int(rng.integers(85, 96))
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # one per process: runs may overlap
             make_photo(index, seed).save(tmp, format="JPEG", quality=quality)
             tmp.replace(path)  # atomic: a concurrent or interrupted run never sees half a file
         paths.append(path)
