@@ -10,12 +10,15 @@ so no two files are the same picture.
     from benchmarks.photos import make_photo_jpegs
     paths = make_photo_jpegs(200, Path("benchmarks/_cache/photos"))
 
-Files are cached by name (generator version, seed, index), so repeated runs reuse them.
+Files are cached by name (generator version, source set, seed, index), so repeated runs reuse
+them. Which photos exist depends on whether scikit-learn is installed (its two sample images join
+the source set and shift every index), hence the source-set tag in the names.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 from collections.abc import Callable
@@ -132,13 +135,20 @@ def make_photo(
     return Image.fromarray(np.clip(pixels_arr + 0.5, 0, 255).astype(np.uint8), "RGB")
 
 
+def source_tag() -> str:
+    """Short id of the source set: whether scikit-learn is installed changes every photo."""
+    names = ",".join(name for name, _ in source_photos())
+    return hashlib.sha1(names.encode()).hexdigest()[:6]
+
+
 def make_photo_jpegs(n: int, folder: Path, seed: int = 0) -> list[Path]:
     """Write (or reuse) ``n`` distinct 1-2 MP photo-like JPEGs in ``folder``; return their paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
+    tag = source_tag()
     for index in range(n):
-        path = folder / f"photo_{GENERATOR_VERSION}_s{seed}_{index:05d}.jpg"
+        path = folder / f"photo_{GENERATOR_VERSION}_{tag}_s{seed}_{index:05d}.jpg"
         if not path.exists():
             rng = np.random.default_rng([seed, index, 0x51])
             quality = int(rng.integers(85, 96))

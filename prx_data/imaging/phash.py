@@ -30,9 +30,10 @@ from prx_data.imaging.decode import (
 
 THUMB_SIDE: Final = 32
 LOW_SIDE: Final = 8
-# Measured on 200 distinct 1-2 MP photos (see the tests): a triangle (bilinear) filter over a
-# float thumbnail, sampled from the exact picture box, kept the hash equal for ~99% of q92
-# re-encodes and ~89% of half-size copies; BOX or 8-bit thumbnails did markedly worse.
+# Chosen on 200 distinct 1-2 MP photos from benchmarks/photos.py: a triangle (bilinear) filter
+# over a float thumbnail, sampled from the exact picture box, kept the hash equal for ~99% of
+# q92 re-encodes and ~89% of half-size copies; BOX or 8-bit thumbnails did markedly worse (the
+# tests re-measure this on 60 smaller photos).
 THUMB_FILTER: Final = Image.Resampling.BILINEAR
 PHASH_VERSION: Final = f"dct64-draftL{HASH_DRAFT_SIDE}-exactbox-bilinearF{THUMB_SIDE}-v1"
 
@@ -59,7 +60,10 @@ def low_frequencies(thumbnail: np.ndarray) -> np.ndarray:
 
 def hash_thumbnail(thumbnail: np.ndarray) -> int:
     """Unsigned 64-bit hash of a 32x32 grayscale array."""
-    low = low_frequencies(thumbnail)
+    # Rounded so that coefficients that are zero in exact arithmetic (flat or symmetric images)
+    # do not become float noise whose sign depends on the BLAS kernel of the machine: hashes
+    # made on different workers must agree bit for bit.
+    low = np.round(low_frequencies(thumbnail), 3)
     bits = (low > np.median(low)).ravel()
     return int.from_bytes(np.packbits(bits).tobytes(), "big")
 

@@ -117,7 +117,8 @@ def _share_equal(a: list[int], b: list[int]) -> float:
 def test_q92_reencode_keeps_the_hash(robustness: dict[str, list[int]]) -> None:
     share = _share_equal(robustness["original"], robustness["reencoded"])
     print(f"\nphash equal after JPEG q92 re-encode: {share:.1%} of {ROBUSTNESS_PHOTOS} photos")
-    assert share >= 0.93  # observed 96.7 % on this sample (99-100 % on 1-2 MP photos)
+    # observed 96.7 % on this sample (99-100 % on 1-2 MP photos), with or without scikit-learn
+    assert share >= 0.93
 
 
 def test_half_size_copy_keeps_the_hash(robustness: dict[str, list[int]]) -> None:
@@ -127,7 +128,9 @@ def test_half_size_copy_keeps_the_hash(robustness: dict[str, list[int]]) -> None
         f"\nphash equal after half-size downscale: {share:.1%} of {ROBUSTNESS_PHOTOS} photos "
         f"(max distance {max(distances)} bits)"
     )
-    assert share >= 0.80  # observed 86.7 % on this sample (88-89 % on 1-2 MP photos)
+    # observed 86.7 % (90.0 % without scikit-learn's two photos in the source set; 88-89 % on
+    # 1-2 MP photos)
+    assert share >= 0.80
     assert max(distances) <= 6
 
 
@@ -139,3 +142,16 @@ def test_distinct_photos_never_collide(robustness: dict[str, list[int]]) -> None
     print(f"\nclosest pair of distinct photos: {nearest} bits apart")
     assert len(set(originals)) == len(originals)
     assert nearest >= 2
+
+
+def test_flat_and_symmetric_images_hash_without_float_noise() -> None:
+    # Every AC coefficient of a flat image is exactly zero: only the DC bit may be set,
+    # whatever rounding the machine's matrix product does.
+    for value in (0, 1, 127, 254, 255):
+        assert hash_thumbnail(np.full((32, 32), value, dtype=np.uint8)) == (
+            1 << 63 if value else 0
+        )
+    ramp = np.tile(np.arange(32, dtype=np.float64), (32, 1))
+    assert hash_thumbnail(ramp) == hash_thumbnail(ramp.copy(order="F"))
+    gray = jpeg_bytes(Image.new("RGB", (800, 600), (90, 90, 90)))
+    assert to_unsigned(phash_bytes(gray)) == 1 << 63
