@@ -51,10 +51,37 @@ def _summary(sources: list[str]) -> str:
             lines.append(f"{'':>10}  caption models: {dict(models)}")
         if extra:
             lines.append(f"{'':>10}  derived columns: {', '.join(extra)}")
+    lines.extend(_corpus_summary(paths, settings, sources))
     lines.append(f"Lance root: {settings.lance_root}")
     lines.append(f"MDS root:   {settings.mds_root}")
     del lance
     return "\n".join(lines)
+
+
+def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
+    """Exported / dropped per source, and what the skip lists exclude."""
+    import json
+
+    from prx_data.lance_io import open_table
+
+    lines = ["", "Export (MDS)"]
+    for source in sources:
+        ds = open_table(paths.exports_table(source), settings.storage_options)
+        if ds is None:
+            continue
+        t = ds.to_table(columns=["shard", "drop_reason"])
+        exported = t.num_rows - t.column("shard").null_count
+        drops = Counter(r.split(":", 1)[0] for r in t.column("drop_reason").to_pylist() if r)
+        lines.append(f"{source:>10}: exported={exported} dropped={dict(sorted(drops.items()))}")
+    skipped: Counter = Counter()
+    root = Path(settings.mds_root)
+    if root.exists():
+        for sidecar in root.rglob("*.skip.*.json"):
+            obj = json.loads(sidecar.read_text())
+            skipped[obj["reason"].split(":")[0] if obj["reason"].startswith("optout") else obj["reason"]] += len(obj["indices"])
+        buckets = sorted({p.parent.relative_to(root).as_posix() for p in root.glob("*/*/index.json")})
+        lines.append(f"{'':>10}  {len(buckets)} bucket streams; skipped by reason: {dict(sorted(skipped.items()))}")
+    return lines
 
 
 def _ui_hint() -> str:

@@ -3,7 +3,12 @@ statuses the corpus was built to produce, through the real Dagster jobs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+from pathlib import Path
+
 import lance
+import pytest
 
 from prx_data.cli import main
 from prx_data.demo.corpus import build_demo_corpus
@@ -11,13 +16,32 @@ from prx_data.paths import StoragePaths
 from prx_data.settings import get_settings
 
 
-def test_demo_runs_end_to_end(tmp_path, monkeypatch, capsys):
-    root = tmp_path / "demo"
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
-    manifest = build_demo_corpus(root)
-    assert main(["demo", "--root", str(root)]) == 0
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo, run once for this module (it starts Ray once per source)."""
+    import os
+
+    tmp = tmp_path_factory.mktemp("demo-run")
+    saved = {k: os.environ.get(k) for k in ("DAGSTER_HOME", "PRX_DATA_ROOT")}
+    os.environ["DAGSTER_HOME"] = str(tmp / "dagster_home")
+    manifest = build_demo_corpus(tmp / "demo")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["demo", "--root", str(tmp / "demo")])
+    yield code, manifest, out.getvalue()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    get_settings.cache_clear()
+
+
+def test_demo_runs_end_to_end(demo):
+    code, manifest, out = demo
+    assert code == 0
     assert "Summary" in out and "dagster dev -w workspace.yaml" in out
+    assert "exported" in out and "skipped" in out
 
     paths = StoragePaths.from_settings(get_settings())
     for source, expected_count in manifest.counts.items():
@@ -27,3 +51,58 @@ def test_demo_runs_end_to_end(tmp_path, monkeypatch, capsys):
         assert got == expected, source
         # Records with a duplicated key collapse into one row.
         assert len(got) <= expected_count
+
+
+def test_demo_export_streams_and_skips(demo):
+    """After the demo: each bucket folder is one stream a plain StreamingDataset reads, and the
+    skip-aware loader yields exactly the exported samples minus the skipped ones."""
+    import json
+    import os
+
+    from streaming import StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+
+    from prx_data.export.tree import list_buckets
+    from prx_data.loader import PrxStreamingDataset
+
+    code, manifest, _out = demo
+    assert code == 0
+    settings = get_settings()
+    paths = StoragePaths.from_settings(settings)
+
+    exported, skipped = {}, set()
+    for source in manifest.sources:
+        t = lance.dataset(paths.exports_table(source)).to_table(columns=["sample_id", "tier", "bucket"], filter="shard IS NOT NULL")
+        for sid, tier, bucket in zip(*(t.column(c).to_pylist() for c in ("sample_id", "tier", "bucket"))):
+            exported[sid] = f"{tier}/{bucket}"
+    for dirpath, _dirs, files in os.walk(settings.mds_root):
+        for name in files:
+            if ".skip." in name:
+                skipped.update(json.loads((Path(dirpath) / name).read_text())["sample_ids"])
+    assert exported and skipped and skipped <= set(exported)
+
+    # Exact copies of one picture in several sources: at most one survives per bucket.
+    sid_of = {}
+    for source in manifest.sources:
+        t = lance.dataset(paths.raw_table(source)).to_table(columns=["sample_id", "source_key"])
+        sid_of.update({(source, k): s for s, k in zip(t.column("sample_id").to_pylist(), t.column("source_key").to_pylist())})
+    for group in manifest.exact_duplicates:
+        kept = [sid_of[ref] for ref in group if sid_of.get(ref) in exported and sid_of[ref] not in skipped]
+        buckets = [exported[s] for s in kept]
+        assert len(buckets) == len(set(buckets)), group
+
+    for ref in list_buckets(settings.mds_root):
+        bucket_dir = ref.dir(settings.mds_root)
+        want_all = {s for s, b in exported.items() if b == ref.rel}
+        clean_stale_shared_memory()
+        plain = StreamingDataset(local=bucket_dir, shuffle=False, batch_size=1)
+        assert {plain[i]["sample_id"] for i in range(plain.num_samples)} == want_all
+        del plain
+        clean_stale_shared_memory()
+        if not want_all - skipped:
+            with pytest.raises(ValueError, match="every sample"):
+                PrxStreamingDataset(local=bucket_dir, shuffle=False, batch_size=1)
+            continue
+        ours = PrxStreamingDataset(local=bucket_dir, shuffle=False, batch_size=1)
+        assert {s["sample_id"] for s in ours} == want_all - skipped
+        del ours
