@@ -151,6 +151,14 @@ def cmd_sources(args: argparse.Namespace) -> int:
     return 1 if registry.errors else 0
 
 
+def cmd_buckets(args: argparse.Namespace) -> int:
+    from prx_data.imaging.buckets import BucketConfig, shape_table
+
+    cfg = BucketConfig(tiers=tuple(args.tiers)) if args.tiers else BucketConfig()
+    print(shape_table(cfg))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prx-data", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,10 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
     sources = sub.add_parser("sources", help="list registered sources and bad specs")
     sources.add_argument("--root")
     sources.set_defaults(func=cmd_sources)
+    buckets = sub.add_parser("buckets", help="print the bucket shapes per resolution tier")
+    buckets.add_argument("--tiers", type=int, nargs="+", help="tiers (default 512 1024 2048 4096)")
+    buckets.set_defaults(func=cmd_buckets)
+
+    # Listed for --help; main() hands its arguments to prx_data.imaging.jpeg_study.
+    sub.add_parser("jpeg-study", help="PSNR after 1 and 10 JPEG q92 cycles and size vs PNG, per resolution band")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Commands with their own argument parsers get the rest of the line untouched.
+    if argv[:1] == ["jpeg-study"]:
+        from prx_data.imaging.jpeg_study import main as study_main
+
+        return study_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 
