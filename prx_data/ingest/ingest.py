@@ -27,8 +27,9 @@ from prx_data.lance_io import chunked, open_table, storage_options_of
 from prx_data.registry import RegisteredSource
 from prx_data.schema import RAW_COLUMNS, Status, raw_schema
 
-# Decides at ingest whether an item is covered by an opt-out request; returns the request id.
-OptOutMatcher = Callable[[str, RawItem], "str | None"]
+# Decides at ingest whether an item is covered by an opt-out request: (source, sample_id, item)
+# -> the request id, or None.
+OptOutMatcher = Callable[[str, str, RawItem], "str | None"]
 
 
 @dataclass
@@ -122,7 +123,7 @@ def _row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutM
     if spec.embedding_dim:
         emb = item.embedding
         row["embedding"] = emb if emb is not None and len(emb) == spec.embedding_dim else None
-    request = optout(sid, item) if optout else None
+    request = optout(spec.name, sid, item) if optout else None
     if request:
         row.update(status=Status.OPTED_OUT.value, error=f"opt-out request {request}")
         return row
