@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -159,6 +160,104 @@ def cmd_buckets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dagster_runs_lookup():
+    """(source, sample_id) -> the latest materialization run of each per-source asset."""
+    import dagster as dg
+
+    try:
+        instance = dg.DagsterInstance.get()
+    except Exception:  # noqa: BLE001 - lineage works without a Dagster home, minus run ids
+        return None
+    assets = ("raw_samples", "phashes", "captions", "caption_labels", "mds_shards")
+
+    def lookup(source: str, _sample_id: str) -> dict[str, dict]:
+        runs = {}
+        for asset in assets:
+            result = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[source]), limit=1
+            )
+            for record in result.records:
+                metadata = record.asset_materialization.metadata if record.asset_materialization else {}
+                runs[asset] = {
+                    "run_id": record.run_id,
+                    "timestamp": datetime.fromtimestamp(record.timestamp, timezone.utc).isoformat(timespec="seconds"),
+                }
+                if "lance_version" in metadata:
+                    runs[asset]["lance_version"] = metadata["lance_version"].value
+        for asset in ("optout_requests", "skip_lists"):
+            event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+            if event is not None:
+                runs[asset] = {"run_id": event.run_id, "timestamp": datetime.fromtimestamp(event.timestamp, timezone.utc).isoformat(timespec="seconds")}
+        return runs
+
+    return lookup
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    import json
+
+    from prx_data.lineage import find, format_record
+    from prx_data.paths import StoragePaths
+    from prx_data.registry import load_registry
+    from prx_data.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    settings = get_settings()
+    if not any((args.id, args.url, args.key, args.image)):
+        print("give --id, --url, --key or --image", file=sys.stderr)
+        return 2
+    try:
+        records = find(
+            StoragePaths.from_settings(settings),
+            sorted(load_registry(settings.sources_dir).sources),
+            sample_id=args.id,
+            url=args.url,
+            source_key=args.key,
+            image=args.image,
+            max_hamming=args.distance,
+            options=settings.storage_options,
+            runs_lookup=_dagster_runs_lookup(),
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([r.to_json() for r in records], indent=2, default=str))
+    else:
+        print("\n\n".join(format_record(r) for r in records) if records else "no sample matches")
+    return 0 if records else 1
+
+
+def cmd_optout_add(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from prx_data.optout import OptOutRequest, write_request
+    from prx_data.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    try:
+        request = OptOutRequest(
+            id=args.id,
+            requester_note=args.note or "",
+            sample_ids=args.sample_id or [],
+            urls=args.url or [],
+            source_keys=args.key or [],
+            image_files=[str(Path(p).resolve()) for p in args.image or []],
+            domains=args.domain or [],
+            max_hamming=args.distance,
+        )
+        if request.is_empty():
+            raise ValueError("the request names nothing to remove")
+        path = write_request(get_settings().optout_dir, request)
+    except (ValidationError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"request {request.id} written to {path}; it takes effect when optout_requests and skip_lists run")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prx-data", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -181,6 +280,32 @@ def build_parser() -> argparse.ArgumentParser:
     buckets.add_argument("--tiers", type=int, nargs="+", help="tiers (default 512 1024 2048 4096)")
     buckets.set_defaults(func=cmd_buckets)
 
+    lineage = sub.add_parser("lineage", help="everything known about a sample: source row, captions, shards, skips, runs")
+    lineage.add_argument("--id", help="sample id")
+    lineage.add_argument("--url", help="source URL")
+    lineage.add_argument("--key", help="'<source>:<key>'")
+    lineage.add_argument("--image", help="an image file, matched by perceptual hash")
+    lineage.add_argument("--distance", type=int, default=0, help="max Hamming distance for --image (default 0)")
+    lineage.add_argument("--json", action="store_true")
+    lineage.add_argument("--root")
+    lineage.set_defaults(func=cmd_lineage)
+
+    optout = sub.add_parser("optout", help="opt-out requests")
+    optout_sub = optout.add_subparsers(dest="optout_command", required=True)
+    add = optout_sub.add_parser("add", help="file a request in the opt-out folder")
+    add.add_argument("--id", required=True)
+    add.add_argument("--note", help="who asked, and how to answer them")
+    add.add_argument("--sample-id", action="append")
+    add.add_argument("--url", action="append")
+    add.add_argument("--key", action="append", help="'<source>:<key>'")
+    add.add_argument("--image", action="append", help="image file; every perceptual copy is covered")
+    add.add_argument("--domain", action="append")
+    add.add_argument("--distance", type=int, default=0)
+    add.add_argument("--root")
+    add.set_defaults(func=cmd_optout_add)
+
+    # Listed for --help; main() hands their arguments on untouched.
+    sub.add_parser("explore", help="the corpus explorer web app (127.0.0.1 by default)")
     # Listed for --help; main() hands its arguments to prx_data.imaging.jpeg_study.
     sub.add_parser("jpeg-study", help="PSNR after 1 and 10 JPEG q92 cycles and size vs PNG, per resolution band")
     return parser
@@ -193,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
         from prx_data.imaging.jpeg_study import main as study_main
 
         return study_main(argv[1:])
+    if argv[:1] == ["explore"]:
+        from prx_data.explorer.app import main as explore_main
+
+        return explore_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

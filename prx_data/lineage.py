@@ -209,7 +209,8 @@ def format_record(record: LineageRecord) -> str:
     for request in record.optout_requests:
         lines.append(f"  opt-out    request {request}")
     for asset, run in sorted(record.runs.items()):
-        lines.append(f"  run        {asset:<15} {run.get('run_id')}  {run.get('timestamp', '')}")
+        version = f"  lance v{run['lance_version']}" if "lance_version" in run else ""
+        lines.append(f"  run        {asset:<15} {run.get('run_id')}  {run.get('timestamp', '')}{version}")
     return "\n".join(lines)
 
 

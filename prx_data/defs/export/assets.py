@@ -83,7 +83,7 @@ def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) ->
 
 
 @dg.asset(
-    deps=["corpus_index", "caption_labels"],
+    deps=["corpus_index", "caption_labels", "optout_requests"],
     group_name="export",
     kinds={"mds"},
     description="Per-shard skip-list sidecars: duplicates across sources, excluded labels and "

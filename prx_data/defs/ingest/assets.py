@@ -6,6 +6,7 @@ from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.readers import SourceUnavailable
+from prx_data.optout import ingest_matcher
 
 # Bump when ingest semantics change (schema, probe rules), so the UI shows partitions as stale.
 INGEST_CODE_VERSION = "ingest-v1"
@@ -31,6 +32,7 @@ def raw_samples(
             uri,
             rows_per_fragment=storage.rows_per_fragment,
             storage_options=storage.options,
+            optout=ingest_matcher(registry.optout_dir),
         )
     except SourceUnavailable as exc:
         raise dg.Failure(description=f"source {source.name!r}: {exc}") from exc

@@ -1,0 +1,97 @@
+"""Corpus-wide curation: opt-out requests, table maintenance, and the data card."""
+
+import dagster as dg
+
+from prx_data.defs.export.resources import ExportResource
+from prx_data.defs.resources import SourceRegistryResource, StorageResource
+from prx_data.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
+from prx_data.optout import apply_requests
+from prx_data.report import build_data_card
+
+
+@dg.asset(
+    deps=["phashes", "mds_shards"],
+    group_name="curation",
+    kinds={"lance"},
+    description="Resolves every opt-out request (sample ids, source keys, URLs, domains, image files "
+    "and all their perceptual copies) to samples for skip_lists, and keeps an audit table.",
+)
+def optout_requests(
+    context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
+) -> dg.MaterializeResult:
+    sources = sorted(registry.load().sources)
+    report = apply_requests(storage.paths, registry.optout_dir, sources, storage.options)
+    for error in report.errors:
+        context.log.error(f"opt-out request not applied: {error}")
+    for duplicate in report.duplicates:
+        context.log.info(f"request filed twice, applied once: {duplicate}")
+    audit = report.audit.to_pylist()
+    for row in audit:
+        for problem in row["problems"]:
+            context.log.warning(f"request {row['request_id']}: {problem}")
+    return dg.MaterializeResult(
+        metadata={
+            "requests": report.requests,
+            "matched_samples": report.matched.num_rows,
+            "bad_requests": len(report.errors),
+            "per_request": dg.MetadataValue.json({r["request_id"]: r["matched_samples"] for r in audit}),
+            "shards_touched": dg.MetadataValue.json({r["request_id"]: r["shards_touched"] for r in audit}),
+            "audit_table": dg.MetadataValue.path(storage.paths.optout_audit_table()),
+        }
+    )
+
+
+@dg.asset(
+    deps=["raw_samples", "mds_shards"],
+    group_name="curation",
+    kinds={"lance"},
+    description="Compacts every source and exports table towards the target rows per fragment and "
+    "brings the full-text, scalar and vector indexes up to date.",
+)
+def table_maintenance(
+    context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
+) -> dg.MaterializeResult:
+    reports = []
+    for source in sorted(registry.load().sources):
+        for uri, indexes in (
+            (storage.paths.raw_table(source), SOURCE_INDEXES),
+            (storage.paths.exports_table(source), EXPORT_INDEXES),
+        ):
+            report = maintain_table(uri, target_rows_per_fragment=storage.rows_per_fragment, indexes=indexes, options=storage.options)
+            if report is not None:
+                reports.append(report)
+                context.log.info(f"{uri}: fragments {report.fragments_before} -> {report.fragments_after}; {report.indexes}")
+    return dg.MaterializeResult(
+        metadata={
+            "tables": len(reports),
+            "fragments_before": sum(r.fragments_before for r in reports),
+            "fragments_after": sum(r.fragments_after for r in reports),
+            "compacted": sum(r.compacted for r in reports),
+            "per_table": dg.MetadataValue.json(
+                {r.uri.removeprefix(storage.lance_root): {"fragments": [r.fragments_before, r.fragments_after], "indexes": r.indexes} for r in reports}
+            ),
+        }
+    )
+
+
+@dg.asset(
+    deps=["skip_lists"],
+    group_name="curation",
+    kinds={"mds"},
+    description="A data card for the current export: counts per source, tier, bucket, label and "
+    "exclusion reason, caption lengths, captioner and prompt versions.",
+)
+def corpus_report(
+    context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, export: ExportResource
+) -> dg.MaterializeResult:
+    card = build_data_card(storage.paths, sorted(registry.load().sources), exclude_labels=export.exclude_labels, options=storage.options)
+    path = card.write(storage.paths.report_dir())
+    return dg.MaterializeResult(
+        metadata={
+            "data_card": dg.MetadataValue.md(card.markdown),
+            "path": dg.MetadataValue.path(path),
+            "exported": card.totals["exported"],
+            "skipped": card.totals["skipped"],
+            "trainable": card.totals["trainable"],
+        }
+    )

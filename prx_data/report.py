@@ -1,0 +1,122 @@
+"""The data card: what the current export holds, as Markdown for the UI and a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from prx_data.lance_io import open_table
+from prx_data.paths import StoragePaths, join
+
+
+@dataclass
+class DataCard:
+    markdown: str
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def write(self, folder: str) -> str:
+        path = join(folder, "data_card.md")
+        if "://" in folder:
+            import pyarrow.fs as pafs
+
+            fs, rel = pafs.FileSystem.from_uri(path)
+            with fs.open_output_stream(rel) as out:
+                out.write(self.markdown.encode())
+            return path
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        tmp = f"{path}.tmp"
+        Path(tmp).write_text(self.markdown)
+        os.replace(tmp, path)
+        return path
+
+
+def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _skips(mds_root: str) -> tuple[Counter, set[str]]:
+    reasons: Counter = Counter()
+    skipped: set[str] = set()
+    if "://" in mds_root or not Path(mds_root).exists():
+        return reasons, skipped
+    for sidecar in Path(mds_root).rglob("*.skip.*.json"):
+        obj = json.loads(sidecar.read_text())
+        reasons[obj["reason"]] += len(obj["indices"])
+        skipped.update(obj["sample_ids"])
+    return reasons, skipped
+
+
+def build_data_card(paths: StoragePaths, sources: list[str], *, exclude_labels=(), options: dict | None = None) -> DataCard:
+    per_source, tiers, buckets, labels, drops = [], Counter(), Counter(), Counter(), Counter()
+    caption_models, label_models, words = Counter(), Counter(), []
+    exported_ids: set[str] = set()
+    for source in sources:
+        raw = open_table(paths.raw_table(source), options)
+        if raw is None:
+            continue
+        names = raw.schema.names
+        cols = [c for c in ("status", "caption", "caption_model", "caption_prompt_version", "label", "label_model") if c in names]
+        t = raw.to_table(columns=cols).to_pylist()
+        ok = sum(1 for r in t if r["status"] == "ok")
+        for r in t:
+            if r.get("caption"):
+                words.append(len(r["caption"].split()))
+                caption_models[f"{r.get('caption_model')} / prompt {r.get('caption_prompt_version')}"] += 1
+            if r.get("label"):
+                labels[r["label"]] += 1
+                label_models[r.get("label_model")] += 1
+        exported = 0
+        exp = open_table(paths.exports_table(source), options)
+        if exp is not None:
+            for r in exp.to_table(columns=["sample_id", "tier", "bucket", "drop_reason"]).to_pylist():
+                if r["drop_reason"]:
+                    drops[r["drop_reason"].split(":", 1)[0]] += 1
+                else:
+                    exported += 1
+                    exported_ids.add(r["sample_id"])
+                    tiers[r["tier"]] += 1
+                    buckets[f"{r['tier']}/{r['bucket']}"] += 1
+        per_source.append((source, len(t), ok, exported))
+    reasons, skipped = _skips(paths.mds_root)
+    skipped &= exported_ids
+    totals = {"exported": len(exported_ids), "skipped": len(skipped), "trainable": len(exported_ids - skipped)}
+
+    lines = [
+        "# Data card",
+        "",
+        f"Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')}. "
+        f"{totals['exported']} samples exported, {totals['skipped']} skipped, **{totals['trainable']} trainable**.",
+        "",
+        "## Sources",
+        *_table(("source", "rows", "usable", "exported"), per_source),
+        "",
+        "## Resolution tiers",
+        *_table(("tier", "samples"), sorted(tiers.items())),
+        "",
+        "## Buckets (tier/HxW)",
+        *_table(("bucket", "samples"), sorted(buckets.items())),
+        "",
+        "## Dropped at export",
+        *_table(("reason", "samples"), sorted(drops.items())),
+        "",
+        "## Excluded by skip lists",
+        *_table(("reason", "samples"), sorted(reasons.items())),
+        "",
+        "## Caption labels",
+        *_table(("label", "captions"), sorted(labels.items())),
+        f"Excluded labels: {', '.join(exclude_labels) or 'none'}. Label models: {dict(label_models)}.",
+        "",
+        "## Captions",
+    ]
+    if words:
+        q = statistics.quantiles(words, n=10) if len(words) > 1 else [words[0]] * 9
+        lines += _table(("min", "p10", "median", "p90", "max"), [(min(words), round(q[0]), statistics.median(words), round(q[8]), max(words))])
+    lines += ["", "Captioner and prompt versions:", *_table(("captioner / prompt", "captions"), sorted(caption_models.items())), ""]
+    return DataCard("\n".join(lines), totals)
