@@ -21,7 +21,7 @@ def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "sources").mkdir(parents=True)
     (root / "optout").mkdir()
     for name in list(os.environ):
-        if name.startswith("PRX_"):
+        if name.startswith("PRX_") and name != "PRX_RAY_ADDRESS":
             monkeypatch.delenv(name)
     monkeypatch.setenv("PRX_DATA_ROOT", str(root))
     get_settings.cache_clear()
@@ -60,3 +60,75 @@ def materializations(result, asset: str) -> list[dg.AssetMaterialization]:
         if e.event_type_value == "ASSET_MATERIALIZATION"
         and e.event_specific_data.materialization.asset_key.to_user_string() == asset
     ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_ray_head(tmp_path_factory):
+    """One Ray head for the whole session: every Dagster run connects to it (PRX_RAY_ADDRESS)
+    instead of starting and stopping its own Ray, which costs seconds per run on 2 cores."""
+    import shutil
+    import subprocess
+    import sys
+
+    if os.environ.get("PRX_RAY_ADDRESS") or os.environ.get("PRX_TEST_NO_SHARED_RAY"):
+        yield None
+        return
+    import signal
+    import time
+
+    ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable))
+    if not ray_bin:
+        yield None
+        return
+    temp = tmp_path_factory.mktemp("ray")
+    port = _free_port()
+    # --block keeps the head in the foreground; its own process group is stopped as a whole at
+    # the end, so nothing else's Ray on this machine is touched (unlike `ray stop`).
+    cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
+           "--disable-usage-stats", f"--temp-dir={temp}"]
+    # `ray start` turns token auth on by default; this head listens on loopback for tests only.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and head.poll() is None and not _listening(port):
+        time.sleep(0.5)
+    if head.poll() is not None or not _listening(port):
+        _stop_group(head)
+        yield None  # fall back to a Ray per run
+        return
+    time.sleep(2)  # the raylet registers shortly after the GCS port opens
+    os.environ["PRX_RAY_ADDRESS"] = f"127.0.0.1:{port}"
+    try:
+        yield os.environ["PRX_RAY_ADDRESS"]
+    finally:
+        os.environ.pop("PRX_RAY_ADDRESS", None)
+        _stop_group(head)
+
+
+def _stop_group(process) -> None:
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except (ProcessLookupError, TimeoutError, Exception):  # noqa: BLE001
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

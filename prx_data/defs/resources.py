@@ -36,6 +36,29 @@ class SourceRegistryResource(dg.ConfigurableResource):
         return load_registry(self.sources_dir)
 
 
+_LOCAL_RAY_INIT = {
+    "ignore_reinit_error": True,
+    "include_dashboard": False,
+    "configure_logging": False,
+    "log_to_driver": False,
+}
+
+
+class RayAtAddress(LocalRay):
+    """Connect to a running Ray cluster (``ray start --head`` on this machine, or a long-lived
+    cluster) instead of starting one inside every run: runs start in about a second."""
+
+    address: str
+
+    @property
+    def ray_address(self) -> str:  # type: ignore[override]
+        return self.address
+
+    @property
+    def name(self) -> str:
+        return f"Ray at {self.address}"
+
+
 def build_resources(settings: Settings | None = None) -> dict[str, object]:
     settings = settings or get_settings()
     ray: RayResource
@@ -43,16 +66,10 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
         from prx_data.defs.cluster import build_cluster_ray
 
         ray = build_cluster_ray(settings)
+    elif settings.ray_address:
+        ray = RayAtAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, data_execution_options={"verbose_progress": False})
     else:
-        ray = LocalRay(
-            ray_init_options={
-                "ignore_reinit_error": True,
-                "include_dashboard": False,
-                "configure_logging": False,
-                "log_to_driver": False,
-            },
-            data_execution_options={"verbose_progress": False},
-        )
+        ray = LocalRay(ray_init_options=_LOCAL_RAY_INIT, data_execution_options={"verbose_progress": False})
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
     from prx_data.defs.export.resources import ExportResource
 
