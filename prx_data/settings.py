@@ -12,12 +12,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 EnvName = Literal["local", "cluster"]
 
 
 class Settings(BaseModel):
+    # Validation errors would otherwise print the inputs, credentials included.
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     env: EnvName = "local"
     data_root: str = Field(description="Root of all data (a folder or an s3:// / gs:// URI).")
     sources_dir: str = Field(description="Folder holding one YAML spec per source.")
@@ -27,6 +30,12 @@ class Settings(BaseModel):
     # Credentials and endpoint for object storage, passed to Lance and MDS as-is.
     storage_options: dict[str, str] = Field(default_factory=dict)
     ray_address: str | None = None
+    # Cluster profile only (deployments/): Dagster's PostgreSQL (the same URL the deployment's
+    # dagster.yaml reads), the RayCluster spec a run gets when no PRX_RAY_ADDRESS is set, and
+    # whether the code location checks its services when it loads (cluster.check_cluster_startup).
+    postgres_url: str | None = None
+    kuberay_spec: str | None = None
+    startup_checks: bool = True
     rows_per_fragment: int = 1_000_000
     # Backend configs (see prx_data/captioning/config.py, prx_data/labeling/config.py).
     captioner: dict = Field(default_factory=lambda: {"backend": "source"})
@@ -42,11 +51,36 @@ class Settings(BaseModel):
                         f"PRX_ENV=cluster needs an object-storage URI for {name} "
                         f"(PRX_{name.upper()}), got {value!r}"
                     )
+                if value.split("://", 1)[0] not in ("s3", "gs"):
+                    raise ValueError(f"PRX_{name.upper()}={value!r}: only s3:// and gs:// roots are supported")
+            if not self.postgres_url:
+                raise ValueError(
+                    "PRX_ENV=cluster needs PRX_POSTGRES_URL (postgresql://user:password@host:5432/db), "
+                    "the database of Dagster's runs and events"
+                )
+            if not self.postgres_url.startswith(("postgresql://", "postgres://")):
+                raise ValueError("PRX_POSTGRES_URL must be a postgresql:// URL")
+        if self.ray_address:
+            _check_ray_address(self.ray_address)
         return self
 
     @property
     def is_remote(self) -> bool:
         return "://" in self.lance_root
+
+
+def _check_ray_address(address: str) -> None:
+    from urllib.parse import urlparse
+
+    if address == "auto":
+        return
+    parsed = urlparse(address if "://" in address else f"ray://{address}")
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if parsed.scheme not in ("ray", "http", "https") or not parsed.hostname or port is None:
+        raise ValueError(f"PRX_RAY_ADDRESS={address!r} is not a Ray address (ray://host:10001, host:6379 or auto)")
 
 
 def _storage_options_from_env(env: os._Environ | dict) -> dict[str, str]:
@@ -67,6 +101,8 @@ def _storage_options_from_env(env: os._Environ | dict) -> dict[str, str]:
 def load_settings(env: dict | None = None) -> Settings:
     env = os.environ if env is None else env
     name = env.get("PRX_ENV", "local")
+    if name not in ("local", "cluster"):
+        raise ValueError(f"PRX_ENV={name!r}: expected 'local' or 'cluster'")
     data_root = env.get("PRX_DATA_ROOT") or str(Path.cwd() / "data")
     local_base = data_root if "://" not in data_root else str(Path.cwd() / "data")
     return Settings(
@@ -78,6 +114,9 @@ def load_settings(env: dict | None = None) -> Settings:
         mds_root=env.get("PRX_MDS_ROOT") or f"{data_root.rstrip('/')}/mds",
         storage_options=_storage_options_from_env(env),
         ray_address=env.get("PRX_RAY_ADDRESS") or None,
+        postgres_url=env.get("PRX_POSTGRES_URL") or None,
+        kuberay_spec=env.get("PRX_KUBERAY_SPEC") or None,
+        startup_checks=env.get("PRX_STARTUP_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
         rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
         captioner=_json_env(env, "PRX_CAPTIONER", {"backend": "source"}),
         classifier=_json_env(env, "PRX_CLASSIFIER", {"backend": "minilm"}),

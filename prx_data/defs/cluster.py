@@ -1,23 +1,179 @@
-"""Cluster profile: a KubeRay cluster per run through dagster-ray."""
+"""Cluster profile: Ray on Kubernetes through dagster-ray, and the checks a cluster code location
+runs when it loads.
+
+Two ways to reach Ray (see deployments/k8s/README.md):
+
+- ``PRX_RAY_ADDRESS`` set (``ray://prx-ray-head-svc:10001``): every run connects to one
+  long-lived, autoscaling RayCluster (``deployments/k8s/raycluster.yaml`` applied once). vLLM
+  replicas stay warm between runs; this is the default for corpus builds.
+- unset: each step gets its own cluster as a KubeRay ``RayJob`` in interactive mode
+  (``KubeRayInteractiveJob``), built from the same manifest's ``spec`` (``PRX_KUBERAY_SPEC``
+  names another file). Isolation per run, at the price of a cold start per step.
+
+``check_cluster_startup`` runs when the resources are built (code location load), so a wrong or
+missing setting fails the deployment at start, with the setting named, instead of failing a run
+hours later.
+"""
 
 from __future__ import annotations
 
-from dagster_ray import RayResource
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+from dagster_ray import LocalRay, RayResource
 
 from prx_data.settings import Settings
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_KUBERAY_SPEC = PROJECT_ROOT / "deployments" / "k8s" / "raycluster.yaml"
+# Ray options for a code location talking to a remote cluster: never start a local one.
+_REMOTE_RAY_INIT = {"ignore_reinit_error": True, "log_to_driver": True}
+
+
+class ClusterStartupError(RuntimeError):
+    """A cluster deployment cannot work as configured; the message names the setting."""
+
+
+class RayClusterAddress(LocalRay):
+    """A Ray cluster that already runs (KubeRay RayCluster or ``ray start --head``): connect only.
+
+    LocalRay's lifecycle (nothing to create, wait for or delete) is exactly right; only the
+    address differs.
+    """
+
+    address: str
+
+    @property
+    def ray_address(self) -> str:  # type: ignore[override]
+        return self.address
+
+    @property
+    def host(self) -> str:
+        return urlparse(self.address if "://" in self.address else f"ray://{self.address}").hostname or self.address
+
+    @property
+    def name(self) -> str:
+        return f"Ray cluster at {self.address}"
+
+
+def load_raycluster_manifest(path: str | Path | None = None) -> dict[str, Any]:
+    path = Path(path or DEFAULT_KUBERAY_SPEC)
+    try:
+        manifest = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ClusterStartupError(f"PRX_KUBERAY_SPEC: no RayCluster manifest at {path}") from None
+    if not isinstance(manifest, dict) or manifest.get("kind") != "RayCluster" or "spec" not in manifest:
+        raise ClusterStartupError(f"PRX_KUBERAY_SPEC: {path} is not a RayCluster manifest")
+    return manifest
+
+
+def build_kuberay_job(manifest: dict[str, Any]) -> RayResource:
+    """A per-step RayJob (interactive mode) whose cluster is the manifest's spec."""
+    from dagster_ray.kuberay import KubeRayInteractiveJob
+    from dagster_ray.kuberay.configs import DEFAULT_AUTOSCALER_OPTIONS, RayClusterSpec
+    from dagster_ray.kuberay.resources.rayjob import InteractiveRayJobConfig, InteractiveRayJobSpec
+
+    spec = manifest["spec"]
+    cluster_spec = RayClusterSpec(
+        head_group_spec=spec["headGroupSpec"],
+        worker_group_specs=spec["workerGroupSpecs"],
+        ray_version=spec.get("rayVersion"),
+        enable_in_tree_autoscaling=bool(spec.get("enableInTreeAutoscaling", False)),
+        autoscaler_options=spec.get("autoscalerOptions", DEFAULT_AUTOSCALER_OPTIONS),
+    )
+    namespace = manifest.get("metadata", {}).get("namespace", "prx")
+    return KubeRayInteractiveJob(
+        ray_job=InteractiveRayJobConfig(
+            metadata={"namespace": namespace},
+            spec=InteractiveRayJobSpec(ray_cluster_spec=cluster_spec, ttl_seconds_after_finished=600),
+        ),
+        ray_init_options=_REMOTE_RAY_INIT,
+    )
+
 
 def build_cluster_ray(settings: Settings) -> RayResource:
+    if settings.startup_checks:
+        check_cluster_startup(settings)
     if settings.ray_address:
-        # An existing long-lived Ray cluster (KubeRay or otherwise): connect to it.
-        from dagster_ray import LocalRay
+        return RayClusterAddress(address=settings.ray_address, ray_init_options=_REMOTE_RAY_INIT)
+    return build_kuberay_job(load_raycluster_manifest(settings.kuberay_spec))
 
-        class ExistingRay(LocalRay):
-            @property
-            def ray_address(self) -> str:  # type: ignore[override]
-                return settings.ray_address  # type: ignore[return-value]
 
-        return ExistingRay(ray_init_options={"ignore_reinit_error": True})
-    from dagster_ray.kuberay import KubeRayCluster
+# Startup checks ------------------------------------------------------------------------------
+def _tcp_reachable(host: str, port: int, timeout_s: float) -> str | None:
+    """None when a TCP connection opens, else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
 
-    return KubeRayCluster()
+
+def check_ray_address(address: str, timeout_s: float = 3.0) -> None:
+    if address == "auto":
+        return
+    parsed = urlparse(address if "://" in address else f"ray://{address}")
+    why = _tcp_reachable(parsed.hostname or "", parsed.port or 10001, timeout_s)
+    if why:
+        raise ClusterStartupError(f"PRX_RAY_ADDRESS={address!r} is unreachable: {why}")
+
+
+def _redacted(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.password:
+        return url.replace(f":{parsed.password}@", ":***@", 1)
+    return url
+
+
+def check_postgres(url: str, timeout_s: float = 5.0) -> None:
+    import psycopg2
+
+    try:
+        psycopg2.connect(url, connect_timeout=max(1, int(timeout_s))).close()
+    except psycopg2.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ClusterStartupError(f"PRX_POSTGRES_URL={_redacted(url)!r}: cannot connect: {first}") from None
+
+
+def check_object_store(settings: Settings) -> None:
+    from prx_data.storage_uri import ObjectStoreError, check_access
+
+    for setting, uri in (("PRX_LANCE_ROOT", settings.lance_root), ("PRX_MDS_ROOT", settings.mds_root)):
+        try:
+            check_access(uri, settings.storage_options, setting)
+        except ObjectStoreError as exc:
+            raise ClusterStartupError(str(exc)) from None
+
+
+def check_kubernetes() -> None:
+    """KubeRay mode creates RayJobs: it needs a Kubernetes API it can reach."""
+    import os
+
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return
+    kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    if not os.path.exists(kubeconfig):
+        raise ClusterStartupError(
+            "PRX_RAY_ADDRESS is not set, so runs would create KubeRay RayJobs, but no Kubernetes API is "
+            "configured (not in a pod, no KUBECONFIG): set PRX_RAY_ADDRESS=ray://<head>:10001 or run in Kubernetes"
+        )
+
+
+def check_cluster_startup(settings: Settings, timeout_s: float = 5.0) -> None:
+    """Fail fast, naming the setting, when a cluster deployment cannot work.
+
+    Settings validation already refused missing object-store roots and a missing database URL;
+    this checks that each named service answers: PostgreSQL, the object store (with the given
+    credentials), and Ray (the address, or a Kubernetes API for KubeRay jobs).
+    """
+    if settings.postgres_url:
+        check_postgres(settings.postgres_url, timeout_s)
+    check_object_store(settings)
+    if settings.ray_address:
+        check_ray_address(settings.ray_address, timeout_s)
+    else:
+        load_raycluster_manifest(settings.kuberay_spec)
+        check_kubernetes()

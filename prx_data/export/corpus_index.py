@@ -12,10 +12,14 @@ from __future__ import annotations
 import copy
 import json
 import os
+import time
 from dataclasses import dataclass
 
 from prx_data.export._fs import dumps_stable, sha256_bytes, write_if_changed
-from prx_data.export.tree import INDEX_BASENAME, list_buckets, list_sources
+from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
+from prx_data.storage_uri import Location, delete_file, is_remote, list_dir, locate, try_read_bytes, write_bytes
+
+SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
 
 MERGED_FORMAT = 1
 
@@ -50,16 +54,13 @@ def source_index_digests(bucket_dir: str) -> dict[str, str]:
     return digests
 
 
-def merge_bucket_index(bucket_dir: str) -> MergedIndex:
-    """(Re)write ``<bucket_dir>/index.json``; remove it when the bucket has no source left."""
-    path = os.path.join(bucket_dir, INDEX_BASENAME)
+def _merged_object(bucket_dir: str, raw_by_source: dict[str, bytes]) -> tuple[dict | None, dict[str, str], int]:
+    """(merged index object or None when there are no shards, source digests, samples)."""
     shards: list[dict] = []
     sources: dict[str, str] = {}
     samples_by_source: dict[str, int] = {}
     columns: tuple | None = None
-    for source in list_sources(bucket_dir):
-        with open(os.path.join(bucket_dir, source, INDEX_BASENAME), "rb") as handle:
-            raw = handle.read()
+    for source, raw in sorted(raw_by_source.items()):
         sources[source] = sha256_bytes(raw)
         obj = json.loads(raw)
         if obj.get("version") != 2:
@@ -78,10 +79,7 @@ def merge_bucket_index(bucket_dir: str) -> MergedIndex:
             shards.append(_prefixed(info, source))
             samples_by_source[source] += int(info["samples"])
     if not shards:
-        written = os.path.exists(path)
-        if written:
-            os.remove(path)  # an empty index would make StreamingDataset fail on this stream
-        return MergedIndex(bucket_dir, {}, 0, 0, written)
+        return None, {}, 0
     obj = {
         "version": 2,
         "shards": shards,
@@ -93,13 +91,116 @@ def merge_bucket_index(bucket_dir: str) -> MergedIndex:
             },
         },
     }
+    return obj, sources, sum(samples_by_source.values())
+
+
+def merge_bucket_index(bucket_dir: str, storage_options: dict | None = None) -> MergedIndex:
+    """(Re)write ``<bucket_dir>/index.json``; remove it when the bucket has no source left."""
+    if is_remote(bucket_dir):
+        return _merge_remote(locate(bucket_dir, storage_options), storage_options)
+    path = os.path.join(bucket_dir, INDEX_BASENAME)
+    raw_by_source = {}
+    for source in list_sources(bucket_dir):
+        with open(os.path.join(bucket_dir, source, INDEX_BASENAME), "rb") as handle:
+            raw_by_source[source] = handle.read()
+    obj, sources, samples = _merged_object(bucket_dir, raw_by_source)
+    if obj is None:
+        written = os.path.exists(path)
+        if written:
+            os.remove(path)  # an empty index would make StreamingDataset fail on this stream
+        return MergedIndex(bucket_dir, {}, 0, 0, written)
     written = write_if_changed(path, dumps_stable(obj))
-    return MergedIndex(bucket_dir, sources, len(shards), sum(samples_by_source.values()), written)
+    return MergedIndex(bucket_dir, sources, len(obj["shards"]), samples, written)
 
 
-def merge_all(mds_root: str) -> list[MergedIndex]:
-    """Merge every bucket of the tree, in sorted bucket order."""
-    return [merge_bucket_index(ref.dir(mds_root)) for ref in list_buckets(mds_root)]
+def _merge_remote(bucket: Location, storage_options: dict | None) -> MergedIndex:
+    raw_by_source = {}
+    for source in list_sources(bucket.uri, storage_options):
+        raw = try_read_bytes(bucket.child(source, INDEX_BASENAME))
+        if raw is not None:  # removed by a concurrent publish since the listing
+            raw_by_source[source] = raw
+    obj, sources, samples = _merged_object(bucket.uri, raw_by_source)
+    target = bucket.child(INDEX_BASENAME)
+    current = try_read_bytes(target)
+    if obj is None:
+        if current is not None:
+            delete_file(target)
+        return MergedIndex(bucket.uri, {}, 0, 0, current is not None)
+    data = dumps_stable(obj)
+    if current == data:
+        return MergedIndex(bucket.uri, sources, len(obj["shards"]), samples, False)
+    write_bytes(target, data)
+    return MergedIndex(bucket.uri, sources, len(obj["shards"]), samples, True)
+
+
+def merge_all(mds_root: str, storage_options: dict | None = None, *, gc_min_age_s: float = 3600.0) -> list[MergedIndex]:
+    """Merge every bucket of the tree, in sorted bucket order.
+
+    On an object-store root, shards of replaced exports are deleted afterwards once no index
+    refers to them (``collect_garbage``). ``storage_options`` default to the settings' when the
+    root is remote and none are given, so callers that only know the root still reach it.
+    """
+    if is_remote(mds_root) and storage_options is None:
+        from prx_data.settings import get_settings
+
+        storage_options = get_settings().storage_options
+    if not is_remote(mds_root):
+        return [merge_bucket_index(ref.dir(mds_root)) for ref in list_buckets(mds_root)]
+    root = locate(mds_root, storage_options)
+    merged = []
+    for ref in list_buckets(mds_root, storage_options):
+        bucket = root.child(ref.rel)
+        before = _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
+        merged.append(_merge_remote(bucket, storage_options))
+        collect_garbage(root, bucket, before, min_age_s=gc_min_age_s)
+    return merged
+
+
+def _referenced(raw: bytes | None) -> set[str]:
+    """Shard basenames an index refers to ('<source>/<name>' in a merged index)."""
+    if raw is None:
+        return set()
+    names = set()
+    for info in json.loads(raw).get("shards", ()):
+        for key in ("raw_data", "zip_data"):
+            if info.get(key):
+                names.add(info[key]["basename"])
+    return names
+
+
+def collect_garbage(root: Location, bucket: Location, previous_merged: set[str], *, min_age_s: float = 3600.0) -> list[str]:
+    """Delete a bucket's run-named objects that no index refers to any more; returns their paths.
+
+    Kept: what the source's current index, the new merged index, or the merged index before
+    this merge (``previous_merged``) name, so a trainer that loaded the previous merged index
+    still finds its shards until the next merge; objects of runs still publishing (their
+    ``_commits/<source>.<run>.running`` marker exists); objects younger than ``min_age_s``;
+    skip-list sidecars. Only names that start with a run id are ever candidates.
+    """
+    from prx_data.export.mds_writer import COMMITS_DIR, run_of_object, running_marker_name
+
+    keep = set(previous_merged) | _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
+    running = {entry.name for entry in list_dir(root.child(COMMITS_DIR)) if entry.name.endswith(".running")}
+    now = time.time()
+    deleted = []
+    for folder in list_dir(bucket):
+        if not (folder.is_dir and SOURCE_RE.match(folder.name)):
+            continue
+        source_dir = bucket.child(folder.name)
+        current = try_read_bytes(source_dir.child(INDEX_BASENAME))
+        if current is not None:
+            keep |= {f"{folder.name}/{name}" for name in _referenced(current)}
+        for entry in list_dir(source_dir):
+            run = run_of_object(entry.name)
+            if entry.is_dir or run is None or SKIP_INFIX in entry.name:
+                continue
+            if f"{folder.name}/{entry.name}" in keep or running_marker_name(folder.name, run) in running:
+                continue
+            if entry.mtime is not None and now - entry.mtime.timestamp() < min_age_s:
+                continue
+            delete_file(source_dir.child(entry.name))
+            deleted.append(source_dir.child(entry.name).uri)
+    return deleted
 
 
 def merged_source_digests(index_obj: dict) -> dict[str, str]:

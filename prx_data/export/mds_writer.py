@@ -12,9 +12,27 @@ killed while applying the journal is rolled forward by the next run (``recover_s
 bucket is swapped by two renames, so a reader can, for microseconds, find a bucket without the
 source's folder; it never finds a half-written one.
 
-Object-store roots (s3://, gs://) are not written directly: the plan is to run this against a
-local scratch root and upload each committed ``<bucket>/<source>`` folder under a versioned
-prefix, flipping the merged index last (see corpus_index). Until then a URI root raises.
+Object-store roots (s3://, gs://) have no rename, so ``write_partition`` refuses them and
+``write_partition_remote`` publishes instead: the partition is written and checked in a local
+scratch root by ``write_partition``, then uploaded in an order that keeps the same promise
+(a reader sees the previous export or the new one, never a half-written one):
+
+1. an in-flight marker ``_commits/<source>.<run id>.running`` (garbage collection leaves the
+   run's objects alone while it exists);
+2. every shard, under a name that carries the run id (``<run id>.shard.00000.mds``), so no
+   object a reader may be using is ever overwritten;
+3. each bucket's new source index, staged as ``<bucket>/<source>/<run id>.index.json``;
+4. the commit journal ``_commits/<source>.json`` (the commit point, one PUT);
+5. the flip: each staged index is copied to ``<bucket>/<source>/index.json`` (one PUT per
+   bucket: the only objects readers resolve), and ``index.json`` is deleted from buckets the
+   source left; then the journal, the staged indexes and the marker are deleted.
+
+A run that dies before step 4 changes nothing readers see; its objects are garbage. A run
+that dies during step 5 is rolled forward by the next export of the source
+(``recover_remote_source``). Shards of replaced exports stay until ``corpus_index`` has merged
+past them (see ``corpus_index.collect_garbage``), so a trainer holding the previous merged index
+keeps working. There is no object-store lock: one export per source at a time is the
+orchestrator's job (one Dagster run per source partition).
 """
 
 from __future__ import annotations
@@ -23,6 +41,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -39,6 +58,14 @@ from streaming import MDSWriter
 
 from prx_data.export._fs import atomic_write_bytes, dumps_stable, fsync_dir
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
+from prx_data.storage_uri import (
+    delete_file,
+    is_remote,
+    locate,
+    try_read_bytes,
+    upload_file,
+    write_bytes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +130,11 @@ class PartitionExport:
     samples_per_bucket: dict[str, int] = field(default_factory=dict)  # "tier/HxW" -> count
     bytes_written: int = 0
     seconds: float = 0.0
+
+
+def new_run_id() -> str:
+    # Sorts by time, and has no dot: remote object names split '<run id>.<name>' on the first dot.
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
 def staging_name(source: str, run_id: str) -> str:
@@ -292,11 +324,11 @@ def write_partition(
     An empty input removes the source from the tree, so it needs ``allow_empty=True``: an
     upstream bug that yields nothing must not silently wipe a good export.
     """
-    if "://" in mds_root:
-        raise NotImplementedError("write to a local root and upload; object-store roots are not written directly")
+    if is_remote(mds_root):
+        raise NotImplementedError("object-store roots are published with write_partition_remote, not written directly")
     check_source(source)
     config = config or MdsWriterConfig()
-    run_id = run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    run_id = run_id or new_run_id()
     started = time.perf_counter()
     os.makedirs(mds_root, exist_ok=True)
     with _source_lock(mds_root, source):
@@ -356,5 +388,145 @@ def write_partition(
         removed_buckets=removed,
         samples_per_bucket={ref.rel: len(writers[ref].sample_ids) for ref in sorted(writers)},
         bytes_written=sum(w.bytes for w in writers.values()),
+        seconds=time.perf_counter() - started,
+    )
+
+
+# Object-store roots ----------------------------------------------------------------------------
+RUN_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{8}$")
+
+
+def remote_object_name(run_id: str, basename: str) -> str:
+    """'shard.00000.mds' of run R -> 'R.shard.00000.mds' (flat, so sidecars and lineage keep
+    the '<tier>/<HxW>/<source>/<basename>' shape)."""
+    return f"{run_id}.{basename}"
+
+
+def run_of_object(name: str) -> str | None:
+    """The run id an object name starts with, or None for index.json, sidecars' owners etc."""
+    head = name.split(".", 1)[0]
+    return head if RUN_ID_RE.match(head) else None
+
+
+def staged_index_name(run_id: str) -> str:
+    return remote_object_name(run_id, INDEX_BASENAME)
+
+
+def running_marker_name(source: str, run_id: str) -> str:
+    return f"{source}.{run_id}.running"
+
+
+def _apply_remote_journal(root, journal: dict[str, Any]) -> None:
+    """Idempotent; a staged index that is gone was applied and cleaned up already."""
+    source, run_id = journal["source"], journal["run_id"]
+    for rel in journal["install"]:
+        data = try_read_bytes(root.child(rel, source, staged_index_name(run_id)))
+        if data is not None:
+            write_bytes(root.child(rel, source, INDEX_BASENAME), data)
+    for rel in journal["remove"]:
+        delete_file(root.child(rel, source, INDEX_BASENAME))
+
+
+def _finish_remote_journal(root, journal: dict[str, Any]) -> None:
+    source, run_id = journal["source"], journal["run_id"]
+    delete_file(root.child(COMMITS_DIR, f"{source}.json"))
+    for rel in journal["install"]:
+        delete_file(root.child(rel, source, staged_index_name(run_id)))
+
+
+def recover_remote_source(mds_root: str, source: str, storage_options: dict | None = None) -> bool:
+    """Roll a committed but unfinished publish forward. True when there was one."""
+    root = locate(mds_root, storage_options)
+    raw = try_read_bytes(root.child(COMMITS_DIR, f"{source}.json"))
+    if raw is None:
+        return False
+    journal = json.loads(raw)
+    logger.warning("rolling forward interrupted export %s of %s under %s", journal["run_id"], source, mds_root)
+    _apply_remote_journal(root, journal)
+    _finish_remote_journal(root, journal)
+    return True
+
+
+def _remote_source_buckets(mds_root: str, source: str, storage_options: dict | None) -> list[BucketRef]:
+    root = locate(mds_root, storage_options)
+    return [
+        ref
+        for ref in list_buckets(mds_root, storage_options)
+        if try_read_bytes(root.child(ref.rel, source, INDEX_BASENAME)) is not None
+    ]
+
+
+def write_partition_remote(
+    samples: Iterable[Mapping[str, Any]],
+    *,
+    mds_root: str,
+    source: str,
+    storage_options: dict | None = None,
+    config: MdsWriterConfig | None = None,
+    run_id: str | None = None,
+    allow_empty: bool = False,
+    scratch_dir: str | None = None,
+) -> PartitionExport:
+    """``write_partition`` for an object-store root: write in local scratch, then publish.
+
+    The scratch copy needs room for the whole partition (its shards are uploaded after the
+    partition is complete and checked); ``scratch_dir`` picks where (default: the system temp).
+    Lineage names the published objects (``<tier>/<HxW>/<source>/<run id>.shard.NNNNN.mds``).
+    """
+    import tempfile
+
+    check_source(source)
+    run_id = run_id or new_run_id()
+    started = time.perf_counter()
+    root = locate(mds_root, storage_options)
+    recover_remote_source(mds_root, source, storage_options)
+    marker = root.child(COMMITS_DIR, running_marker_name(source, run_id))
+    write_bytes(marker, dumps_stable({"source": source, "run_id": run_id}))
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"prx-mds-{source}-", dir=scratch_dir) as scratch:
+            export = write_partition(samples, mds_root=scratch, source=source, config=config, run_id=run_id, allow_empty=True)
+            if not export.buckets and not allow_empty:
+                raise ValueError(f"source {source!r}: no samples to export (pass allow_empty=True to remove it)")
+            previous = _remote_source_buckets(mds_root, source, storage_options)
+            removed = sorted(set(previous) - set(export.buckets))
+            sent = 0
+            for ref in export.buckets:
+                local_dir = ref.source_dir(scratch, source)
+                with open(os.path.join(local_dir, INDEX_BASENAME), "rb") as handle:
+                    index = json.loads(handle.read())
+                for info in index["shards"]:
+                    for key in ("raw_data", "zip_data"):
+                        if info.get(key):
+                            basename = info[key]["basename"]
+                            target = remote_object_name(run_id, basename)
+                            sent += upload_file(os.path.join(local_dir, basename), root.child(ref.rel, source, target))
+                            info[key]["basename"] = target
+                write_bytes(root.child(ref.rel, source, staged_index_name(run_id)), dumps_stable(index))
+            journal = {
+                "source": source,
+                "run_id": run_id,
+                "install": [ref.rel for ref in export.buckets],
+                "remove": [ref.rel for ref in removed],
+            }
+            write_bytes(root.child(COMMITS_DIR, f"{source}.json"), dumps_stable(journal))  # the commit point
+            _apply_remote_journal(root, journal)
+            _finish_remote_journal(root, journal)
+    finally:
+        delete_file(marker)
+
+    shards = export.lineage.column("shard").to_pylist()
+    renamed = [f"{rel}/{remote_object_name(run_id, base)}" for rel, base in (s.rsplit("/", 1) for s in shards)]
+    lineage = export.lineage.set_column(
+        export.lineage.schema.get_field_index("shard"), "shard", pa.array(renamed, pa.string())
+    )
+    logger.info("published %s to %s: %d buckets, %d bytes, run %s", source, mds_root, len(export.buckets), sent, run_id)
+    return PartitionExport(
+        source=source,
+        run_id=run_id,
+        lineage=lineage,
+        buckets=export.buckets,
+        removed_buckets=removed,
+        samples_per_bucket=export.samples_per_bucket,
+        bytes_written=export.bytes_written,
         seconds=time.perf_counter() - started,
     )

@@ -3,6 +3,9 @@ and record where every sample landed (or why it was dropped) in the source's exp
 
 Decoding and encoding run on Ray; the MDS writer runs in the driver and commits the whole
 partition at once (``export.mds_writer``), so a failed run leaves the previous export as it was.
+An object-store MDS root (``s3://``) is written in a local scratch folder and published with the
+same all-or-nothing promise (``write_partition_remote``: shards first, each bucket's source
+index last).
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
-from prx_data.export.mds_writer import MdsWriterConfig, write_partition
+from prx_data.export.mds_writer import MdsWriterConfig, write_partition, write_partition_remote
 from prx_data.imaging.buckets import BucketConfig, Drop, assign
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
 from prx_data.schema import EXPORT_SCHEMA
 from prx_data.stages.executors import make_processor
+from prx_data.storage_uri import is_remote
 
 # Bump when the resize/encode path changes in a way that changes exported bytes.
 TRANSFORM_VERSION = "lanczos-cover-crop-v1"
@@ -96,6 +100,7 @@ def export_source(
     require_caption: bool = True,
     storage_options: dict | None = None,
     progress=None,
+    scratch_dir: str | None = None,
 ) -> ExportStats:
     started = time.perf_counter()
     bucket_cfg = bucket_cfg or BucketConfig()
@@ -149,7 +154,18 @@ def export_source(
             if progress:
                 progress(done, todo.num_rows)
 
-    export = write_partition(samples(), mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True)
+    if is_remote(mds_root):
+        export = write_partition_remote(
+            samples(),
+            mds_root=mds_root,
+            source=source,
+            storage_options=storage_options,
+            config=writer_cfg,
+            allow_empty=True,
+            scratch_dir=scratch_dir,
+        )
+    else:
+        export = write_partition(samples(), mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True)
     for sid, reason in late_drops.items():
         drop[by_id[sid]] = reason
 
