@@ -7,6 +7,13 @@ from dagster_ray import RayResource
 
 from prx_data.captioning.base import BackendUnavailable
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
+from prx_data.defs.automation import (
+    PER_SOURCE,
+    SOURCE_TABLE_WRITER_TAG,
+    TRANSIENT_RETRY,
+    captions_code_version,
+    labels_code_version,
+)
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
@@ -26,6 +33,11 @@ class StageRunConfig(dg.Config):
     kinds={"lance", "ray"},
     tags=PER_SOURCE_TAG,
     pool="gpu",
+    # From the configured captioner at load time (settings are fixed per code-location process).
+    code_version=captions_code_version(),
+    automation_condition=PER_SOURCE,
+    retry_policy=TRANSIENT_RETRY,
+    op_tags=SOURCE_TABLE_WRITER_TAG,
     description="Adds caption, caption_model, caption_prompt_version, caption_error. Only rows "
     "with no caption, an error, or one made by another model/prompt version are captioned.",
 )
@@ -77,6 +89,10 @@ def captions(
     kinds={"lance", "ray"},
     tags=PER_SOURCE_TAG,
     pool="gpu",
+    code_version=labels_code_version(),
+    automation_condition=PER_SOURCE,
+    retry_policy=TRANSIENT_RETRY,
+    op_tags=SOURCE_TABLE_WRITER_TAG,
     description="Labels each caption visual, text or nsfw from the caption alone.",
 )
 def caption_labels(

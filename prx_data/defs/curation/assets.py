@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from prx_data.defs.automation import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
@@ -10,9 +11,10 @@ from prx_data.report import build_data_card
 
 
 @dg.asset(
-    deps=["phashes", "mds_shards"],
+    deps=["phashes", "mds_shards", "optout_folder"],
     group_name="curation",
     kinds={"lance"},
+    automation_condition=CORPUS_SETTLED,
     description="Resolves every opt-out request (sample ids, source keys, URLs, domains, image files "
     "and all their perceptual copies) to samples for skip_lists, and keeps an audit table.",
 )
@@ -78,6 +80,7 @@ def table_maintenance(
     deps=["skip_lists"],
     group_name="curation",
     kinds={"mds"},
+    automation_condition=CORPUS_SETTLED,
     description="A data card for the current export: counts per source, tier, bucket, label and "
     "exclusion reason, caption lengths, captioner and prompt versions.",
 )

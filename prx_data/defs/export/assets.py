@@ -4,6 +4,7 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from prx_data.defs.export.resources import ExportResource
+from prx_data.defs.automation import CORPUS_SETTLED, PER_SOURCE, TRANSIENT_RETRY, export_code_version
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -23,6 +24,9 @@ class ExportRunConfig(dg.Config):
     group_name="export",
     kinds={"mds", "ray"},
     tags=PER_SOURCE_TAG,
+    code_version=export_code_version(),
+    automation_condition=PER_SOURCE,
+    retry_policy=TRANSIENT_RETRY,
     description="Buckets, resizes (Lanczos), encodes (JPEG q92) and writes the source's usable rows "
     "as MDS shards under <mds root>/<tier>/<HxW>/<source>/, replacing its previous export in one "
     "commit; records each sample's shard and index (or drop reason) in the exports table.",
@@ -66,6 +70,7 @@ def mds_shards(
     deps=["mds_shards"],
     group_name="export",
     kinds={"mds"},
+    automation_condition=CORPUS_SETTLED,
     description="One index.json per bucket folder covering every source's shards, so each bucket "
     "is one stream that a plain StreamingDataset reads.",
 )
@@ -86,6 +91,7 @@ def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) ->
     deps=["corpus_index", "caption_labels", "optout_requests"],
     group_name="export",
     kinds={"mds"},
+    automation_condition=CORPUS_SETTLED,
     description="Per-shard skip-list sidecars: duplicates across sources, excluded labels and "
     "opt-outs. Shards are never rewritten; the training loader unions the sidecars.",
 )

@@ -3,6 +3,7 @@
 import dagster as dg
 from dagster_ray import RayResource
 
+from prx_data.defs.automation import PER_SOURCE, SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
@@ -22,6 +23,9 @@ class PhashConfig(dg.Config):
     kinds={"lance", "ray"},
     tags=PER_SOURCE_TAG,
     code_version=PHASH_VERSION,
+    automation_condition=PER_SOURCE,
+    retry_policy=TRANSIENT_RETRY,
+    op_tags=SOURCE_TABLE_WRITER_TAG,
     description="Adds phash, phash_version, phash_error to the source's table; rows already "
     "hashed with the current version are skipped.",
 )

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from prx_data.defs.automation import PER_SOURCE, SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.ingest import ingest_source
@@ -18,6 +19,9 @@ INGEST_CODE_VERSION = "ingest-v1"
     kinds={"lance"},
     tags=PER_SOURCE_TAG,
     code_version=INGEST_CODE_VERSION,
+    automation_condition=PER_SOURCE,
+    retry_policy=TRANSIENT_RETRY,
+    op_tags=SOURCE_TABLE_WRITER_TAG,
     description="The source's items in the common schema: one row per item, with a status.",
 )
 def raw_samples(

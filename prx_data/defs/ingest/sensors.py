@@ -1,4 +1,10 @@
-"""The registry sensor: a new source spec becomes a partition and a run; a changed spec re-runs."""
+"""The registry sensor: a new source spec becomes a partition; a changed spec re-ingests.
+
+The sensor only adds partitions and requests ``raw_samples``; declarative automation
+(``prx_data/defs/automation.py``) requests the rest of the chain: a new partition is missing, so
+its whole chain is requested in one run, and a re-ingested ``raw_samples`` is an upstream update
+for the stages below it. A second path that ran the chain too would run it twice.
+"""
 
 import json
 
@@ -8,13 +14,16 @@ from prx_data.defs.jobs import source_pipeline_job
 from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource
 
+RAW_SAMPLES = dg.AssetKey("raw_samples")
+
 
 @dg.sensor(
     job=source_pipeline_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Watches the source registry folder: adds a partition per new source and runs it; "
-    "re-runs a source whose spec changed. Bad specs are reported on the tick.",
+    description="Watches the source registry folder: adds a partition per new source (automation "
+    "then runs its chain) and re-ingests a source whose spec changed. Bad specs are reported on "
+    "the tick and the other sources go on.",
 )
 def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
     reg = registry.load()
@@ -28,14 +37,19 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
         fingerprint = source.fingerprint
         if seen.get(name) == fingerprint and name in known:
             continue
+        seen[name] = fingerprint
+        if name not in known:
+            continue  # missing in a new partition: automation requests its whole chain
+        # A known partition whose spec changed, or that this cursor has not seen yet (a reset
+        # cursor, a partition added by the CLI): re-ingest is incremental, so asking is cheap.
         run_requests.append(
             dg.RunRequest(
                 partition_key=name,
                 run_key=f"{name}:{fingerprint}",
+                asset_selection=[RAW_SAMPLES],
                 tags={SOURCE_TAG_FINGERPRINT: fingerprint},
             )
         )
-        seen[name] = fingerprint
     if not run_requests and not new_partitions:
         detail = f"; {len(reg.errors)} bad spec(s): " + "; ".join(map(str, reg.errors)) if reg.errors else ""
         return dg.SkipReason(f"{len(reg.sources)} source(s), none new or changed{detail}")
