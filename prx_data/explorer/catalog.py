@@ -1,0 +1,103 @@
+"""Which tables exist, and what each can answer (text indexes, embeddings).
+
+Source names come from the data itself (the ``*.lance`` folders under ``<lance root>/sources``)
+or, for an object-store root that cannot be listed cheaply, from the source registry; a request
+can only pick one of those names.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import lance
+
+from prx_data.export.tree import SOURCE_RE
+from prx_data.lance_io import open_table
+from prx_data.paths import StoragePaths
+from prx_data.settings import Settings
+from prx_data.explorer import validate
+
+TEXT_COLUMNS = ("caption", "source_caption")
+# Columns every page may show; the image blob and the embedding are read only when needed.
+ROW_COLUMNS = (
+    "sample_id", "source", "source_key", "image_format", "width", "height", "status", "error",
+    "source_caption", "source_url", "license", "caption", "caption_model", "caption_prompt_version",
+    "caption_error", "label", "label_model", "label_version", "phash", "phash_version",
+)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    source: str
+    ds: lance.LanceDataset
+    fts_columns: frozenset[str]  # text columns with an INVERTED index
+    has_embedding: bool
+
+    @property
+    def columns(self) -> list[str]:
+        names = set(self.ds.schema.names)
+        return [c for c in ROW_COLUMNS if c in names]
+
+
+class Catalog:
+    def __init__(self, settings: Settings, list_ttl_s: float = 5.0):
+        self.settings = settings
+        self.paths = StoragePaths.from_settings(settings)
+        self.options = settings.storage_options or None
+        self._list_ttl_s = list_ttl_s
+        self._listed: tuple[float, frozenset[str]] = (0.0, frozenset())
+        self._lock = threading.Lock()
+
+    # Names -------------------------------------------------------------------------------------
+    def sources(self) -> frozenset[str]:
+        with self._lock:
+            stamp, names = self._listed
+            if time.monotonic() - stamp > self._list_ttl_s:
+                names = frozenset(self._list_sources())
+                self._listed = (time.monotonic(), names)
+            return names
+
+    def _list_sources(self) -> set[str]:
+        if self.settings.is_remote:
+            from prx_data.registry import load_registry
+
+            return {name for name in load_registry(self.settings.sources_dir).sources if SOURCE_RE.match(name)}
+        folder = os.path.join(self.settings.lance_root, "sources")
+        try:
+            entries = os.listdir(folder)
+        except FileNotFoundError:
+            return set()
+        names = set()
+        for entry in entries:
+            name, dot, ext = entry.rpartition(".")
+            if dot and ext == "lance" and SOURCE_RE.match(name) and os.path.isdir(os.path.join(folder, entry)):
+                names.add(name)
+        return names
+
+    def source(self, value: str) -> str:
+        return validate.source(value, self.sources())
+
+    # Tables ------------------------------------------------------------------------------------
+    def raw(self, source: str) -> TableInfo | None:
+        """The source's raw table at its latest version (opened per request: a stage may have
+        committed since the last one)."""
+        ds = open_table(self.paths.raw_table(source), self.options)
+        if ds is None:
+            return None
+        names = set(ds.schema.names)
+        return TableInfo(source, ds, frozenset(_fts_columns(ds) & names), "embedding" in names)
+
+    def exports(self, source: str) -> lance.LanceDataset | None:
+        return open_table(self.paths.exports_table(source), self.options)
+
+
+def _fts_columns(ds: lance.LanceDataset) -> set[str]:
+    found = set()
+    for index in ds.describe_indices():
+        kind = str(getattr(index, "index_type", "")).lower()
+        if "inverted" in kind or "fts" in kind:
+            found.update(name for name in index.field_names if name in TEXT_COLUMNS)
+    return found
