@@ -33,6 +33,7 @@ class CorpusFigures:
     sources: dict[str, SourceFigures]
     skip_reasons: Counter
     skip_errors: tuple[str, ...]
+    skipped_samples: int
 
     def total(self, name: str) -> Counter:
         out: Counter = Counter()
@@ -92,7 +93,7 @@ class Figures:
             figures = self.source(catalog, source)
             if figures is not None:
                 sources[source] = figures
-        return CorpusFigures(sources, snapshot.samples_per_reason(), snapshot.errors)
+        return CorpusFigures(sources, snapshot.samples_per_reason(), snapshot.errors, len(snapshot.by_sample))
 
 
 def bucket_sort_key(key: str) -> tuple[int, float]:

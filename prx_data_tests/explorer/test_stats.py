@@ -36,3 +36,10 @@ def test_chart_escapes_labels_and_scales_bars():
     assert "<script>" not in svg and "&lt;script&gt;" in svg
     assert 'width="360"' in svg and 'width="180"' in svg  # longest bar = largest value
     assert "nothing to show" in str(bar_chart("empty", []))
+
+
+def test_skipped_total_counts_samples_once(client, corpus):
+    reasons = sidecar_reasons(corpus.settings.mds_root)
+    pairs = sum(len(r) for r in reasons.values())
+    html = client.get("/stats").text
+    assert f'id="skipped-total">{len(reasons)} samples ({pairs} sample-reason pairs)' in html
