@@ -132,3 +132,37 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def process_corpus_locally(data_root: Path, sources: tuple[str, ...] | None = None) -> dict:
+    """Demo corpus through every stage with the plain functions in-process (no Dagster, no Ray):
+    a fast fixture for tests of what reads the processed corpus."""
+    from prx_data.demo.corpus import build_demo_corpus
+    from prx_data.export.corpus_index import merge_all
+    from prx_data.imaging.buckets import BucketConfig
+    from prx_data.ingest.ingest import ingest_source
+    from prx_data.paths import StoragePaths
+    from prx_data.registry import load_registry
+    from prx_data.settings import get_settings
+    from prx_data.stages.caption_stage import compute_captions
+    from prx_data.stages.exclusion import compute_skips, write_skip_lists
+    from prx_data.stages.export_stage import export_source
+    from prx_data.stages.label_stage import compute_labels
+    from prx_data.stages.phash_stage import compute_phashes
+
+    manifest = build_demo_corpus(data_root)
+    settings = get_settings()
+    paths = StoragePaths.from_settings(settings)
+    registry = load_registry(settings.sources_dir)
+    names = [n for n in registry.sources if sources is None or n in sources]
+    for name in names:
+        uri = paths.raw_table(name)
+        ingest_source(registry.get(name), uri)
+        compute_phashes(uri, executor="local")
+        compute_captions(uri, {"backend": "source"}, executor="local")
+        compute_labels(uri, {"backend": "minilm"}, executor="local")
+        export_source(uri, name, mds_root=settings.mds_root, exports_uri=paths.exports_table(name), executor="local")
+    merge_all(settings.mds_root)
+    _, skips = compute_skips(paths, {n: registry.get(n).spec.priority for n in names}, bucket_cfg=BucketConfig())
+    write_skip_lists(settings.mds_root, skips)
+    return {"manifest": manifest, "paths": paths, "settings": settings, "sources": names}
