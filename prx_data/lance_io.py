@@ -37,10 +37,13 @@ def ensure_columns(ds: lance.LanceDataset, schema: pa.Schema) -> lance.LanceData
 
 
 def storage_options_of(ds: lance.LanceDataset) -> dict | None:
-    try:
-        return ds.initial_storage_options() or None
-    except Exception:
-        return None
+    # pylance 14 made this a property (a dict, or None); older releases had a method. Calling
+    # the dict raised, which was swallowed, so every reopen of an s3:// table lost its endpoint
+    # and credentials.
+    options = getattr(ds, "initial_storage_options", None)
+    if callable(options):
+        options = options()
+    return dict(options) if options else None
 
 
 def fragment_of(row_addresses: pa.Array) -> pa.Array:

@@ -143,7 +143,7 @@ def run_column_stage(
             if name in ds.schema.names and name not in results.column_names:
                 results = results.append_column(ds.schema.field(name), pa.nulls(results.num_rows, ds.schema.field(name).type))
         ds = update_columns(ds, results)
-        _remove(staging)
+        _remove(staging, storage_options)
     stats.version = ds.version
     stats.seconds = time.perf_counter() - started
     return stats
@@ -159,12 +159,13 @@ def _last_per_sample(table: pa.Table) -> pa.Table:
     return table.take(pa.array(sorted(last.values())))
 
 
-def _remove(uri: str) -> None:
+def _remove(uri: str, storage_options: dict | None = None) -> None:
     if "://" in uri:
-        import pyarrow.fs as pafs
+        # With the table's own endpoint and credentials: FileSystem.from_uri would go to AWS.
+        from prx_data.storage_uri import locate
 
-        fs, path = pafs.FileSystem.from_uri(uri)
-        fs.delete_dir(path)
+        loc = locate(uri, storage_options)
+        loc.fs.delete_dir(loc.path)
     else:
         shutil.rmtree(uri, ignore_errors=True)
 
