@@ -55,11 +55,11 @@ class Settings(BaseModel):
                     raise ValueError(f"PRX_{name.upper()}={value!r}: only s3:// and gs:// roots are supported")
             if not self.postgres_url:
                 raise ValueError(
-                    "PRX_ENV=cluster needs PRX_POSTGRES_URL (postgresql://user:password@host:5432/db), "
+                    "PRX_ENV=cluster needs PRX_POSTGRES_URL (postgresql+psycopg2://user:password@host:5432/db), "
                     "the database of Dagster's runs and events"
                 )
-            if not self.postgres_url.startswith(("postgresql://", "postgres://")):
-                raise ValueError("PRX_POSTGRES_URL must be a postgresql:// URL")
+            if not self.postgres_url.startswith(("postgresql://", "postgres://", "postgresql+psycopg2://")):
+                raise ValueError("PRX_POSTGRES_URL must be a postgresql+psycopg2:// (or postgresql://) URL")
         if self.ray_address:
             _check_ray_address(self.ray_address)
         return self

@@ -128,11 +128,17 @@ def _redacted(url: str) -> str:
     return url
 
 
+def libpq_url(url: str) -> str:
+    """'postgresql+psycopg2://...' (SQLAlchemy's form, which Dagster needs) -> 'postgresql://...'."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.split('+', 1)[0]}://{rest}"
+
+
 def check_postgres(url: str, timeout_s: float = 5.0) -> None:
     import psycopg2
 
     try:
-        psycopg2.connect(url, connect_timeout=max(1, int(timeout_s))).close()
+        psycopg2.connect(libpq_url(url), connect_timeout=max(1, int(timeout_s))).close()
     except psycopg2.Error as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ClusterStartupError(f"PRX_POSTGRES_URL={_redacted(url)!r}: cannot connect: {first}") from None

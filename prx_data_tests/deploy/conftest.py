@@ -39,7 +39,8 @@ def postgres_admin_url() -> str:
 
 @pytest.fixture
 def postgres_url(postgres_admin_url: str):
-    """A fresh, empty database per test (Dagster creates its schema on first use)."""
+    """A fresh, empty database per test, as PRX_POSTGRES_URL takes it (SQLAlchemy form, driver
+    named); Dagster creates its schema on first use."""
     import psycopg2
 
     name = f"prx_test_{uuid.uuid4().hex[:12]}"
@@ -49,7 +50,7 @@ def postgres_url(postgres_admin_url: str):
         cur.execute(f"CREATE DATABASE {name}")
     base, _ = postgres_admin_url.rsplit("/", 1)
     try:
-        yield f"{base}/{name}"
+        yield f"{base}/{name}".replace("postgresql://", "postgresql+psycopg2://", 1)
     finally:
         with admin.cursor() as cur:
             cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
