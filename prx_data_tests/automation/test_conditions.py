@@ -1,0 +1,134 @@
+"""The automation conditions, evaluated against a real Dagster instance with the real
+definitions: what a new source, a settling batch, an opt-out and a new captioner request.
+
+Materializations are recorded as runless events here (conditions only read the event log);
+test_incremental.py runs what the conditions request through the real jobs."""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster._core.storage.tags import PARTITION_NAME_TAG
+
+from prx_data_tests.automation.conftest import CORPUS, PER_SOURCE, Automation, evaluate_sensor, report_materialized
+
+UNPARTITIONED = {None}
+
+
+def _spec(data_root, name: str) -> None:
+    (data_root / "sources" / f"{name}.yaml").write_text(f"name: {name}\nshape: image_folder\nlocation: {name}\n")
+
+
+def _chain(*partitions) -> dict[str, set]:
+    return {asset: set(partitions) for asset in PER_SOURCE}
+
+
+def _corpus() -> dict[str, set]:
+    return {asset: UNPARTITIONED for asset in CORPUS}
+
+
+def test_a_new_source_requests_its_whole_chain_and_nothing_else(data_root, prx_defs, instance):
+    auto = Automation(prx_defs, instance)
+    assert auto.tick() == {}
+    for name in ("a", "b"):
+        _spec(data_root, name)
+    cursor = evaluate_sensor(prx_defs, instance, "source_registry_sensor", None).cursor
+    assert auto.tick() == _chain("a", "b")
+    report_materialized(instance, PER_SOURCE, ["a", "b"])
+    assert auto.tick() == _corpus()
+    report_materialized(instance, CORPUS)
+    assert auto.tick() == {}
+
+    _spec(data_root, "c")
+    added = evaluate_sensor(prx_defs, instance, "source_registry_sensor", cursor)
+    assert added.run_requests == []  # the sensor only adds the partition
+    # Every per-source step for c on one tick (so one run), nothing for a or b, and the corpus
+    # waits for c's chain instead of running now and again after it.
+    assert auto.tick() == _chain("c")
+    report_materialized(instance, PER_SOURCE, ["c"])
+    assert auto.tick() == _corpus()
+    report_materialized(instance, CORPUS)
+    assert auto.tick() == {}
+
+
+def test_corpus_assets_run_once_after_a_batch_settles(data_root, prx_defs, instance):
+    auto = Automation(prx_defs, instance)
+    auto.tick()
+    instance.add_dynamic_partitions("sources", ["a", "b"])
+    assert auto.tick() == _chain("a", "b")
+
+    # a's run finished; b's run has started and not finished yet.
+    job = prx_defs.resolve_job_def("source_pipeline")
+    keys = frozenset(dg.AssetKey(k) for k in PER_SOURCE)
+    run_b = instance.create_run_for_job(
+        job.get_subset(asset_selection=keys), asset_selection=keys, tags={PARTITION_NAME_TAG: "b"}, status=dg.DagsterRunStatus.STARTED
+    )
+    report_materialized(instance, PER_SOURCE, ["a"])
+    assert auto.tick() == {}  # not once for a ...
+    report_materialized(instance, PER_SOURCE, ["b"])
+    _finish(instance, run_b)
+    assert auto.tick() == _corpus()  # ... but once for the batch
+    report_materialized(instance, CORPUS)
+    assert auto.tick() == {}
+
+
+def _finish(instance: dg.DagsterInstance, run: dg.DagsterRun) -> None:
+    from dagster._core.events import DagsterEvent, DagsterEventType
+
+    instance.handle_run_event(run.run_id, DagsterEvent(event_type_value=DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name))
+
+
+def test_an_optout_folder_change_requests_only_what_depends_on_it(data_root, prx_defs, instance):
+    auto = Automation(prx_defs, instance)
+    auto.tick()
+    instance.add_dynamic_partitions("sources", ["a", "b"])
+    auto.tick()
+    report_materialized(instance, PER_SOURCE, ["a", "b"])
+    first = evaluate_sensor(prx_defs, instance, "optout_folder_sensor", None)  # the baseline version
+    assert isinstance(first, dg.SensorResult) and len(first.asset_events) == 1
+    assert auto.tick() == _corpus()
+    report_materialized(instance, CORPUS)
+    assert auto.tick() == {}
+
+    optout = data_root / "optout"
+    (optout / ".req-1.yaml.swp").write_text("editor state")
+    (optout / "req-1.yaml.tmp").write_text("half written")
+    unchanged = evaluate_sensor(prx_defs, instance, "optout_folder_sensor", first.cursor)
+    assert isinstance(unchanged, dg.SkipReason)  # temp and hidden files are not requests
+
+    (optout / "req-1.yaml").write_text("id: req-1\nurls: [https://example.com/me.jpg]\n")
+    changed = evaluate_sensor(prx_defs, instance, "optout_folder_sensor", first.cursor)
+    (observation,) = changed.asset_events
+    assert observation.asset_key == dg.AssetKey("optout_folder") and observation.data_version != first.asset_events[0].data_version
+    # optout_requests and what depends on it; not corpus_index, nothing per source.
+    assert auto.tick() == {"optout_requests": UNPARTITIONED, "skip_lists": UNPARTITIONED, "corpus_report": UNPARTITIONED}
+    report_materialized(instance, ["optout_requests", "skip_lists", "corpus_report"])
+
+    # Same content again (rewritten, so a new mtime): no new version, nothing requested.
+    (optout / "req-1.yaml").write_text("id: req-1\nurls: [https://example.com/me.jpg]\n")
+    assert isinstance(evaluate_sensor(prx_defs, instance, "optout_folder_sensor", changed.cursor), dg.SkipReason)
+    # A manual "Observe" in the UI records the same version: not an update either.
+    job = prx_defs.resolve_implicit_global_asset_job_def()
+    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("optout_folder")]).success
+    latest = instance.fetch_observations(dg.AssetKey("optout_folder"), limit=1).records[0]
+    assert latest.asset_observation.data_version == observation.data_version
+    assert auto.tick() == {}
+
+
+def test_a_new_captioner_requests_captions_and_below_for_every_source(data_root, prx_defs, instance, redeploy):
+    auto = Automation(prx_defs, instance)
+    auto.tick()
+    instance.add_dynamic_partitions("sources", ["a", "b"])
+    auto.tick()
+    report_materialized(instance, PER_SOURCE, ["a", "b"])
+    report_materialized(instance, CORPUS)
+    auto.tick()
+    assert auto.tick() == {}
+
+    graph = prx_defs.resolve_asset_graph()
+    assert graph.get(dg.AssetKey("captions")).code_version == "source@source"
+    auto.defs = redeploy({"backend": "openai", "model_id": "vlm-1", "server": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}})
+    captions = auto.defs.resolve_asset_graph().get(dg.AssetKey("captions"))
+    assert captions.code_version.startswith("vlm-1@")
+    # code_version_changed: every partition, however current its rows (the stage sorts that out).
+    assert auto.tick() == {asset: {"a", "b"} for asset in ("captions", "caption_labels", "mds_shards")}
+    assert auto.tick() == {}
