@@ -38,6 +38,16 @@ class Automation:
         self.cursor = result.cursor
         return requested(result, self.defs)
 
+    def run(self, partition: str | None, assets, **kwargs):
+        """One run of ``assets`` (names) for ``partition``, as a launched run would do them."""
+        keys = {dg.AssetKey(a) for a in assets}
+        job = self.defs.resolve_job_def("corpus" if partition is None else "source_pipeline")
+        result = job.execute_in_process(
+            instance=self.instance, partition_key=partition, asset_selection=sorted(keys), raise_on_error=False, run_config=local_stages(keys), **kwargs
+        )
+        self.runs.append(result)
+        return result
+
     def launch(self, wanted: dict[str, set]) -> list:
         """One run per partition (the whole requested chain of that source), one for the
         unpartitioned assets, as the automation sensor groups them."""
@@ -45,15 +55,8 @@ class Automation:
         for asset, partitions in wanted.items():
             for partition in partitions:
                 by_partition[partition].add(dg.AssetKey(asset))
-        results = []
-        for partition, keys in sorted(by_partition.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
-            job = self.defs.resolve_job_def("corpus" if partition is None else "source_pipeline")
-            result = job.execute_in_process(
-                instance=self.instance, partition_key=partition, asset_selection=sorted(keys), raise_on_error=False, run_config=local_stages(keys)
-            )
-            results.append(result)
-        self.runs.extend(results)
-        return results
+        ordered = sorted(by_partition.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+        return [self.run(partition, [k.to_user_string() for k in keys]) for partition, keys in ordered]
 
     def settle(self, max_ticks: int = 6) -> list[dict[str, set]]:
         """Tick and run until nothing is requested; the requests of every tick, in order."""
@@ -77,7 +80,7 @@ def local_stages(keys) -> dict:
     return {"ops": {name: {"config": {"executor": "local"}} for name in STAGES if name in names}}
 
 
-def write_folder_source(data_root: Path, name: str, count: int, start: int = 0) -> Path:
+def write_folder_source(data_root: Path, name: str, count: int, start: int = 0, spec_extra: str = "") -> Path:
     """An image_folder source of ``count`` photo-like JPEGs (exportable size) with captions."""
     folder = data_root / "inputs" / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -86,7 +89,7 @@ def write_folder_source(data_root: Path, name: str, count: int, start: int = 0) 
         (folder / f"img{i:03d}.txt").write_text(f"A smooth colour field with soft noise, picture number {i} of {name}.")
     spec = data_root / "sources" / f"{name}.yaml"
     if not spec.exists():
-        spec.write_text(f"name: {name}\nshape: image_folder\nlocation: {folder}\nlicense: cc0\n")
+        spec.write_text(f"name: {name}\nshape: image_folder\nlocation: {folder}\nlicense: cc0\n{spec_extra}")
     return folder
 
 
