@@ -142,3 +142,10 @@ def clean_prx_env(monkeypatch: pytest.MonkeyPatch):
     get_settings.cache_clear()
     yield monkeypatch
     get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_ray_head():
+    """None of these tests uses Ray (stages run with executor='local'): no session Ray head,
+    which costs seconds to start and to stop."""
+    yield None
