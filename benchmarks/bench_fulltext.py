@@ -37,8 +37,9 @@ def vocabulary(size: int, rng: np.random.Generator) -> np.ndarray:
     while len(words) < size:
         n = int(rng.integers(2, 5))
         words.add("".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(n)) + "x")
-    # The trailing 'x' keeps the stemmer from folding two words into one token.
-    return np.array(sorted(words))
+    # The trailing 'x' keeps the stemmer from folding two words into one token. Shuffled, so a
+    # word's frequency rank has nothing to do with its spelling.
+    return rng.permutation(np.array(sorted(words)))
 
 
 def captions(rows: int, vocab: np.ndarray, rng: np.random.Generator) -> tuple[pa.Array, np.ndarray]:
@@ -55,8 +56,8 @@ def captions(rows: int, vocab: np.ndarray, rng: np.random.Generator) -> tuple[pa
 
 
 def sample_ids(rows: int, rng: np.random.Generator) -> pa.Array:
-    raw = rng.integers(0, 256, size=(rows, 16), dtype=np.uint8)
-    return pa.array(raw.tobytes().hex()[i * 32 : (i + 1) * 32] for i in range(rows))
+    hexed = rng.integers(0, 256, size=(rows, 16), dtype=np.uint8).tobytes().hex()
+    return pa.array([hexed[i * 32 : (i + 1) * 32] for i in range(rows)])
 
 
 def queries(vocab: np.ndarray, n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
