@@ -74,10 +74,13 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 
 # --- retries ------------------------------------------------------------------------------------
 
-# Ray workers lost, object-store hiccups and Lance commit conflicts (a compaction or another
-# writer committed first) pass on a retry; the column stages keep staged batches, so a retry
-# redoes only what was not staged. Short delays: long outages are left to run retries
-# (dagster.yaml run_retries), which do not hold a run slot while waiting.
+# For raw_samples, phashes and mds_shards: Ray workers lost, object-store hiccups and Lance
+# commit conflicts (a compaction or another writer committed first) pass on a retry; the column
+# stages keep staged batches, so a retry redoes only what was not staged. Short delays: long
+# outages are left to run retries (dagster.yaml run_retries), which hold no run slot while they
+# wait. Not on captions / caption_labels: their backends retry each request themselves, and a
+# backend that stays down must fail with its own message (the step's error), which a step retry
+# would replace with "Exceeded max_retries"; the run retry still re-runs them, from staging.
 TRANSIENT_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 # Op tag that the executor limits to one op at a time per run (see jobs.py): raw_samples,

@@ -10,7 +10,6 @@ from prx_data.defs.caption.resources import CaptionerResource, ClassifierResourc
 from prx_data.defs.automation import (
     PER_SOURCE,
     SOURCE_TABLE_WRITER_TAG,
-    TRANSIENT_RETRY,
     captions_code_version,
     labels_code_version,
 )
@@ -36,7 +35,6 @@ class StageRunConfig(dg.Config):
     # From the configured captioner at load time (settings are fixed per code-location process).
     code_version=captions_code_version(),
     automation_condition=PER_SOURCE,
-    retry_policy=TRANSIENT_RETRY,
     op_tags=SOURCE_TABLE_WRITER_TAG,
     description="Adds caption, caption_model, caption_prompt_version, caption_error. Only rows "
     "with no caption, an error, or one made by another model/prompt version are captioned.",
@@ -91,7 +89,6 @@ def captions(
     pool="gpu",
     code_version=labels_code_version(),
     automation_condition=PER_SOURCE,
-    retry_policy=TRANSIENT_RETRY,
     op_tags=SOURCE_TABLE_WRITER_TAG,
     description="Labels each caption visual, text or nsfw from the caption alone.",
 )
