@@ -123,8 +123,9 @@ def neighbours(catalog: Catalog, source: str, sample_id: str, k: int = NEIGHBOUR
     if not value.is_valid:
         raise validate.NotFound(f"sample {sample_id} has no embedding")
     query = np.asarray(value.values.to_numpy(zero_copy_only=False), dtype=np.float32)
+    text = "caption" if "caption" in info.ds.schema.names else "source_caption"
     found = info.ds.to_table(
-        columns={"sample_id": "sample_id", "caption": "caption" if "caption" in info.ds.schema.names else "source_caption", "_distance": "_distance"},
+        columns={"sample_id": "sample_id", "caption": text, "_distance": "_distance"},
         nearest={"column": "embedding", "q": query, "k": k + 1},
     )
     out = [

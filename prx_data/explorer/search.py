@@ -114,7 +114,9 @@ def skipped_ids_of(snapshot: SkipSnapshot, source: str) -> frozenset[str]:
     )
 
 
-def search(catalog: Catalog, snapshot: SkipSnapshot, export_ids: ExportIds, params: SearchParams, page_size: int = PAGE_SIZE) -> SearchResult:
+def search(
+    catalog: Catalog, snapshot: SkipSnapshot, export_ids: ExportIds, params: SearchParams, page_size: int = PAGE_SIZE
+) -> SearchResult:
     sources = [params.source] if params.source else sorted(catalog.sources())
     offset = (params.page - 1) * page_size
     wanted = offset + page_size + 1  # one more than the page tells whether a next page exists
@@ -148,7 +150,9 @@ def _base_filter(info: TableInfo, params: SearchParams) -> list[str] | None:
     return parts
 
 
-def _required_ids(catalog: Catalog, info: TableInfo, snapshot: SkipSnapshot, export_ids: ExportIds, params: SearchParams) -> frozenset[str] | None:
+def _required_ids(
+    catalog: Catalog, info: TableInfo, snapshot: SkipSnapshot, export_ids: ExportIds, params: SearchParams
+) -> frozenset[str] | None:
     """Ids a hit must be among (None: no such constraint)."""
     required = None
     if params.needs_exports:

@@ -76,8 +76,10 @@ class Figures:
         if exports is not None:
             placed = exports.to_table(columns=["tier", "bucket"], filter="shard IS NOT NULL")
             figures.tiers = _counts(placed, "tier")
-            keyed = pc.binary_join_element_wise(pc.cast(placed.column("tier"), pa.string()), placed.column("bucket"), "/") if placed.num_rows else pa.array([], pa.string())
-            figures.buckets = _counts(pa.table({"key": keyed}), "key")
+            if placed.num_rows:
+                tier = pc.cast(placed.column("tier"), pa.string())
+                keyed = pc.binary_join_element_wise(tier, placed.column("bucket"), "/")
+                figures.buckets = _counts(pa.table({"key": keyed}), "key")
             dropped = exports.to_table(columns=["drop_reason"], filter="drop_reason IS NOT NULL")
             figures.drops = Counter(_drop_kind(r) for r in dropped.column("drop_reason").to_pylist())
         with self._lock:
