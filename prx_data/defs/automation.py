@@ -64,8 +64,8 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     target=dg.AssetSelection.all(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
-    # One run per source partition holding its whole chain (instead of a backfill per tick):
-    # the per-partition run limit and the in-run single-writer limit apply to plain runs.
+    # One run per source partition holding its whole chain, listed per source in the runs
+    # view, rather than a backfill whenever a tick requests more than one partition.
     emit_backfills=False,
     description="Runs each source's chain when it is new, its upstream changed or its code "
     "version changed, and the corpus-wide assets once the per-source work has settled.",
