@@ -21,6 +21,7 @@ import os
 from importlib import resources
 from urllib.parse import urlencode
 
+import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -59,6 +60,8 @@ class Explorer:
 
 def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(resources.files(PACKAGE) / "templates"))
+    # A name the view did not pass is a bug to see, not a blank cell.
+    templates.env.undefined = jinja2.StrictUndefined
     templates.env.filters["phash_hex"] = lambda v: "" if v is None else f"{int(v) & (2**64 - 1):016x}"
     return templates
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prx_data.explorer import validate
-from prx_data.explorer.catalog import Catalog
+from prx_data.explorer.catalog import ROW_COLUMNS, Catalog
 from prx_data.explorer.skips import SkipEntry, SkipSnapshot
 
 NEIGHBOURS = 24
@@ -61,7 +61,8 @@ def load_sample(catalog: Catalog, snapshot: SkipSnapshot, source: str, sample_id
     rows = info.ds.to_table(columns=columns, filter=_row_filter(sample_id), limit=1).to_pylist()
     if not rows:
         raise validate.NotFound(f"no sample {sample_id} in {source}")
-    row = rows[0]
+    # Columns a stage has not added yet read as empty, so the page need not know the stages.
+    row = {**dict.fromkeys(ROW_COLUMNS), **rows[0]}
     return SampleView(
         source=source,
         row=row,

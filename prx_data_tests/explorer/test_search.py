@@ -86,3 +86,32 @@ def test_more_like_this_only_where_there_is_an_embedding(client):
     html = client.get("/").text
     similar_sources = {part.split("/")[2] for part in html.split('href="')[1:] if part.startswith("/similar/")}
     assert similar_sources == {"archive"}
+
+
+def test_tables_fresh_from_ingest_are_browsable(tmp_path):
+    """Mid-pipeline: no caption or label columns yet, no exports, no MDS tree."""
+    import warnings
+
+    from prx_data.demo.corpus import build_demo_corpus
+    from prx_data.explorer.app import build_app
+    from prx_data.ingest.ingest import ingest_source
+    from prx_data.paths import StoragePaths
+    from prx_data.registry import load_registry
+    from prx_data.settings import load_settings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*httpx2.*")
+        from starlette.testclient import TestClient
+
+    build_demo_corpus(tmp_path)
+    settings = load_settings({"PRX_DATA_ROOT": str(tmp_path)})
+    ingest_source(load_registry(settings.sources_dir).get("web"), StoragePaths.from_settings(settings).raw_table("web"))
+    client = TestClient(build_app(settings))
+    html = client.get("/", params={"q": "banner"}).text
+    assert "<b>web</b>: substring match (no full-text index) on <code>source_caption</code>" in section(html, "search-method")
+    [(source, sid)] = cards(html)
+    assert client.get(f"/sample/{source}/{sid}").status_code == 200
+    assert "Not in any export" in client.get(f"/sample/{source}/{sid}").text
+    assert card_ids(client.get("/", params={"source": "web", "label": "text"}).text) == set()
+    assert client.get("/stats").status_code == 200
+    assert client.get(f"/thumb/{source}/{sid}").headers["content-type"] == "image/jpeg"
