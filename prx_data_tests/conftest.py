@@ -166,3 +166,37 @@ def process_corpus_locally(data_root: Path, sources: tuple[str, ...] | None = No
     _, skips = compute_skips(paths, {n: registry.get(n).spec.priority for n in names}, bucket_cfg=BucketConfig())
     write_skip_lists(settings.mds_root, skips)
     return {"manifest": manifest, "paths": paths, "settings": settings, "sources": names}
+
+
+_OPENED_SHARED_MEMORY: list = []
+
+
+def _track_streaming_shared_memory() -> None:
+    """streaming keeps every SharedMemory it opens alive until interpreter exit (atexit), so a
+    long test session runs out of file descriptors. Record them all (module fixtures and Dagster
+    asset checks open some too) so each test's teardown can close them."""
+    from streaming.base.shared import memory
+
+    original = memory.SharedMemory.__init__
+    if getattr(original, "_prx_tracking", False):
+        return
+
+    def tracking_init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _OPENED_SHARED_MEMORY.append(self)
+
+    tracking_init._prx_tracking = True
+    memory.SharedMemory.__init__ = tracking_init
+
+
+_track_streaming_shared_memory()
+
+
+@pytest.fixture(autouse=True)
+def _close_streaming_shared_memory():
+    yield
+    while _OPENED_SHARED_MEMORY:
+        try:
+            _OPENED_SHARED_MEMORY.pop().cleanup()
+        except Exception:  # noqa: BLE001 - already gone
+            pass

@@ -83,7 +83,10 @@ def test_dead_backend_fails_the_run_with_a_clear_message(data_root, prx_defs, in
     result = run_source(defs, instance, "shards", selection=[CAP])
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
-    message = failure.event_specific_data.error.message
+    error, message = failure.event_specific_data.error, ""
+    while error is not None:  # the retry policy wraps the step's own error
+        message += error.message
+        error = error.cause or error.context
     assert "captioner backend 'openai' is unavailable" in message and "127.0.0.1:9" in message
     # The table is intact and nothing was half-written.
     assert all(r["caption"] is None for r in _rows("shards"))
