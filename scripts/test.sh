@@ -3,5 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+bash scripts/system_packages.sh
+bash scripts/services.sh >/dev/null || echo "services.sh: PostgreSQL unavailable; its tests will skip" >&2
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 DAGSTER_DISABLE_TELEMETRY=1
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
