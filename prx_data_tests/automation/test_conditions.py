@@ -1,8 +1,9 @@
 """The automation conditions, evaluated against a real Dagster instance with the real
-definitions: what a new source, a settling batch, an opt-out and a new captioner request.
+definitions: what a new source, a settling batch and an opt-out request.
 
 Materializations are recorded as runless events here (conditions only read the event log);
-test_incremental.py runs what the conditions request through the real jobs."""
+test_incremental.py runs what the conditions request through the real jobs, a new captioner
+included."""
 
 from __future__ import annotations
 
@@ -111,24 +112,4 @@ def test_an_optout_folder_change_requests_only_what_depends_on_it(data_root, prx
     assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("optout_folder")]).success
     latest = instance.fetch_observations(dg.AssetKey("optout_folder"), limit=1).records[0]
     assert latest.asset_observation.data_version == observation.data_version
-    assert auto.tick() == {}
-
-
-def test_a_new_captioner_requests_captions_and_below_for_every_source(data_root, prx_defs, instance, redeploy):
-    auto = Automation(prx_defs, instance)
-    auto.tick()
-    instance.add_dynamic_partitions("sources", ["a", "b"])
-    auto.tick()
-    report_materialized(instance, PER_SOURCE, ["a", "b"])
-    report_materialized(instance, CORPUS)
-    auto.tick()
-    assert auto.tick() == {}
-
-    graph = prx_defs.resolve_asset_graph()
-    assert graph.get(dg.AssetKey("captions")).code_version == "source@source"
-    auto.defs = redeploy({"backend": "openai", "model_id": "vlm-1", "server": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}})
-    captions = auto.defs.resolve_asset_graph().get(dg.AssetKey("captions"))
-    assert captions.code_version.startswith("vlm-1@")
-    # code_version_changed: every partition, however current its rows (the stage sorts that out).
-    assert auto.tick() == {asset: {"a", "b"} for asset in ("captions", "caption_labels", "mds_shards")}
     assert auto.tick() == {}
