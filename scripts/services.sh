@@ -2,6 +2,7 @@
 # Services the tests need, started on 127.0.0.1 and safe to re-run:
 #
 #   bash scripts/services.sh            # install (apt) and start PostgreSQL, print its DSN
+#   bash scripts/services.sh status     # exit 0 when it is running
 #   bash scripts/services.sh stop       # stop it
 #
 # PostgreSQL runs from a throw-away data directory under $PRX_SERVICES_DIR (default
@@ -108,8 +109,15 @@ start() {
   echo "PRX_TEST_POSTGRES_URL=$url"
 }
 
+status() {
+  local bin
+  bin=$(find_bindir) || exit 1
+  [ -d "$DATA" ] && as_owner "$bin/pg_ctl" -D "$DATA" status >/dev/null 2>&1
+}
+
 case "${1:-start}" in
   start | postgres) start ;;
+  status) status ;;
   stop) stop ;;
-  *) log "usage: $0 [start|stop]"; exit 2 ;;
+  *) log "usage: $0 [start|status|stop]"; exit 2 ;;
 esac

@@ -60,6 +60,7 @@ from prx_data.export._fs import atomic_write_bytes, dumps_stable, fsync_dir
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
 from prx_data.storage_uri import (
     delete_file,
+    exists,
     is_remote,
     locate,
     try_read_bytes,
@@ -449,11 +450,7 @@ def recover_remote_source(mds_root: str, source: str, storage_options: dict | No
 
 def _remote_source_buckets(mds_root: str, source: str, storage_options: dict | None) -> list[BucketRef]:
     root = locate(mds_root, storage_options)
-    return [
-        ref
-        for ref in list_buckets(mds_root, storage_options)
-        if try_read_bytes(root.child(ref.rel, source, INDEX_BASENAME)) is not None
-    ]
+    return [ref for ref in list_buckets(mds_root, storage_options) if exists(root.child(ref.rel, source, INDEX_BASENAME))]
 
 
 def write_partition_remote(

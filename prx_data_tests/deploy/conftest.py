@@ -25,16 +25,28 @@ def free_port() -> int:
 
 
 # PostgreSQL ---------------------------------------------------------------------------------
+SERVICES = ["bash", str(REPO / "scripts" / "services.sh")]
+
+
 @pytest.fixture(scope="session")
-def postgres_admin_url() -> str:
-    """DSN of the test server that scripts/services.sh starts (installing PostgreSQL if needed)."""
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "services.sh")], capture_output=True, text=True, timeout=600)
+def postgres_admin_url():
+    """DSN of the test server that scripts/services.sh starts (installing PostgreSQL if needed).
+
+    A server this session started is stopped at its end; one that was already running (a
+    developer's, started by hand) is left as it was.
+    """
+    was_running = subprocess.run([*SERVICES, "status"], capture_output=True, timeout=60).returncode == 0
+    proc = subprocess.run(SERVICES, capture_output=True, text=True, timeout=600)
     if proc.returncode == 3:
         pytest.skip(f"PostgreSQL is not available and cannot be installed here: {proc.stderr.strip()}")
     if proc.returncode != 0:
         raise RuntimeError(f"scripts/services.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("PRX_TEST_POSTGRES_URL=")][-1]
-    return line.split("=", 1)[1]
+    try:
+        yield line.split("=", 1)[1]
+    finally:
+        if not was_running:
+            subprocess.run([*SERVICES, "stop"], capture_output=True, timeout=120)
 
 
 @pytest.fixture
