@@ -58,7 +58,8 @@ class Settings(BaseModel):
                     "PRX_ENV=cluster needs PRX_POSTGRES_URL (postgresql+psycopg2://user:password@host:5432/db), "
                     "the database of Dagster's runs and events"
                 )
-            if not self.postgres_url.startswith(("postgresql://", "postgres://", "postgresql+psycopg2://")):
+            # SQLAlchemy (dagster-postgres) no longer knows "postgres://".
+            if not self.postgres_url.startswith(("postgresql://", "postgresql+psycopg2://")):
                 raise ValueError("PRX_POSTGRES_URL must be a postgresql+psycopg2:// (or postgresql://) URL")
         if self.ray_address:
             _check_ray_address(self.ray_address)
