@@ -44,21 +44,6 @@ _LOCAL_RAY_INIT = {
 }
 
 
-class RayAtAddress(LocalRay):
-    """Connect to a running Ray cluster (``ray start --head`` on this machine, or a long-lived
-    cluster) instead of starting one inside every run: runs start in about a second."""
-
-    address: str
-
-    @property
-    def ray_address(self) -> str:  # type: ignore[override]
-        return self.address
-
-    @property
-    def name(self) -> str:
-        return f"Ray at {self.address}"
-
-
 def build_resources(settings: Settings | None = None) -> dict[str, object]:
     settings = settings or get_settings()
     ray: RayResource
@@ -67,7 +52,9 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
 
         ray = build_cluster_ray(settings)
     elif settings.ray_address:
-        ray = RayAtAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, data_execution_options={"verbose_progress": False})
+        from prx_data.defs.cluster import RayClusterAddress
+
+        ray = RayClusterAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, data_execution_options={"verbose_progress": False})
     else:
         ray = LocalRay(ray_init_options=_LOCAL_RAY_INIT, data_execution_options={"verbose_progress": False})
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource

@@ -316,6 +316,9 @@ def build_skiplists(table: pa.Table, mds_root: str, rewrite_share: float = REWRI
     The table is the whole truth for the tree: sidecars of (shard, reason) pairs it does not
     mention are removed, and every bucket gets a fresh manifest (also when nothing is skipped).
     """
+    if "://" in mds_root:
+        # os.path on "s3://..." would write into a local folder named "s3:"; refuse instead.
+        raise NotImplementedError(f"skip lists on an object-store MDS root ({mds_root}) are not supported yet")
     missing = {"sample_id", "shard", "index_in_shard", "reason"} - set(table.column_names)
     if missing:
         raise ValueError(f"skip table lacks columns {sorted(missing)}")

@@ -75,7 +75,7 @@ def mds_shards(
     "is one stream that a plain StreamingDataset reads.",
 )
 def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    merged = merge_all(storage.mds_root)
+    merged = merge_all(storage.mds_root, storage.options)
     return dg.MaterializeResult(
         metadata={
             "buckets": len(merged),
