@@ -38,12 +38,13 @@ class Automation:
         self.cursor = result.cursor
         return requested(result, self.defs)
 
-    def run(self, partition: str | None, assets, **kwargs):
+    def run(self, partition: str | None, assets, run_config: dict | None = None):
         """One run of ``assets`` (names) for ``partition``, as a launched run would do them."""
         keys = {dg.AssetKey(a) for a in assets}
         job = self.defs.resolve_job_def("corpus" if partition is None else "source_pipeline")
         result = job.execute_in_process(
-            instance=self.instance, partition_key=partition, asset_selection=sorted(keys), raise_on_error=False, run_config=local_stages(keys), **kwargs
+            instance=self.instance, partition_key=partition, asset_selection=sorted(keys), raise_on_error=False,
+            run_config={**local_stages(keys), **(run_config or {})},
         )
         self.runs.append(result)
         return result

@@ -5,10 +5,13 @@ captioner marks every partition stale but redoes only rows that are not current.
 from __future__ import annotations
 
 import dagster as dg
+import lance
 import pytest
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 from dagster._core.loader import LoadingContextForTest
 
+from prx_data.paths import StoragePaths
+from prx_data.settings import get_settings
 from prx_data_tests.automation.conftest import CORPUS, PER_SOURCE, Automation, evaluate_sensor, local_stages, write_folder_source
 from prx_data_tests.captioning.fake_openai import FakeChatServer
 from prx_data_tests.conftest import materializations
@@ -100,3 +103,32 @@ def _status(defs: dg.Definitions, instance: dg.DagsterInstance, key: dg.AssetKey
     # The resolver behind the UI's "stale" badge (internal API; dagster is pinned).
     resolver = CachingStaleStatusResolver(instance, defs.resolve_asset_graph(), LoadingContextForTest(instance))
     return resolver.get_status(key, partition)
+
+
+def test_a_spec_that_breaks_keeps_its_tables_and_exports_and_the_others_go_on(data_root, prx_defs, instance):
+    auto = Automation(prx_defs, instance)
+    auto.tick()
+    write_folder_source(data_root, "alpha", 2)
+    write_folder_source(data_root, "beta", 2)
+    cursor = evaluate_sensor(prx_defs, instance, "source_registry_sensor", None).cursor
+    auto.settle()
+    paths = StoragePaths.from_settings(get_settings())
+    before = {uri: lance.dataset(uri).version for uri in (paths.raw_table("alpha"), paths.exports_table("alpha"))}
+
+    (data_root / "sources" / "alpha.yaml").write_text("name: alpha\nshape: nope\n")
+    (data_root / "sources" / "beta.yaml").write_text((data_root / "sources" / "beta.yaml").read_text() + "priority: 3\n")
+    tick = evaluate_sensor(prx_defs, instance, "source_registry_sensor", cursor)
+    assert [(r.partition_key, r.asset_selection) for r in tick.run_requests] == [("beta", [dg.AssetKey("raw_samples")])]
+    auto.runs.clear()
+    assert auto.run("beta", ["raw_samples"]).success
+    assert auto.tick() == {a: {"beta"} for a in PER_SOURCE if a != "raw_samples"}
+
+    # Someone re-materializes the broken source anyway: the step fails and says why (after the
+    # step retries, which a spec error does not deserve: see the report), the tables and export it
+    # had stay as they were, and automation asks nothing more for it.
+    failed = auto.run("alpha", ["raw_samples"])
+    assert not failed.success
+    error = next(e for e in failed.all_events if e.is_step_failure).event_specific_data.error.to_string()
+    assert "no valid source spec named 'alpha'" in error and "alpha.yaml" in error
+    assert {uri: lance.dataset(uri).version for uri in before} == before
+    assert auto.tick() == {}
