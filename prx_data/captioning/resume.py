@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.filters import sql_string
+
 
 class DerivedColumns(NamedTuple):
     value: str
@@ -71,17 +73,13 @@ def needs_caption(data, model_id: str, prompt_version: str):
     return needs_redo(data, CAPTION, model_id, prompt_version)
 
 
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def redo_filter(columns: DerivedColumns, model_id: str, version: str) -> str:
     """The same test as an SQL predicate for a Lance scan filter (pushed down, so the image
     blobs of rows that are done are never read). The columns must exist in the table."""
     return (
         f"{columns.value} IS NULL OR {columns.model} IS NULL OR {columns.version} IS NULL "
-        f"OR {columns.model} != {_sql_str(model_id)} "
-        f"OR {columns.version} != {_sql_str(version)} "
+        f"OR {columns.model} != {sql_string(model_id)} "
+        f"OR {columns.version} != {sql_string(version)} "
         f"OR {columns.error} IS NOT NULL"
     )
 

@@ -111,9 +111,7 @@ def query(value: str | None) -> str:
 
 
 # Lance filter expressions ---------------------------------------------------------------------
-def sql_string(value: str) -> str:
-    """A SQL string literal (single quotes doubled)."""
-    return "'" + value.replace("'", "''") + "'"
+from prx_data.filters import sql_string  # noqa: E402,F401  (re-exported for the explorer)
 
 
 def like_contains(column: str, text: str) -> str:

@@ -23,6 +23,7 @@ from prx_data.ids import sample_id
 from prx_data.ingest.items import RawItem
 from prx_data.ingest.probe import probe_image
 from prx_data.ingest.readers import read_source
+from prx_data.filters import sql_string
 from prx_data.lance_io import chunked, open_table, storage_options_of
 from prx_data.registry import RegisteredSource
 from prx_data.schema import RAW_COLUMNS, Status, raw_schema
@@ -255,7 +256,7 @@ def ingest_source(
 
     removed = [sid for sid in existing.sha if sid not in present]
     for ids in chunked(removed, 1000):
-        ds.delete(f"sample_id IN ({', '.join(repr(i) for i in ids)})")
+        ds.delete(f"sample_id IN ({', '.join(sql_string(i) for i in ids)})")
     if removed:
         stats.removed = len(removed)
         ds = lance.dataset(uri, storage_options=storage_options or None)

@@ -18,6 +18,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.filters import sql_string
 from prx_data.lance_io import chunked, ensure_columns, open_table, update_columns
 
 
@@ -38,14 +39,10 @@ class ColumnStage:
     invalidates: tuple[str, ...] = ()
 
     def pending_filter(self) -> str:
-        stale = " OR ".join(f"{col} IS NULL OR {col} != '{_escape(val)}'" for col, val in self.current.items())
+        stale = " OR ".join(f"{col} IS NULL OR {col} != {sql_string(val)}" for col, val in self.current.items())
         if self.redo_also:
             stale = f"{stale} OR ({self.redo_also})"
         return f"({self.eligible}) AND ({stale})"
-
-
-def _escape(value: str) -> str:
-    return value.replace("'", "''")
 
 
 @dataclass
@@ -115,7 +112,7 @@ def run_column_stage(
     staged = _staged_current(staging, stage, storage_options)
     done: set[str] = set()
     if staged is not None:
-        cond = " AND ".join(f"{c} = '{_escape(v)}'" for c, v in stage.current.items())
+        cond = " AND ".join(f"{c} = {sql_string(v)}" for c, v in stage.current.items())
         done = set(staged.to_table(columns=["sample_id"], filter=cond).column("sample_id").to_pylist())
     todo = pending_rows(ds, stage, done)
     stats.pending = todo.num_rows + len(done)
@@ -135,7 +132,7 @@ def run_column_stage(
 
     final = open_table(staging, storage_options)
     if final is not None:
-        cond = " AND ".join(f"{c} = '{_escape(v)}'" for c, v in stage.current.items())
+        cond = " AND ".join(f"{c} = {sql_string(v)}" for c, v in stage.current.items())
         results = final.to_table(filter=cond)
         # Latest staged result per sample wins (a row re-done after a crash appears twice).
         results = _last_per_sample(results)
