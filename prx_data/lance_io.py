@@ -89,21 +89,6 @@ def update_columns(
     )
 
 
-def iter_batches(
-    ds: lance.LanceDataset,
-    columns: list[str],
-    filter: str | None = None,
-    batch_size: int = 1024,
-) -> Iterator[pa.RecordBatch]:
-    scanner = ds.scanner(columns=columns, filter=filter, batch_size=batch_size)
-    yield from scanner.to_batches()
-
-
-def fragment_stats(ds: lance.LanceDataset) -> dict[str, int]:
-    frags = ds.get_fragments()
-    return {"fragments": len(frags), "rows": ds.count_rows(), "version": ds.version}
-
-
 def chunked(items: Iterable, size: int) -> Iterator[list]:
     chunk = []
     for item in items:

@@ -13,8 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from prx_data.export.skiplist import read_sidecar, shard_sidecar_paths
 from prx_data.ids import sample_id as make_sample_id
 from prx_data.filters import sql_string
@@ -211,4 +209,4 @@ def format_record(record: LineageRecord) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LineageRecord", "Placement", "find", "format_record", "pa"]
+__all__ = ["LineageRecord", "Placement", "find", "format_record"]

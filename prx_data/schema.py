@@ -26,24 +26,6 @@ class Status(str, Enum):
     OPTED_OUT = "opted_out"  # X-Robots-Tag noai, or an opt-out request matched at ingest
 
 
-RAW_COLUMNS = (
-    "sample_id",
-    "source",
-    "source_key",
-    "image",
-    "image_format",
-    "image_sha256",
-    "width",
-    "height",
-    "source_caption",
-    "source_url",
-    "license",
-    "status",
-    "error",
-    "ingested_at",
-)
-
-
 def raw_schema(embedding_dim: int | None = None) -> pa.Schema:
     """Schema of ``raw_samples``: one Lance table per source.
 

@@ -26,7 +26,7 @@ from prx_data.ingest.readers import read_source
 from prx_data.filters import sql_string
 from prx_data.lance_io import chunked, open_table, storage_options_of
 from prx_data.registry import RegisteredSource
-from prx_data.schema import RAW_COLUMNS, Status, raw_schema
+from prx_data.schema import Status, raw_schema
 
 # Decides at ingest whether an item is covered by an opt-out request: (source, sample_id, item)
 # -> the request id, or None.

@@ -28,7 +28,7 @@ from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
 from prx_data.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
 from prx_data.lance_io import storage_options_of
 from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
-from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
+from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_images, run_column_stage
 from prx_data.stages.executors import make_processor
 
 
@@ -129,4 +129,4 @@ def caption_word_counts(table_uri: str, storage_options: dict | None = None) -> 
     return [len(c.split()) for c in captions]
 
 
-__all__ = ["caption_identity", "caption_rows", "caption_stage", "compute_captions", "read_rows"]
+__all__ = ["caption_identity", "caption_rows", "caption_stage", "compute_captions"]

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.filters import sql_string
-from prx_data.lance_io import chunked, ensure_columns, open_table, update_columns
+from prx_data.lance_io import ensure_columns, open_table, update_columns
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,6 @@ __all__ = [
     "ColumnStage",
     "StageStats",
     "address_chunks",
-    "chunked",
     "pending_rows",
     "read_images",
     "read_rows",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -124,4 +123,4 @@ def compute_skips(
     return exports, pa.concat_tables(parts)
 
 
-__all__ = ["compute_skips", "dedup_config", "exported_samples", "write_skip_lists", "lance"]
+__all__ = ["compute_skips", "dedup_config", "exported_samples", "write_skip_lists"]

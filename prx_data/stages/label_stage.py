@@ -16,7 +16,7 @@ from prx_data.labeling.factory import make_classifier, parse_classifier_config
 from prx_data.labeling.minilm import MINILM_LABEL_VERSION
 from prx_data.labeling.prompt import LABEL_PROMPT_VERSION
 from prx_data.schema import LABEL_COLUMNS
-from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, run_column_stage
+from prx_data.stages.columns import ColumnStage, Processor, StageStats, run_column_stage
 from prx_data.stages.executors import make_processor
 
 
@@ -100,4 +100,4 @@ def label_counts(table_uri: str, storage_options: dict | None = None) -> dict[st
     return dict(sorted(out.items()))
 
 
-__all__ = ["address_chunks", "compute_labels", "label_counts", "label_identity", "label_rows", "label_stage"]
+__all__ = ["compute_labels", "label_counts", "label_identity", "label_rows", "label_stage"]
