@@ -28,7 +28,11 @@ def raw_samples(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.MaterializeResult:
     reg = registry.load()
-    source = reg.get(context.partition_key)
+    try:
+        source = reg.get(context.partition_key)
+    except KeyError as exc:
+        # A spec that broke or was removed: retrying cannot help, and the last good table stays.
+        raise dg.Failure(description=str(exc).strip('"'), allow_retries=False) from None
     uri = storage.paths.raw_table(source.name)
     try:
         stats = ingest_source(
