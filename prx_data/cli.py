@@ -120,6 +120,9 @@ def _run_everything(args: argparse.Namespace) -> int:
     from prx_data.registry import load_registry
     from prx_data.settings import get_settings
 
+    from prx_data.progress import enable_bars
+
+    enable_bars()  # drawn only when stderr is a terminal
     settings = get_settings()
     registry = load_registry(settings.sources_dir)
     for error in registry.errors:

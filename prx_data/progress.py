@@ -9,6 +9,19 @@ from typing import IO
 from tqdm import tqdm
 
 
+_BARS_ENABLED = False
+
+
+def enable_bars(enabled: bool = True) -> None:
+    """The CLI turns bars on for the stages it runs in-process (through Dagster)."""
+    global _BARS_ENABLED
+    _BARS_ENABLED = enabled
+
+
+def bars_enabled() -> bool:
+    return _BARS_ENABLED
+
+
 class ProgressBar:
     """``bar(done, total)``: ``done`` is cumulative, as the stages report it. The bar opens on the
     first call (so a stage with nothing to do draws nothing), follows a changing total, starts

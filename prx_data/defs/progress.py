@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from prx_data.progress import ProgressBar, bars_enabled
+
 
 def format_duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
@@ -29,8 +31,11 @@ class ProgressLogger:
         # The first line after every_s, not after the first (often warm-up) batch.
         self.last = self.started
         self.finished = False
+        self.bar = ProgressBar(verb) if bars_enabled() else None
 
     def __call__(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar(done, total)
         now = self.clock()
         at_end = done >= total
         if at_end:
