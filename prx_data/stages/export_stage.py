@@ -169,7 +169,7 @@ def export_source(
     for sid, reason in late_drops.items():
         drop[by_id[sid]] = reason
 
-    _write_exports_table(exports_uri, export.lineage, rows, drop, stats.version, storage_options)
+    _write_exports_table(exports_uri, source, export.lineage, rows, drop, stats.version, storage_options)
     stats.exported = export.lineage.num_rows
     stats.dropped = Counter(_drop_reason_code(d) for d in drop if d)
     stats.per_bucket = dict(sorted(export.samples_per_bucket.items()))
@@ -179,7 +179,7 @@ def export_source(
     return stats
 
 
-def _write_exports_table(uri: str, lineage: pa.Table, rows: pa.Table, drop: list, version: str, options: dict | None) -> None:
+def _write_exports_table(uri: str, source: str, lineage: pa.Table, rows: pa.Table, drop: list, version: str, options: dict | None) -> None:
     now = datetime.now(timezone.utc)
     phash = dict(zip(rows.column("sample_id").to_pylist(), rows.column("phash").to_pylist())) if "phash" in rows.column_names else {}
     exported = {
@@ -190,7 +190,6 @@ def _write_exports_table(uri: str, lineage: pa.Table, rows: pa.Table, drop: list
         "index_in_shard": lineage.column("index_in_shard").to_pylist(),
         "drop_reason": [None] * lineage.num_rows,
     }
-    source = lineage.column("source")[0].as_py() if lineage.num_rows else None
     ids = rows.column("sample_id").to_pylist()
     for sid, reason in zip(ids, drop):
         if reason:
@@ -200,17 +199,13 @@ def _write_exports_table(uri: str, lineage: pa.Table, rows: pa.Table, drop: list
     table = pa.table(
         {
             **exported,
-            "source": [source or _source_of(uri)] * count,
+            "source": [source] * count,
             "phash": [phash.get(s) for s in exported["sample_id"]],
             "export_version": [version] * count,
             "exported_at": [now] * count,
         }
     ).select(EXPORT_SCHEMA.names).cast(EXPORT_SCHEMA)
     lance.write_dataset(table, uri, mode="overwrite", storage_options=options)
-
-
-def _source_of(exports_uri: str) -> str:
-    return exports_uri.rstrip("/").rsplit("/", 1)[-1].removesuffix(".lance")
 
 
 __all__: Iterable[str] = ["ExportStats", "export_source", "export_version", "prepare_rows"]
