@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from prx_data.ids import sample_id as make_sample_id
 from prx_data.lance_io import open_table
 from prx_data.paths import StoragePaths
+from prx_data.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
 _SAMPLE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -147,14 +148,6 @@ def write_request(folder: str | Path, request: OptOutRequest) -> Path:
 
 # Resolution ---------------------------------------------------------------------------------
 
-MATCH_SCHEMA = pa.schema(
-    [
-        pa.field("request_id", pa.string()),
-        pa.field("sample_id", pa.string()),
-        pa.field("source", pa.string()),
-        pa.field("matched_by", pa.string()),
-    ]
-)
 
 
 def _host(url: str) -> str:
@@ -247,24 +240,11 @@ def resolve(request: OptOutRequest, corpus: pa.Table, base_dir: Path) -> tuple[p
             "source": [source_of[sid] for sid, _ in rows],
             "matched_by": [how for _, how in rows],
         },
-        schema=MATCH_SCHEMA,
+        schema=OPTOUT_MATCH_SCHEMA,
     )
     return table, problems
 
 
-AUDIT_SCHEMA = pa.schema(
-    [
-        pa.field("request_id", pa.string()),
-        pa.field("fingerprint", pa.string()),
-        pa.field("requester_note", pa.string()),
-        pa.field("request_file", pa.string()),
-        pa.field("matched_samples", pa.int64()),
-        pa.field("shards_touched", pa.list_(pa.string())),
-        pa.field("problems", pa.list_(pa.string())),
-        pa.field("first_effective_at", pa.timestamp("us", tz="UTC")),
-        pa.field("resolved_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
 
 
 def shards_of(paths: StoragePaths, matches: pa.Table, options: dict | None = None) -> dict[str, list[str]]:
@@ -288,8 +268,8 @@ def now() -> datetime:
 @dataclass
 class OptOutReport:
     requests: int = 0
-    matched: pa.Table = field(default_factory=MATCH_SCHEMA.empty_table)
-    audit: pa.Table = field(default_factory=AUDIT_SCHEMA.empty_table)
+    matched: pa.Table = field(default_factory=OPTOUT_MATCH_SCHEMA.empty_table)
+    audit: pa.Table = field(default_factory=OPTOUT_AUDIT_SCHEMA.empty_table)
     errors: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
 
@@ -326,8 +306,8 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
                 "resolved_at": resolved_at,
             }
         )
-    report.matched = pa.concat_tables(matches) if matches else MATCH_SCHEMA.empty_table()
-    report.audit = pa.Table.from_pylist(audit, schema=AUDIT_SCHEMA) if audit else AUDIT_SCHEMA.empty_table()
+    report.matched = pa.concat_tables(matches) if matches else OPTOUT_MATCH_SCHEMA.empty_table()
+    report.audit = pa.Table.from_pylist(audit, schema=OPTOUT_AUDIT_SCHEMA) if audit else OPTOUT_AUDIT_SCHEMA.empty_table()
     lance.write_dataset(report.matched, paths.optout_samples_table(), mode="overwrite", storage_options=options)
     lance.write_dataset(report.audit, paths.optout_audit_table(), mode="overwrite", storage_options=options)
     return report

@@ -98,3 +98,28 @@ EXPORT_SCHEMA = pa.schema(
         pa.field("exported_at", pa.timestamp("us", tz="UTC")),
     ]
 )
+
+
+# Opt-outs: which samples each request covers (read by skip_lists), and the audit of requests.
+OPTOUT_MATCH_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.string()),
+        pa.field("sample_id", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("matched_by", pa.string()),
+    ]
+)
+
+OPTOUT_AUDIT_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.string()),
+        pa.field("fingerprint", pa.string()),
+        pa.field("requester_note", pa.string()),
+        pa.field("request_file", pa.string()),
+        pa.field("matched_samples", pa.int64()),
+        pa.field("shards_touched", pa.list_(pa.string())),
+        pa.field("problems", pa.list_(pa.string())),
+        pa.field("first_effective_at", pa.timestamp("us", tz="UTC")),
+        pa.field("resolved_at", pa.timestamp("us", tz="UTC")),
+    ]
+)

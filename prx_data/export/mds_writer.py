@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 from streaming import MDSWriter
 
+from prx_data.schema import EXPORT_SCHEMA
 from prx_data.export._fs import atomic_write_bytes, dumps_stable, fsync_dir
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
 from prx_data.storage_uri import (
@@ -83,15 +84,9 @@ BASE_COLUMNS: dict[str, str] = {
 JPEG_MAGIC = b"\xff\xd8\xff"
 COMMITS_DIR = "_commits"
 
+# Where each written sample landed: the export table's placement columns.
 LINEAGE_SCHEMA = pa.schema(
-    [
-        pa.field("sample_id", pa.string(), nullable=False),
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("tier", pa.int32()),
-        pa.field("bucket", pa.string()),
-        pa.field("shard", pa.string()),
-        pa.field("index_in_shard", pa.int64()),
-    ]
+    [EXPORT_SCHEMA.field(name) for name in ("sample_id", "source", "tier", "bucket", "shard", "index_in_shard")]
 )
 
 
