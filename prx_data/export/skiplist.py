@@ -29,6 +29,7 @@ between is caught by those checks instead of being read as a smaller skip list.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
@@ -44,6 +45,7 @@ import pyarrow.compute as pc
 from prx_data.export._fs import dumps_stable, sha256_bytes, write_if_changed
 from prx_data.export.corpus_index import source_index_digests
 from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
+from prx_data.storage_uri import Location, delete_file, is_remote, list_dir, locate, try_read_bytes, write_bytes
 
 SIDECAR_FORMAT = "prx-skiplist"
 SIDECAR_VERSION = 1
@@ -275,7 +277,13 @@ def _parse_shard_path(path: str) -> tuple[str, str, str]:
     return f"{parts[0]}/{parts[1]}", parts[2], parts[3]
 
 
-def _shard_sizes(mds_root: str, bucket_rel: str, source: str) -> dict[str, int]:
+def _shard_sizes(mds_root: str, bucket_rel: str, source: str, root: Location | None = None) -> dict[str, int]:
+    if root is not None:
+        loc = root.child(bucket_rel, source, INDEX_BASENAME)
+        data = try_read_bytes(loc)
+        if data is None:
+            raise ValueError(f"skip rows name {bucket_rel}/{source}, which has no {loc.uri}")
+        return _sizes_of_index(data)
     path = os.path.join(mds_root, bucket_rel, source, INDEX_BASENAME)
     try:
         with open(path, "rb") as handle:
@@ -283,6 +291,44 @@ def _shard_sizes(mds_root: str, bucket_rel: str, source: str) -> dict[str, int]:
     except FileNotFoundError:
         raise ValueError(f"skip rows name {bucket_rel}/{source}, which has no {path}") from None
     return {info["raw_data"]["basename"]: int(info["samples"]) for info in shards}
+
+
+def _sizes_of_index(data: bytes) -> dict[str, int]:
+    return {info["raw_data"]["basename"]: int(info["samples"]) for info in json.loads(data)["shards"]}
+
+
+def _write_object_if_changed(loc: Location, data: bytes) -> bool:
+    """``write_if_changed`` for an object: one whole PUT, skipped when the bytes are the same."""
+    if try_read_bytes(loc) == data:
+        return False
+    write_bytes(loc, data)
+    return True
+
+
+def _sync_bucket_remote(
+    bucket_loc: Location, wanted: dict[str, tuple[bytes, str, int]], storage_options: dict | None, report: "SkiplistReport"
+) -> tuple[dict[str, str], int]:
+    """Write/remove a remote bucket's sidecars (not the manifest); (source digests, samples)."""
+    for rel, (data, _, _) in sorted(wanted.items()):
+        if _write_object_if_changed(bucket_loc.child(*rel.split("/")), data):
+            report.written += 1
+        else:
+            report.unchanged += 1
+    digests: dict[str, str] = {}
+    total = 0
+    for source in list_sources(bucket_loc.uri, storage_options):
+        for entry in list_dir(bucket_loc.child(source)):
+            if entry.is_dir or not fnmatch.fnmatchcase(entry.name, "*" + SKIP_INFIX + "*.json"):
+                continue
+            if f"{source}/{entry.name}" not in wanted:
+                delete_file(bucket_loc.child(source, entry.name))
+                report.removed += 1
+        raw = try_read_bytes(bucket_loc.child(source, INDEX_BASENAME))
+        if raw is None:  # the source was removed while we ran
+            continue
+        digests[source] = sha256_bytes(raw)
+        total += sum(_sizes_of_index(raw).values())
+    return digests, total
 
 
 def _sidecar_bytes(shard: str, reason: str, samples: int, idx: np.ndarray, sids: list, kept: list | None) -> bytes:
@@ -308,17 +354,27 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
 
 
-def build_skiplists(table: pa.Table, mds_root: str, rewrite_share: float = REWRITE_SHARE) -> SkiplistReport:
+def build_skiplists(
+    table: pa.Table, mds_root: str, rewrite_share: float = REWRITE_SHARE, storage_options: dict | None = None
+) -> SkiplistReport:
     """Make the sidecars under ``mds_root`` say exactly what ``table`` says.
 
     ``table``: ``sample_id, shard (path relative to the MDS root), index_in_shard, reason`` and
     optional ``kept_sample_id``; the same (shard, index, reason) may repeat only with equal ids.
     The table is the whole truth for the tree: sidecars of (shard, reason) pairs it does not
     mention are removed, and every bucket gets a fresh manifest (also when nothing is skipped).
+    ``mds_root`` may be an ``s3://`` / ``gs://`` root; ``storage_options`` (Lance-style) reach it,
+    defaulting to the settings' when omitted.
     """
-    if "://" in mds_root:
-        # os.path on "s3://..." would write into a local folder named "s3:"; refuse instead.
-        raise NotImplementedError(f"skip lists on an object-store MDS root ({mds_root}) are not supported yet")
+    root: Location | None = None
+    if is_remote(mds_root):
+        # Same names and bytes as on disk, written through pyarrow.fs: each object in one PUT,
+        # sidecars first and the manifest last (an object store has no rename).
+        if storage_options is None:
+            from prx_data.settings import get_settings
+
+            storage_options = get_settings().storage_options
+        root = locate(mds_root, storage_options)
     missing = {"sample_id", "shard", "index_in_shard", "reason"} - set(table.column_names)
     if missing:
         raise ValueError(f"skip table lacks columns {sorted(missing)}")
@@ -364,14 +420,14 @@ def build_skiplists(table: pa.Table, mds_root: str, rewrite_share: float = REWRI
         n = len(index)
 
     parsed = [_parse_shard_path(path) for path in shards]
-    tree_buckets = {ref.rel for ref in list_buckets(mds_root)}
+    tree_buckets = {ref.rel for ref in list_buckets(mds_root, storage_options)}
     unknown = sorted({bucket for bucket, _, _ in parsed} - tree_buckets)
     if unknown:
         raise ValueError(f"skip rows name buckets that are not in {mds_root}: {unknown[:5]}")
     sizes: dict[tuple[str, str], dict[str, int]] = {}
     for bucket, source, _ in parsed:
         if (bucket, source) not in sizes:
-            sizes[(bucket, source)] = _shard_sizes(mds_root, bucket, source)
+            sizes[(bucket, source)] = _shard_sizes(mds_root, bucket, source, root)
 
     # Desired sidecars, grouped by bucket: rel path inside the bucket -> (bytes, reason, count).
     desired: dict[str, dict[str, tuple[bytes, str, int]]] = defaultdict(dict)
@@ -407,20 +463,24 @@ def build_skiplists(table: pa.Table, mds_root: str, rewrite_share: float = REWRI
     report = SkiplistReport(counts=pa.table({}), streams=pa.table({}))
     stream_rows = []
     for bucket in sorted(tree_buckets):
-        bucket_dir = os.path.join(mds_root, bucket)
         wanted = desired.get(bucket, {})
-        for rel, (data, _, _) in sorted(wanted.items()):
-            if write_if_changed(os.path.join(bucket_dir, rel), data):
-                report.written += 1
-            else:
-                report.unchanged += 1
-        for source in list_sources(bucket_dir):
-            for path in glob.glob(os.path.join(glob.escape(bucket_dir), source, "*" + SKIP_INFIX + "*.json")):
-                if os.path.relpath(path, bucket_dir).replace(os.sep, "/") not in wanted:
-                    os.remove(path)
-                    report.removed += 1
-        digests = source_index_digests(bucket_dir)
-        total = sum(sum(_shard_sizes(mds_root, bucket, s).values()) for s in digests)
+        if root is not None:
+            bucket_loc = root.child(*bucket.split("/"))
+            digests, total = _sync_bucket_remote(bucket_loc, wanted, storage_options, report)
+        else:
+            bucket_dir = os.path.join(mds_root, bucket)
+            for rel, (data, _, _) in sorted(wanted.items()):
+                if write_if_changed(os.path.join(bucket_dir, rel), data):
+                    report.written += 1
+                else:
+                    report.unchanged += 1
+            for source in list_sources(bucket_dir):
+                for path in glob.glob(os.path.join(glob.escape(bucket_dir), source, "*" + SKIP_INFIX + "*.json")):
+                    if os.path.relpath(path, bucket_dir).replace(os.sep, "/") not in wanted:
+                        os.remove(path)
+                        report.removed += 1
+            digests = source_index_digests(bucket_dir)
+            total = sum(sum(_shard_sizes(mds_root, bucket, s).values()) for s in digests)
         skipped = unique_per_bucket.get(bucket, 0)
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -433,7 +493,11 @@ def build_skiplists(table: pa.Table, mds_root: str, rewrite_share: float = REWRI
                 for rel, (data, reason, count) in sorted(wanted.items())
             ],
         }
-        if write_if_changed(os.path.join(bucket_dir, MANIFEST_BASENAME), dumps_stable(manifest)):
+        if root is not None:
+            changed = _write_object_if_changed(bucket_loc.child(MANIFEST_BASENAME), dumps_stable(manifest))
+        else:
+            changed = write_if_changed(os.path.join(bucket_dir, MANIFEST_BASENAME), dumps_stable(manifest))
+        if changed:
             report.manifests_written += 1
         if total:
             share = skipped / total

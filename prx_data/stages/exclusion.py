@@ -96,8 +96,8 @@ def _join_reasons(exports: pa.Table, tables: list[pa.Table], reason_of) -> pa.Ta
     return joined.select(SKIP_COLUMNS).cast(SKIP_SCHEMA).sort_by([("shard", "ascending"), ("index_in_shard", "ascending"), ("reason", "ascending")])
 
 
-def write_skip_lists(mds_root: str, skips: pa.Table) -> SkiplistReport:
-    return build_skiplists(skips, mds_root)
+def write_skip_lists(mds_root: str, skips: pa.Table, storage_options: dict | None = None) -> SkiplistReport:
+    return build_skiplists(skips, mds_root, storage_options=storage_options)
 
 
 def read_optout_samples(paths: StoragePaths, options: dict | None = None) -> pa.Table | None:
