@@ -185,3 +185,24 @@ def _error_message(response: httpx.Response) -> str:
         return str(error)
     except Exception:
         return response.text[:200]
+
+
+class LazyChatClient:
+    """Mixin for backends that talk to a chat-completions server (``self.config.server``): the
+    client is created on first use, so the object pickles to Ray workers before it has sockets."""
+
+    _http: ChatCompletionsClient | None = None
+
+    @property
+    def _client(self) -> ChatCompletionsClient:
+        if self._http is None:
+            self._http = ChatCompletionsClient(self.config.server)  # type: ignore[attr-defined]
+        return self._http
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_http": None}
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None

@@ -7,35 +7,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 from prx_data.captioning.base import BaseCaptioner, CaptionResult, CaptionRow, with_detail
 from prx_data.captioning.base import CaptionErrorCode as E
-from prx_data.captioning.chat_http import ChatCompletionsClient
+from prx_data.captioning.chat_http import LazyChatClient
 from prx_data.captioning.config import OpenAICaptionerConfig
 from prx_data.captioning.images import image_data_url
 from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, caption_messages
 from prx_data.captioning.quality import judge_caption
 
 
-class OpenAICaptioner(BaseCaptioner):
+class OpenAICaptioner(LazyChatClient, BaseCaptioner):
     prompt_version = CAPTION_PROMPT_VERSION
 
     def __init__(self, config: OpenAICaptionerConfig) -> None:
         self.config = config
         self.model_id = config.model_id or config.server.model
-        self._http: ChatCompletionsClient | None = None
-
-    @property
-    def _client(self) -> ChatCompletionsClient:
-        # Created on first use, so the object pickles (to Ray workers) before it has sockets.
-        if self._http is None:
-            self._http = ChatCompletionsClient(self.config.server)
-        return self._http
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_http": None}
-
-    def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
 
     def _body(self, image: bytes | None) -> dict | CaptionResult:
         cfg = self.config

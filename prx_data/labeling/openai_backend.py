@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prx_data.captioning.base import with_detail
-from prx_data.captioning.chat_http import ChatCompletionsClient
+from prx_data.captioning.chat_http import LazyChatClient
 from prx_data.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.labeling.config import OpenAIClassifierConfig
 from prx_data.labeling.prompt import LABEL_PROMPT_VERSION, label_messages, parse_label
@@ -25,28 +25,12 @@ def constraint_body(config: OpenAIClassifierConfig) -> dict[str, Any]:
     return body
 
 
-class OpenAIClassifier(BaseClassifier):
+class OpenAIClassifier(LazyChatClient, BaseClassifier):
     label_version = LABEL_PROMPT_VERSION
 
     def __init__(self, config: OpenAIClassifierConfig) -> None:
         self.config = config
         self.model_id = config.model_id or config.server.model
-        self._http: ChatCompletionsClient | None = None
-
-    @property
-    def _client(self) -> ChatCompletionsClient:
-        # Created on first use, so the object pickles (to Ray workers) before it has sockets.
-        if self._http is None:
-            self._http = ChatCompletionsClient(self.config.server)
-        return self._http
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_http": None}
-
-    def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
 
     def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
         cfg = self.config
