@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from prx_data.captioning.base import CaptionResult, Captioner
+from prx_data.captioning.resume import CAPTION, DerivedColumns
 from prx_data.schema import CAPTION_COLUMNS
 
 CAPTION_TABLE_SCHEMA = pa.schema(
@@ -18,21 +19,36 @@ CAPTION_TABLE_SCHEMA = pa.schema(
 )
 
 
-def caption_results_table(
-    sample_ids: Sequence[str], results: Sequence[CaptionResult], model_id: str, prompt_version: str
+def results_table(
+    columns: DerivedColumns,
+    schema: pa.Schema,
+    sample_ids: Sequence[str],
+    values: Sequence[str | None],
+    errors: Sequence[str | None],
+    model_id: str,
+    version: str,
 ) -> pa.Table:
-    if len(sample_ids) != len(results):
-        raise ValueError(f"{len(sample_ids)} sample ids for {len(results)} results")
-    n = len(results)
+    """``sample_id`` plus a stage's value, model, version and error columns (captions, labels)."""
+    if not len(sample_ids) == len(values) == len(errors):
+        raise ValueError(f"{len(sample_ids)} sample ids for {len(values)} results")
+    n = len(values)
     return pa.table(
         {
             "sample_id": list(sample_ids),
-            "caption": [r.caption for r in results],
-            "caption_model": [model_id] * n,
-            "caption_prompt_version": [prompt_version] * n,
-            "caption_error": [r.error for r in results],
+            columns.value: list(values),
+            columns.model: [model_id] * n,
+            columns.version: [version] * n,
+            columns.error: list(errors),
         },
-        schema=CAPTION_TABLE_SCHEMA,
+        schema=schema,
+    )
+
+
+def caption_results_table(
+    sample_ids: Sequence[str], results: Sequence[CaptionResult], model_id: str, prompt_version: str
+) -> pa.Table:
+    return results_table(
+        CAPTION, CAPTION_TABLE_SCHEMA, sample_ids, [r.caption for r in results], [r.error for r in results], model_id, prompt_version
     )
 
 

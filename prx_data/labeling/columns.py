@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from prx_data.captioning.columns import results_table
+from prx_data.captioning.resume import LABEL
 from prx_data.labeling.base import Classifier, LabelResult
 from prx_data.schema import LABEL_COLUMNS
 
@@ -16,18 +18,8 @@ LABEL_TABLE_SCHEMA = pa.schema([pa.field("sample_id", pa.string(), nullable=Fals
 def label_results_table(
     sample_ids: Sequence[str], results: Sequence[LabelResult], model_id: str, label_version: str
 ) -> pa.Table:
-    if len(sample_ids) != len(results):
-        raise ValueError(f"{len(sample_ids)} sample ids for {len(results)} results")
-    n = len(results)
-    return pa.table(
-        {
-            "sample_id": list(sample_ids),
-            "label": [r.label for r in results],
-            "label_model": [model_id] * n,
-            "label_version": [label_version] * n,
-            "label_error": [r.error for r in results],
-        },
-        schema=LABEL_TABLE_SCHEMA,
+    return results_table(
+        LABEL, LABEL_TABLE_SCHEMA, sample_ids, [r.label for r in results], [r.error for r in results], model_id, label_version
     )
 
 
