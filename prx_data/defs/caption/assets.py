@@ -1,5 +1,6 @@
 """captions and caption_labels: per-source columns made by a VLM and a text classifier."""
 
+import contextlib
 import statistics
 
 import dagster as dg
@@ -18,6 +19,18 @@ from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
 from prx_data.stages.caption_stage import caption_word_counts, compute_captions
 from prx_data.stages.label_stage import compute_labels, label_counts
+
+
+@contextlib.contextmanager
+def _fail_clearly_when_down(kind: str, backend: str):
+    """A backend that stays down after its retries fails the run with a message that says so."""
+    try:
+        yield
+    except BackendUnavailable as exc:
+        raise dg.Failure(
+            description=f"{kind} backend {backend!r} is unavailable; finished batches are kept "
+            f"in staging and the next run resumes from them. {exc}"
+        ) from None
 
 
 class StageRunConfig(dg.Config):
@@ -50,7 +63,7 @@ def captions(
     backend = captioner.config()
     if backend.backend == "source":
         context.log.warning("captioner backend 'source': keeping source captions (caption_model=source); configure vllm or openai for VLM captions")
-    try:
+    with _fail_clearly_when_down("captioner", backend.backend):
         stats = compute_captions(
             uri,
             backend,
@@ -59,11 +72,6 @@ def captions(
             storage_options=storage.options,
             progress=ProgressLogger(context.log, "captioned"),
         )
-    except BackendUnavailable as exc:
-        raise dg.Failure(
-            description=f"captioner backend {backend.backend!r} is unavailable; finished batches are kept "
-            f"in staging and the next run resumes from them. {exc}"
-        ) from None
     words = caption_word_counts(uri, storage.options)
     return dg.MaterializeResult(
         metadata={
@@ -101,7 +109,7 @@ def caption_labels(
 ) -> dg.MaterializeResult:
     uri = storage.paths.raw_table(context.partition_key)
     backend = classifier.config()
-    try:
+    with _fail_clearly_when_down("classifier", backend.backend):
         stats = compute_labels(
             uri,
             backend,
@@ -110,10 +118,6 @@ def caption_labels(
             storage_options=storage.options,
             progress=ProgressLogger(context.log, "labelled"),
         )
-    except BackendUnavailable as exc:
-        raise dg.Failure(
-            description=f"classifier backend {backend.backend!r} is unavailable; finished batches are kept. {exc}"
-        ) from None
     return dg.MaterializeResult(
         metadata={
             "labelled": stats.processed - stats.failed,
