@@ -49,6 +49,8 @@ def raw_samples(
             f"{stats.duplicate_key_count} duplicated key(s) in {source.name}, first kept: "
             + ", ".join(stats.duplicate_keys)
         )
+    for line in stats.warnings:
+        context.log.warning(line)
     for line in stats.errors_sample:
         context.log.info(f"row error: {line}")
     meta = stats.as_metadata()
