@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import pytest
 
 __all__ = [
+    "LOCAL_NETWORKS",
     "HTTPTestServer",
     "Request",
     "Response",
@@ -40,6 +41,11 @@ __all__ = [
     "slow",
     "status",
 ]
+
+
+# Downloads refuse loopback addresses unless a spec allows them (download.allow_networks):
+# tests that fetch from this server name these explicitly.
+LOCAL_NETWORKS = ["127.0.0.0/8", "::1/128"]
 
 
 @dataclass

@@ -213,7 +213,7 @@ def test_url_source_downloads_with_statuses(data_root, prx_defs, instance, http_
         data_root,
         "urls",
         f"shape: jsonl\nlocation: {inputs / 'urls.jsonl'}\nfields: {{key: k, image: u, image_kind: url}}\n"
-        "download: {timeout_s: 0.5, retries: 1, backoff_s: 0.01, max_bytes: 100000}\n",
+        "download: {timeout_s: 0.5, retries: 1, backoff_s: 0.01, max_bytes: 100000, allow_networks: ['127.0.0.0/8']}\n",
     )
     assert run_source(prx_defs, instance, "urls", selection=[_key("raw_samples")]).success
     rows = rows_by_key("urls")
