@@ -40,6 +40,7 @@ __all__ = [
     "redirect",
     "slow",
     "status",
+    "trickle",
 ]
 
 
@@ -297,6 +298,19 @@ def slow(delay_s: float, body: bytes = b"ok") -> Handler:
         return Response(200, body)
 
     return handler
+
+
+def trickle(interval_s: float, total: int = 1000, byte: bytes = b"x") -> Handler:
+    """Send one byte every ``interval_s`` (chunked): no single read ever times out."""
+
+    def body(req: Request) -> Iterator[bytes]:
+        for _ in range(total):
+            if req._closing.is_set():
+                return
+            yield byte
+            req.wait(interval_s)
+
+    return lambda req: Response(200, body(req))
 
 
 def redirect(location: str, code: int = 302) -> Handler:

@@ -76,8 +76,9 @@ def refusal(address: IPAddress, allow: tuple = ()) -> str | None:
             candidates.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
     if any(a in net for a in candidates for net in allow if a.version == net.version):
         return None
-    for a in candidates:
-        for name in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved", "site_local"):
+    # The embedded IPv4 address first: it is where the connection really goes.
+    for a in reversed(candidates):
+        for name in ("unspecified", "loopback", "link_local", "multicast", "reserved", "private", "site_local"):
             if getattr(a, f"is_{name}", False):
                 return name.replace("_", "-")
         if not a.is_global:
