@@ -320,8 +320,8 @@ def _walk(folder: Path, root: Root, visited: set[str]) -> Iterator[tuple[Path, s
                 yield from _walk(path, root, visited)
             # else: a link back to a folder already listed; its files are rows already
             continue
-        if not is_link and path.suffix.lower() in SIDECAR_EXTENSIONS:
-            continue
+        if path.suffix.lower() in SIDECAR_EXTENSIONS:
+            continue  # read (contained) with its image, never an item
         yield path, None
 
 
@@ -500,10 +500,13 @@ def read_lance(spec: SourceSpec, location: Path | str, root: Root | None = None)
     base = Path(str(location)).parent
     ctx = _Context(spec, Path(str(location)), root or Root(base))
     row = 0
-    for batch in ds.to_batches(columns=list(dict.fromkeys(wanted)), batch_size=256):
-        for record in batch.to_pylist():
-            yield _record_to_item(record, ctx, base, f"row:{row}")
-            row += 1
+    try:
+        for batch in ds.to_batches(columns=list(dict.fromkeys(wanted)), batch_size=256):
+            for record in batch.to_pylist():
+                yield _record_to_item(record, ctx, base, f"row:{row}")
+                row += 1
+    except Exception as exc:  # noqa: BLE001 - a damaged fragment must not hide the rows read
+        yield RawItem(key=f"row:{row}:unreadable", error=f"cannot read {location} from row {row}: {type(exc).__name__}: {exc}"[:500], error_status=Status.UNREADABLE.value, file_level=True)
 
 
 READERS = {
