@@ -10,7 +10,7 @@ from prx_data.ingest.readers import SourceUnavailable
 from prx_data.optout import ingest_matcher
 
 # Bump when ingest semantics change (schema, probe rules), so the UI shows partitions as stale.
-INGEST_CODE_VERSION = "ingest-v1"
+INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typed records, structural truncation
 
 
 @dg.asset(
