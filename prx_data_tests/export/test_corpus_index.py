@@ -87,3 +87,19 @@ def test_sparse_and_fully_skipped_buckets_are_not_published(tmp_path) -> None:
     assert (root / "512" / "464x576" / UNPUBLISHED_BASENAME).exists()
     # min_stream_samples=1 publishes every bucket with an unskipped sample.
     assert all(m.published for m in merge_all(str(root), min_stream_samples=1))
+
+
+def test_data_card_lists_unpublished_buckets_with_counts(tmp_path) -> None:
+    from prx_data.paths import StoragePaths
+    from prx_data.report import build_data_card
+    from prx_data_tests.export.trainable import build_corpus
+
+    root = tmp_path / "mds"
+    build_corpus(str(root))
+    card = build_data_card(StoragePaths(lance_root=str(tmp_path / "lance"), mds_root=str(root)), []).markdown
+    section = card.split("## Buckets not published for training", 1)[1].split("\n## ", 1)[0]
+    assert "`min_stream_samples` (6)" in section
+    assert "| 1024/1024x1024 | 8 | 0 | fully skipped |" in section
+    assert "| 512/576x464 | 3 | 3 | fewer unskipped samples than min_stream_samples |" in section
+    assert "| 4096/4096x4096 | 2 | 2 |" in section
+    assert "512/512x512" not in section
