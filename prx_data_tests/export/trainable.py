@@ -43,10 +43,6 @@ PUBLISHED = {"512/512x512", "512/464x576", "2048/2048x2048"}
 SMALL = MdsWriterConfig(size_limit=6_000, max_buffered_bytes=10_000_000)
 
 
-def _rel(tier: int, height: int, width: int) -> str:
-    return f"{tier}/{height}x{width}"
-
-
 def _jpeg(seed: int) -> bytes:
     pixels = np.random.default_rng(seed).integers(0, 256, (16, 24, 3), dtype=np.uint8)
     out = io.BytesIO()
@@ -126,7 +122,7 @@ def build_corpus(root: str, options: dict | None = None) -> Corpus:
     lineage = pa.concat_tables(lineages)
     merge_all(root, options, min_stream_samples=MIN_STREAM_SAMPLES, gc_min_age_s=0)
     skipped = set()
-    for (tier, height, width), (count, skip) in LAYOUT.items():
+    for (tier, height, width), (_, skip) in LAYOUT.items():
         skipped |= {f"{tier}-{height}x{width}-{i:03d}" for i in range(skip)}
     build_skiplists(skip_rows(lineage, skipped), root, storage_options=options)
     merge_all(root, options, min_stream_samples=MIN_STREAM_SAMPLES, gc_min_age_s=0)
