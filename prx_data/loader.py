@@ -22,8 +22,11 @@ import io
 import json
 import os
 import shutil
+import tempfile
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from math import ceil
 from typing import Any, Literal
 
@@ -34,8 +37,9 @@ from streaming.base.sampling import get_sampling
 from streaming.base.util import number_abbrev_to_int
 
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
-from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, read_manifest
+from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips
 from prx_data.export.tree import INDEX_BASENAME, list_buckets
+from prx_data.storage_uri import is_remote, locate, try_read_bytes
 
 Weights = None | Mapping[str, float] | Literal["by_count"]
 
@@ -235,45 +239,115 @@ class PrxStreamingDataset(StreamingDataset):
 
 
 # Streams and loader --------------------------------------------------------------------------
-def _bucket_count(bucket_dir: str) -> int:
-    """Kept samples of a bucket: index samples minus the manifest's skipped count."""
-    with open(os.path.join(bucket_dir, INDEX_BASENAME), "rb") as handle:
-        total = sum(int(info["samples"]) for info in json.loads(handle.read())["shards"])
-    manifest = os.path.join(bucket_dir, MANIFEST_BASENAME)
-    if os.path.exists(manifest):
-        total -= int(read_manifest(manifest).get("skipped", 0))
-    return total
+class UntrainableStreamsWarning(UserWarning):
+    """Streams left out of a loader because they cannot fill a batch."""
 
 
-def build_bucket_streams(mds_root: str, weights: Weights = None, **stream_kwargs: Any) -> list[Stream]:
-    """One ``Stream`` per bucket folder that has a merged index, in sorted bucket order.
+@dataclass(frozen=True)
+class BucketStream:
+    """A published bucket (a folder with a merged ``index.json``) and its sample counts."""
+
+    rel: str  # "tier/HxW"
+    uri: str  # bucket folder or object-store URI
+    samples: int
+    unskipped: int  # samples minus what the skip-list manifest skips
+
+
+def _remote_options(storage_options: dict | None) -> dict | None:
+    if storage_options is not None:
+        return storage_options
+    from prx_data.settings import get_settings
+
+    return get_settings().storage_options
+
+
+def _counts(folder: str, storage_options: dict | None = None) -> tuple[int, int] | None:
+    """(samples, unskipped) of a stream folder from its index.json and skip-list manifest, or
+    None when it has no index.json."""
+    loc = locate(folder, _remote_options(storage_options) if is_remote(folder) else None)
+    raw = try_read_bytes(loc.child(INDEX_BASENAME))
+    if raw is None:
+        return None
+    total = sum(int(info["samples"]) for info in json.loads(raw)["shards"])
+    manifest = try_read_bytes(loc.child(MANIFEST_BASENAME))
+    skipped = int(json.loads(manifest).get("skipped", 0)) if manifest is not None else 0
+    return total, total - skipped
+
+
+def published_buckets(mds_root: str, storage_options: dict | None = None) -> list[BucketStream]:
+    """Every bucket of the tree published for training, sorted (local or object-store root).
+
+    Buckets that ``corpus_index`` left unpublished (too few unskipped samples) have no
+    ``index.json`` and are not listed.
+    """
+    options = _remote_options(storage_options) if is_remote(mds_root) else None
+    found = []
+    for ref in list_buckets(mds_root, options):
+        uri = ref.dir(mds_root) if not is_remote(mds_root) else f"{mds_root.rstrip('/')}/{ref.rel}"
+        counts = _counts(uri, options)
+        if counts is not None:
+            found.append(BucketStream(ref.rel, uri, *counts))
+    return found
+
+
+def build_bucket_streams(
+    mds_root: str,
+    weights: Weights = None,
+    *,
+    buckets: Sequence[BucketStream] | None = None,
+    cache_dir: str | None = None,
+    storage_options: dict | None = None,
+    **stream_kwargs: Any,
+) -> list[Stream]:
+    """One ``Stream`` per published bucket (``buckets``, default: all of ``mds_root``), sorted.
 
     weights: None (every kept sample once per epoch), a mapping ``"tier/HxW" -> proportion``
-    (only the named buckets are streamed; an unknown name is an error), or ``"by_count"``
-    (proportions = kept sample counts; useful with a fixed ``epoch_size``).
-    ``stream_kwargs`` go to every Stream (e.g. ``download_retry``). Local roots only for now:
-    for an object-store root, build Streams with ``remote=<bucket uri>, local=<cache dir>``.
+    (only the named buckets are streamed; a name that is not a published bucket is an error),
+    or ``"by_count"`` (proportions = kept sample counts; useful with a fixed ``epoch_size``).
+    ``stream_kwargs`` go to every Stream (e.g. ``download_retry``). On an object-store root each
+    Stream reads ``remote=<bucket uri>`` into ``<cache_dir>/<tier>/<HxW>`` (a fresh temporary
+    folder when ``cache_dir`` is None).
     """
-    if "://" in mds_root:
-        raise NotImplementedError("listing object-store roots is not supported; build Streams with remote=")
-    buckets = {ref.rel: ref.dir(mds_root) for ref in list_buckets(mds_root)}
-    buckets = {rel: path for rel, path in buckets.items() if os.path.isfile(os.path.join(path, INDEX_BASENAME))}
+    if buckets is None:
+        buckets = published_buckets(mds_root, storage_options)
+    by_rel = {b.rel: b for b in buckets}
+    if is_remote(mds_root) and cache_dir is None:
+        cache_dir = tempfile.mkdtemp(prefix="prx-stream-cache-")
+
+    def stream(bucket: BucketStream, **extra: Any) -> Stream:
+        if is_remote(bucket.uri):
+            return Stream(remote=bucket.uri, local=os.path.join(cache_dir, *bucket.rel.split("/")), **extra, **stream_kwargs)
+        return Stream(local=bucket.uri, **extra, **stream_kwargs)
+
     if isinstance(weights, Mapping):
-        unknown = sorted(set(weights) - set(buckets))
+        unknown = sorted(set(weights) - set(by_rel))
         if unknown:
             raise ValueError(f"weights name buckets without a merged index under {mds_root}: {unknown}")
-        return [Stream(local=buckets[rel], proportion=float(weights[rel]), **stream_kwargs) for rel in sorted(weights)]
+        return [stream(by_rel[rel], proportion=float(weights[rel])) for rel in sorted(weights)]
     if weights == "by_count":
-        counts = {rel: _bucket_count(path) for rel, path in buckets.items()}
-        total = sum(counts.values()) or 1
-        return [
-            Stream(local=path, proportion=counts[rel] / total, **stream_kwargs)
-            for rel, path in sorted(buckets.items())
-            if counts[rel]
-        ]
+        total = sum(max(0, b.unskipped) for b in buckets) or 1
+        return [stream(b, proportion=b.unskipped / total) for b in sorted(buckets, key=lambda b: b.rel) if b.unskipped > 0]
     if weights is not None:
         raise ValueError(f"weights must be None, a mapping or 'by_count', got {weights!r}")
-    return [Stream(local=path, **stream_kwargs) for _, path in sorted(buckets.items())]
+    return [stream(b) for b in sorted(buckets, key=lambda b: b.rel)]
+
+
+def smallest_trainable_stream(batch_size: int, batching_method: str) -> int:
+    """Fewest kept samples a stream needs under ``batching_method``: per-stream batching fills a
+    whole global batch (``batch_size`` x ranks) from one stream, and streaming raises otherwise."""
+    if batching_method in ("per_stream", "device_per_stream"):
+        from streaming.base.world import World
+
+        return batch_size * World.detect().num_ranks
+    return 1
+
+
+def _why_untrainable(unskipped: int, need: int) -> str | None:
+    if unskipped <= 0:
+        return "every sample is skipped"
+    if unskipped < need:
+        return f"{unskipped} unskipped samples, fewer than one batch of {need}"
+    return None
 
 
 def make_loader(
@@ -289,11 +363,61 @@ def make_loader(
     decode_images: bool = False,
     collate_fn: Callable | None = None,
     streams: Sequence[Stream] | None = None,
+    cache_dir: str | None = None,
+    storage_options: dict | None = None,
     **dataset_kwargs: Any,
 ) -> StreamingDataLoader:
-    """A StreamingDataLoader (checkpointable) over every bucket, one shape per batch by default."""
+    """A StreamingDataLoader (checkpointable) over every trainable bucket, one shape per batch.
+
+    Never raises on a legal corpus: streams that cannot fill one batch (fewer unskipped samples
+    than ``batch_size`` x ranks under per-stream batching) or whose every sample is skipped are
+    left out and named in one ``UntrainableStreamsWarning``; only a corpus with no trainable
+    stream at all raises ``ValueError``. ``mds_root`` may be an ``s3://`` / ``gs://`` root
+    (buckets are cached under ``cache_dir``; streaming reads the endpoint and keys from the
+    environment, see ``storage_uri.streaming_env``).
+    """
+    need = smallest_trainable_stream(batch_size, batching_method)
+    left_out: dict[str, str] = {}
+    if streams is None:
+        buckets = published_buckets(mds_root, storage_options)
+        if isinstance(weights, Mapping):
+            published = {b.rel for b in buckets}
+            in_tree = {ref.rel for ref in list_buckets(mds_root, _remote_options(storage_options) if is_remote(mds_root) else None)}
+            unknown = sorted(set(weights) - in_tree)
+            if unknown:
+                raise ValueError(f"weights name buckets that are not in {mds_root}: {unknown}")
+            left_out.update({rel: "not published for training (see its unpublished.json)" for rel in sorted(set(weights) - published)})
+            buckets = [b for b in buckets if b.rel in weights]
+        trainable = []
+        for bucket in buckets:
+            why = _why_untrainable(bucket.unskipped, need)
+            if why:
+                left_out[bucket.rel] = why
+            else:
+                trainable.append(bucket)
+        if isinstance(weights, Mapping):
+            weights = {rel: value for rel, value in weights.items() if rel in {b.rel for b in trainable}}
+        chosen = build_bucket_streams(mds_root, weights, buckets=trainable, cache_dir=cache_dir, storage_options=storage_options) if trainable else []
+    else:
+        chosen = []
+        for stream in streams:
+            folder = os.path.join(stream.remote or stream.local, stream.split or "")
+            counts = _counts(folder, storage_options)
+            why = None if counts is None else _why_untrainable(counts[1], need)
+            if why:
+                left_out[folder] = why
+            else:
+                chosen.append(stream)
+    if left_out:
+        names = "; ".join(f"{name} ({why})" for name, why in sorted(left_out.items()))
+        warnings.warn(f"left out {len(left_out)} stream(s) that cannot train at batch size {batch_size}: {names}", UntrainableStreamsWarning, stacklevel=2)
+    if not chosen:
+        raise ValueError(
+            f"nothing to train on under {mds_root} at batch size {batch_size}"
+            + (f": every stream was left out ({', '.join(sorted(left_out))})" if left_out else ": no published bucket")
+        )
     dataset = PrxStreamingDataset(
-        streams=list(streams) if streams is not None else build_bucket_streams(mds_root, weights),
+        streams=list(chosen),
         batch_size=batch_size,
         shuffle=shuffle,
         shuffle_seed=shuffle_seed,

@@ -53,6 +53,23 @@ def _skips(mds_root: str) -> tuple[Counter, set[str]]:
     return reasons, skipped
 
 
+def _unpublished(paths: StoragePaths, options: dict | None) -> list[str]:
+    """Buckets left out of training (too few unskipped samples), with their counts."""
+    from prx_data.export.corpus_index import unpublished_buckets
+
+    notes = unpublished_buckets(paths.mds_root, options)
+    if not notes:
+        return ["Every bucket is published."]
+    minimum = max(int(n.get("min_stream_samples", 1)) for n in notes.values())
+    rows = [(rel, n.get("samples"), n.get("unskipped"), n.get("reason")) for rel, n in sorted(notes.items())]
+    return [
+        f"Buckets with fewer unskipped samples than `min_stream_samples` ({minimum}) stay in the tree "
+        "without a bucket index.json, so no trainer streams them.",
+        "",
+        *_table(("bucket", "samples", "unskipped", "reason"), rows),
+    ]
+
+
 def build_data_card(paths: StoragePaths, sources: list[str], *, exclude_labels=(), options: dict | None = None) -> DataCard:
     per_source, tiers, buckets, labels, drops = [], Counter(), Counter(), Counter(), Counter()
     caption_models, label_models, words = Counter(), Counter(), []
@@ -102,6 +119,9 @@ def build_data_card(paths: StoragePaths, sources: list[str], *, exclude_labels=(
         "",
         "## Buckets (tier/HxW)",
         *_table(("bucket", "samples"), sorted(buckets.items())),
+        "",
+        "## Buckets not published for training",
+        *_unpublished(paths, options),
         "",
         "## Dropped at export",
         *_table(("reason", "samples"), sorted(drops.items())),

@@ -62,6 +62,9 @@ def raw_schema(embedding_dim: int | None = None) -> pa.Schema:
 PHASH_COLUMNS = pa.schema(
     [
         pa.field("phash", pa.int64()),  # 64-bit hash stored as a signed int64 (bit pattern kept)
+        # True for a flat / near-flat image: its phash is no fingerprint; match it by
+        # image_sha256 only (null on rows hashed by an older version: treat as False).
+        pa.field("phash_degenerate", pa.bool_()),
         pa.field("phash_version", pa.string()),
         pa.field("phash_error", pa.string()),
     ]

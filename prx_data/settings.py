@@ -37,6 +37,10 @@ class Settings(BaseModel):
     kuberay_spec: str | None = None
     startup_checks: bool = True
     rows_per_fragment: int = 1_000_000
+    # Smallest bucket published for training, in unskipped samples: at least your global batch
+    # size (per-device batch x devices), since a trainer batches per stream and a stream that
+    # cannot fill one batch makes streaming raise. Smaller buckets stay in the tree, unpublished.
+    min_stream_samples: int = Field(1, ge=1)
     # Backend configs (see prx_data/captioning/config.py, prx_data/labeling/config.py).
     captioner: dict = Field(default_factory=lambda: {"backend": "source"})
     classifier: dict = Field(default_factory=lambda: {"backend": "minilm"})
@@ -119,6 +123,7 @@ def load_settings(env: dict | None = None) -> Settings:
         kuberay_spec=env.get("PRX_KUBERAY_SPEC") or None,
         startup_checks=env.get("PRX_STARTUP_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
         rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
+        min_stream_samples=int(env.get("PRX_MIN_STREAM_SAMPLES", 1)),
         captioner=_json_env(env, "PRX_CAPTIONER", {"backend": "source"}),
         classifier=_json_env(env, "PRX_CLASSIFIER", {"backend": "minilm"}),
     )

@@ -5,6 +5,17 @@ reads every source of the bucket as one stream; shard basenames become ``<source
 Sources are merged in sorted order, so the result (and its bytes) only depend on what the
 source folders hold. The merged index carries an extra ``prx`` block, ignored by streaming,
 with each source's index sha256: the loader uses it to notice a stale merge or stale skip lists.
+
+Publication. A trainer batches per stream and needs every stream to fill a batch, so a bucket is
+published for training (its ``index.json`` written) only when it holds at least
+``min_stream_samples`` unskipped samples (the setting: at least your global batch size). Any
+other bucket stays in the tree with its shards and source indexes, but without a bucket-level
+``index.json``, so a reader that lists bucket folders with an ``index.json`` (the project's
+loader, PRX's trainer) never sees it; ``unpublished.json`` in its folder says why, with counts.
+Unskipped counts come from the bucket's skip-list manifest when it was built against the current
+source indexes. Skip lists change after indexing (opt-outs, labels), so the decision is taken
+again each time skip lists are built (``skip_lists`` calls ``merge_all`` after writing them):
+the published set always follows the current skips.
 """
 
 from __future__ import annotations
@@ -15,11 +26,13 @@ import os
 import time
 from dataclasses import dataclass
 
-from prx_data.export._fs import dumps_stable, sha256_bytes, write_if_changed
+from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
 from prx_data.storage_uri import Location, delete_file, is_remote, list_dir, locate, try_read_bytes, write_bytes
 
 SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
+UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
+UNPUBLISHED_FORMAT = "prx-unpublished-bucket"
 
 MERGED_FORMAT = 1
 
@@ -31,6 +44,8 @@ class MergedIndex:
     num_shards: int
     num_samples: int
     written: bool  # False when the file already held these exact bytes (or was removed)
+    unskipped: int = 0  # samples minus those the current skip lists skip
+    published: bool = True  # has a bucket-level index.json: a stream for training
 
 
 class StaleIndexError(RuntimeError):
@@ -94,66 +109,128 @@ def _merged_object(bucket_dir: str, raw_by_source: dict[str, bytes]) -> tuple[di
     return obj, sources, sum(samples_by_source.values())
 
 
-def merge_bucket_index(bucket_dir: str, storage_options: dict | None = None) -> MergedIndex:
-    """(Re)write ``<bucket_dir>/index.json``; remove it when the bucket has no source left."""
+def merge_bucket_index(bucket_dir: str, storage_options: dict | None = None, *, min_stream_samples: int = 1) -> MergedIndex:
+    """(Re)write ``<bucket_dir>/index.json`` when the bucket is published; remove it when it has
+    no source left or too few unskipped samples (``unpublished.json`` then says why)."""
     if is_remote(bucket_dir):
-        return _merge_remote(locate(bucket_dir, storage_options), storage_options)
-    path = os.path.join(bucket_dir, INDEX_BASENAME)
+        return _merge_remote(locate(bucket_dir, storage_options), storage_options, min_stream_samples)
     raw_by_source = {}
     for source in list_sources(bucket_dir):
         with open(os.path.join(bucket_dir, source, INDEX_BASENAME), "rb") as handle:
             raw_by_source[source] = handle.read()
     obj, sources, samples = _merged_object(bucket_dir, raw_by_source)
-    if obj is None:
-        written = os.path.exists(path)
-        if written:
-            os.remove(path)  # an empty index would make StreamingDataset fail on this stream
-        return MergedIndex(bucket_dir, {}, 0, 0, written)
-    written = write_if_changed(path, dumps_stable(obj))
-    return MergedIndex(bucket_dir, sources, len(obj["shards"]), samples, written)
+    return _publish(locate(bucket_dir), obj, sources, samples, min_stream_samples)
 
 
-def _merge_remote(bucket: Location, storage_options: dict | None) -> MergedIndex:
+def _merge_remote(bucket: Location, storage_options: dict | None, min_stream_samples: int = 1) -> MergedIndex:
     raw_by_source = {}
     for source in list_sources(bucket.uri, storage_options):
         raw = try_read_bytes(bucket.child(source, INDEX_BASENAME))
         if raw is not None:  # removed by a concurrent publish since the listing
             raw_by_source[source] = raw
     obj, sources, samples = _merged_object(bucket.uri, raw_by_source)
-    target = bucket.child(INDEX_BASENAME)
+    return _publish(bucket, obj, sources, samples, min_stream_samples)
+
+
+def _skipped_now(bucket: Location, sources: dict[str, str]) -> int:
+    """Skipped samples per the bucket's skip-list manifest, when it matches these sources.
+
+    A manifest built against other source indexes says nothing about this export (and the loader
+    refuses it until skip lists are rebuilt, which decides publication again).
+    """
+    from prx_data.export.skiplist import MANIFEST_BASENAME
+
+    raw = try_read_bytes(bucket.child(MANIFEST_BASENAME))
+    if raw is None:
+        return 0
+    try:
+        manifest = json.loads(raw)
+        if manifest.get("sources") != sources:
+            return 0
+        return int(manifest.get("skipped", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0  # a malformed manifest is reported by the loader, with its name
+
+
+def _publish(bucket: Location, obj: dict | None, sources: dict[str, str], samples: int, min_stream_samples: int) -> MergedIndex:
+    target, marker = bucket.child(INDEX_BASENAME), bucket.child(UNPUBLISHED_BASENAME)
     current = try_read_bytes(target)
     if obj is None:
         if current is not None:
-            delete_file(target)
-        return MergedIndex(bucket.uri, {}, 0, 0, current is not None)
-    data = dumps_stable(obj)
-    if current == data:
-        return MergedIndex(bucket.uri, sources, len(obj["shards"]), samples, False)
-    write_bytes(target, data)
-    return MergedIndex(bucket.uri, sources, len(obj["shards"]), samples, True)
+            delete_file(target)  # an empty index would make StreamingDataset fail on this stream
+        delete_file(marker)
+        return MergedIndex(bucket.uri, {}, 0, 0, current is not None, 0, False)
+    unskipped = samples - _skipped_now(bucket, sources)
+    num_shards = len(obj["shards"])
+    if unskipped >= max(1, min_stream_samples):
+        data = dumps_stable(obj)
+        if current != data:
+            write_bytes(target, data)
+        if try_read_bytes(marker) is not None:
+            delete_file(marker)
+        return MergedIndex(bucket.uri, sources, num_shards, samples, current != data, unskipped, True)
+    if current is not None:
+        delete_file(target)
+    note = {
+        "format": UNPUBLISHED_FORMAT,
+        "version": 1,
+        "reason": "fully skipped" if unskipped <= 0 else "fewer unskipped samples than min_stream_samples",
+        "samples": samples,
+        "unskipped": max(0, unskipped),
+        "min_stream_samples": min_stream_samples,
+        "sources": sources,
+    }
+    data = dumps_stable(note)
+    if try_read_bytes(marker) != data:
+        write_bytes(marker, data)
+    return MergedIndex(bucket.uri, sources, num_shards, samples, current is not None, max(0, unskipped), False)
 
 
-def merge_all(mds_root: str, storage_options: dict | None = None, *, gc_min_age_s: float = 3600.0) -> list[MergedIndex]:
-    """Merge every bucket of the tree, in sorted bucket order.
+def merge_all(
+    mds_root: str,
+    storage_options: dict | None = None,
+    *,
+    min_stream_samples: int = 1,
+    gc_min_age_s: float = 3600.0,
+) -> list[MergedIndex]:
+    """Merge every bucket of the tree, in sorted bucket order, and decide its publication.
 
-    On an object-store root, shards of replaced exports are deleted afterwards once no index
-    refers to them (``collect_garbage``). ``storage_options`` default to the settings' when the
-    root is remote and none are given, so callers that only know the root still reach it.
+    A bucket is published (gets its ``index.json``) only with at least ``min_stream_samples``
+    unskipped samples (see the module doc). On an object-store root, shards of replaced exports
+    are deleted afterwards once no index refers to them (``collect_garbage``).
+    ``storage_options`` default to the settings' when the root is remote and none are given, so
+    callers that only know the root still reach it.
     """
+    if min_stream_samples < 1:
+        raise ValueError(f"min_stream_samples must be at least 1, got {min_stream_samples}")
     if is_remote(mds_root) and storage_options is None:
         from prx_data.settings import get_settings
 
         storage_options = get_settings().storage_options
     if not is_remote(mds_root):
-        return [merge_bucket_index(ref.dir(mds_root)) for ref in list_buckets(mds_root)]
+        return [
+            merge_bucket_index(ref.dir(mds_root), min_stream_samples=min_stream_samples)
+            for ref in list_buckets(mds_root)
+        ]
     root = locate(mds_root, storage_options)
     merged = []
     for ref in list_buckets(mds_root, storage_options):
         bucket = root.child(ref.rel)
         before = _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
-        merged.append(_merge_remote(bucket, storage_options))
+        merged.append(_merge_remote(bucket, storage_options, min_stream_samples))
         collect_garbage(root, bucket, before, min_age_s=gc_min_age_s)
     return merged
+
+
+def unpublished_buckets(mds_root: str, storage_options: dict | None = None) -> dict[str, dict]:
+    """``"tier/HxW"`` -> the ``unpublished.json`` note of every bucket not published for training."""
+    root = locate(mds_root, storage_options)
+    found = {}
+    for ref in list_buckets(mds_root, storage_options):
+        raw = try_read_bytes(root.child(ref.rel, UNPUBLISHED_BASENAME))
+        if raw is not None and try_read_bytes(root.child(ref.rel, INDEX_BASENAME)) is None:
+            found[ref.rel] = json.loads(raw)
+    return found
 
 
 def _referenced(raw: bytes | None) -> set[str]:

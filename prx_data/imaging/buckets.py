@@ -14,13 +14,19 @@ Rules (DESIGN.md "Bucketing"):
 - Each tier has ``shapes_per_tier`` shapes evenly spaced in log aspect ratio from ar_min to
   ar_max, sides rounded to the nearest multiple of ``multiple``, each close to T² pixels so
   every bucket costs the model about the same number of tokens.
-- An image takes the shape of its tier nearest in log aspect ratio.
+- The aspect-ratio index comes from the image's own aspect ratio alone: the nearest of the
+  ``shapes_per_tier`` ideal (unrounded) ratios in log space. The tier then only picks that
+  index's shape. So an image and every uniformly scaled copy share the index in every tier
+  (dedup compares them), and a copy rotated by 90 degrees gets the mirrored index when the
+  range is symmetric (``ar_min * ar_max == 1``). Choosing after rounding the sides did not have
+  this property: 4:3 sits almost exactly between two grid ratios, and the rounding of each tier
+  tipped it to one or the other.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final
 
@@ -29,6 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 TOO_SMALL: Final = "too_small"
 ASPECT_RATIO: Final = "aspect_ratio"
 INVALID_SIZE: Final = "invalid_image"
+
+# Names the rule that maps an image to its bucket; part of the export version, so a change of
+# rule marks every export stale (v2: the aspect index from the original ratio, not the rounded
+# shape).
+BUCKETING_VERSION: Final = "arindex-v2"
 
 # Float slack for the tier floor, so that exactly 384x384 is not lost to 4/3 not being exact.
 _REL_TOLERANCE: Final = 1e-9
@@ -58,6 +69,13 @@ class BucketConfig(BaseModel):
             raise ValueError("a range of aspect ratios needs at least 2 shapes per tier")
         if min(self.tiers) < 2 * self.multiple:
             raise ValueError("the smallest tier must be at least twice `multiple`")
+        for tier in self.tiers:
+            # A shape must name one aspect index: dedup and the tree key buckets by shape.
+            if len(set(_shapes(tier, self))) < self.shapes_per_tier:
+                raise ValueError(
+                    f"tier {tier}: rounding sides to multiples of {self.multiple} gives two aspect "
+                    "ratios the same shape; use fewer shapes per tier or a smaller multiple"
+                )
         return self
 
 
@@ -66,6 +84,9 @@ class Assignment:
     tier: int
     height: int
     width: int
+    # Index of the shape in ``shapes_for_tier`` (the same for every tier); not part of equality,
+    # since the shape already determines it.
+    ar_index: int | None = field(default=None, compare=False)
 
     @property
     def bucket(self) -> str:
@@ -111,6 +132,42 @@ def _log_aspects(tier: int, cfg: BucketConfig) -> tuple[float, ...]:
     return tuple(math.log(w / h) for h, w in _shapes(tier, cfg))
 
 
+def aspect_index(width: int, height: int, cfg: BucketConfig | None = None) -> int:
+    """Index of the grid ratio nearest to ``width / height`` in log space (before any rounding).
+
+    Computed from the reduced fraction, so a uniformly scaled copy gets exactly the same value,
+    and as an offset from the grid's centre, so swapping the sides mirrors the index exactly on a
+    symmetric grid. Ratios outside the range clamp to the end indexes.
+    """
+    cfg = cfg or BucketConfig()
+    n = cfg.shapes_per_tier
+    if width <= 0 or height <= 0:
+        raise ValueError(f"invalid size {width}x{height}")
+    if n == 1:
+        return 0
+    common = math.gcd(width, height)
+    # log(p) - log(q) is exactly antisymmetric in (p, q); log(p / q) is not.
+    log_ratio = math.log(width // common) - math.log(height // common)
+    lo, hi = math.log(cfg.ar_min), math.log(cfg.ar_max)
+    offset = (log_ratio - (lo + hi) / 2) / ((hi - lo) / (n - 1))
+    distance = abs(offset)
+    if n % 2:  # a centre index: ties at half steps go away from it, on both sides alike
+        steps = math.floor(distance + 0.5)
+        index = (n - 1) // 2 + (steps if offset >= 0 else -steps)
+    else:  # the centre lies between two indexes
+        steps = math.floor(distance)
+        index = n // 2 + steps if offset >= 0 else n // 2 - 1 - steps
+    return min(n - 1, max(0, index))
+
+
+def shape_index(tier: int, height: int, width: int, cfg: BucketConfig | None = None) -> int | None:
+    """Index of the shape ``height`` x ``width`` in the tier's table, or None if it is not one."""
+    try:
+        return _shapes(tier, cfg or BucketConfig()).index((height, width))
+    except ValueError:
+        return None
+
+
 def tier_floor_pixels(tier: int, cfg: BucketConfig | None = None) -> float:
     """Fewest source pixels the tier accepts: (tier / max_upscale)²."""
     cfg = cfg or BucketConfig()
@@ -138,11 +195,9 @@ def assign(width: int, height: int, cfg: BucketConfig | None = None) -> Assignme
     tier = choose_tier(width, height, cfg)
     if tier is None:
         return Drop(TOO_SMALL)
-    log_ar = math.log(width / height)
-    logs = _log_aspects(tier, cfg)
-    best = min(range(len(logs)), key=lambda i: abs(logs[i] - log_ar))
-    shape_height, shape_width = _shapes(tier, cfg)[best]
-    return Assignment(tier, shape_height, shape_width)
+    index = aspect_index(width, height, cfg)
+    shape_height, shape_width = _shapes(tier, cfg)[index]
+    return Assignment(tier, shape_height, shape_width, index)
 
 
 def cover_scale(width: int, height: int, shape: Assignment) -> float:
@@ -153,19 +208,25 @@ def cover_scale(width: int, height: int, shape: Assignment) -> float:
 def max_cover_scale(cfg: BucketConfig | None = None) -> float:
     """Upper bound of ``cover_scale`` over all images the config accepts.
 
-    max_upscale, times the worst aspect mismatch with the nearest shape (sqrt of the largest
-    half-gap between neighbouring shapes, or between an end shape and ar_min/ar_max), times
-    the worst shape-pixel excess over T² (sqrt).
+    max_upscale, times the worst aspect mismatch between an image and its index's shape (sqrt of
+    the largest log distance from any ratio of the index's cell, half a grid step either side of
+    the ideal ratio clipped to [ar_min, ar_max], to the rounded shape), times the worst
+    shape-pixel excess over T² (sqrt).
     """
     cfg = cfg or BucketConfig()
     worst = 1.0
     lo, hi = math.log(cfg.ar_min), math.log(cfg.ar_max)
+    n = cfg.shapes_per_tier
+    half_step = (hi - lo) / (n - 1) / 2 if n > 1 else 0.0
+    ideal = [math.log(ar) for ar in target_aspect_ratios(cfg)]
     for tier in cfg.tiers:
-        logs = sorted(_log_aspects(tier, cfg))
-        # Largest distance from any accepted log-aspect to its nearest shape.
-        gaps = [(b - a) / 2 for a, b in zip(logs, logs[1:], strict=False)]
-        gaps += [max(0.0, logs[0] - lo), max(0.0, hi - logs[-1])]
-        mismatch = math.exp(max(gaps) / 2)
+        logs = _log_aspects(tier, cfg)
+        far = 0.0
+        for centre, shape in zip(ideal, logs, strict=True):
+            cell_lo = lo if n == 1 else max(lo, centre - half_step)
+            cell_hi = hi if n == 1 else min(hi, centre + half_step)
+            far = max(far, abs(cell_lo - shape), abs(cell_hi - shape))
+        mismatch = math.exp(far / 2)
         excess = max(h * w for h, w in _shapes(tier, cfg)) / tier**2
         worst = max(worst, cfg.max_upscale * mismatch * math.sqrt(max(1.0, excess)))
     return worst

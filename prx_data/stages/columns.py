@@ -75,6 +75,11 @@ def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance
         return None
     if any(col not in staged.schema.names for col in stage.current):
         return None
+    if any(name not in staged.schema.names for name in stage.columns.names):
+        # Staged by a version of the stage with fewer columns: none of it is current, and new
+        # batches could not be appended to it.
+        _remove(uri, options)
+        return None
     return staged
 
 

@@ -34,7 +34,12 @@ SKIP_SCHEMA = pa.schema(
 
 def dedup_config(bucket_cfg: BucketConfig) -> DedupConfig:
     """The dedup grid is the bucketing grid: same ratios, same range."""
-    return DedupConfig(num_aspect_ratios=bucket_cfg.shapes_per_tier, min_aspect=bucket_cfg.ar_min, max_aspect=bucket_cfg.ar_max)
+    return DedupConfig(
+        num_aspect_ratios=bucket_cfg.shapes_per_tier,
+        min_aspect=bucket_cfg.ar_min,
+        max_aspect=bucket_cfg.ar_max,
+        multiple=bucket_cfg.multiple,
+    )
 
 
 def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None) -> pa.Table:
@@ -45,13 +50,28 @@ def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options
         if ds is None:
             continue
         t = ds.to_table(columns=["sample_id", "source", "tier", "bucket", "shard", "index_in_shard", "phash"], filter="shard IS NOT NULL")
-        tables.append(t.append_column("source_priority", pa.array([priority] * t.num_rows, pa.int64())))
+        t = t.append_column("source_priority", pa.array([priority] * t.num_rows, pa.int64()))
+        tables.append(_with_content_keys(t, paths.raw_table(source), options))
     if not tables:
         return pa.schema(
             [("sample_id", pa.string()), ("source", pa.string()), ("tier", pa.int32()), ("bucket", pa.string()),
-             ("shard", pa.string()), ("index_in_shard", pa.int64()), ("phash", pa.int64()), ("source_priority", pa.int64())]
+             ("shard", pa.string()), ("index_in_shard", pa.int64()), ("phash", pa.int64()), ("source_priority", pa.int64()),
+             ("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())]
         ).empty_table()
     return pa.concat_tables(tables)
+
+
+def _with_content_keys(exports: pa.Table, raw_uri: str, options: dict | None) -> pa.Table:
+    """Adds ``phash_degenerate`` and ``image_sha256`` from the raw table (null when absent):
+    dedup matches degenerate fingerprints by content key only."""
+    raw = open_table(raw_uri, options)
+    wanted = [c for c in ("phash_degenerate", "image_sha256") if raw is not None and c in raw.schema.names]
+    keys = raw.to_table(columns=["sample_id", *wanted]) if wanted else pa.table({"sample_id": pa.array([], pa.string())})
+    joined = exports.join(keys, "sample_id", join_type="left outer")
+    for name, kind in (("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())):
+        if name not in joined.column_names:
+            joined = joined.append_column(name, pa.nulls(joined.num_rows, kind))
+    return joined.select([*exports.column_names, "phash_degenerate", "image_sha256"])
 
 
 def _with_shape(exports: pa.Table) -> pa.Table:

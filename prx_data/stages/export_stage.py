@@ -23,7 +23,7 @@ import lance
 import pyarrow as pa
 
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition, write_partition_remote
-from prx_data.imaging.buckets import BucketConfig, Drop, assign
+from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop, assign
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
 from prx_data.schema import EXPORT_SCHEMA
 from prx_data.stages.executors import make_processor
@@ -49,7 +49,7 @@ _PREPARED_SCHEMA = pa.schema(
 def export_version(bucket_cfg: BucketConfig) -> str:
     """Names everything that decides the exported bytes; a change marks exports stale."""
     digest = hashlib.sha256(bucket_cfg.model_dump_json().encode()).hexdigest()[:10]
-    return f"{TRANSFORM_VERSION}-q{JPEG_QUALITY}-buckets-{digest}"
+    return f"{TRANSFORM_VERSION}-q{JPEG_QUALITY}-buckets-{BUCKETING_VERSION}-{digest}"
 
 
 def prepare_rows(bucket_cfg_json: str, sample_ids: list[str], images: list[bytes | None], _rows: pa.Table) -> pa.Table:

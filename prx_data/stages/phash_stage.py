@@ -20,6 +20,7 @@ def hash_rows(sample_ids: list[str], images: list[bytes | None], _rows: pa.Table
         {
             "sample_id": pa.array(sample_ids, pa.string()),
             "phash": pa.array([r["phash"] for r in rows], pa.int64()),
+            "phash_degenerate": pa.array([r["phash_degenerate"] for r in rows], pa.bool_()),
             "phash_version": pa.array([r["phash_version"] for r in rows], pa.string()),
             "phash_error": pa.array([r["phash_error"] for r in rows], pa.string()),
         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import dagster as dg
 import lance
@@ -35,6 +36,8 @@ def _corpus(defs, instance):
 def _yielded(mds_root: str) -> set[str]:
     seen = set()
     for ref in list_buckets(mds_root):
+        if not Path(ref.dir(mds_root), "index.json").exists():
+            continue  # not published for training (corpus_index: fully skipped or too small)
         clean_stale_shared_memory()
         try:
             ds = PrxStreamingDataset(local=ref.dir(mds_root), shuffle=False, batch_size=1)

@@ -102,3 +102,98 @@ def test_aspect_key_agrees_with_the_bucketing_shapes() -> None:
         shapes = buckets.shapes_for_tier(tier, cfg)
         keys = aspect_ratio_index(np.array([h for h, _ in shapes]), np.array([w for _, w in shapes]), config)
         assert keys.tolist() == list(range(len(shapes)))
+
+
+# Degenerate fingerprints: content key, never phash ------------------------------------------
+FLAT = 1 << 63  # what every flat image hashes to
+FLAT_SIGNED = FLAT - (1 << 64)
+
+
+def _flat_rows(rows: list[tuple]) -> pa.Table:
+    sid, tier, phash, degenerate, sha = zip(*rows)
+    return pa.table(
+        {
+            "sample_id": list(sid),
+            "tier": pa.array(tier, pa.int32()),
+            "bucket": ["512x512" if t == 512 else "1024x1024" for t in tier],
+            "phash": pa.array(phash, pa.int64()),
+            "phash_degenerate": pa.array(degenerate, pa.bool_()),
+            "image_sha256": pa.array(sha, pa.string()),
+        }
+    )
+
+
+def test_degenerate_rows_match_by_content_key_only() -> None:
+    table = _flat_rows(
+        [
+            ("red", 512, FLAT_SIGNED, True, "aa"),
+            ("blue", 512, FLAT_SIGNED, True, "bb"),  # same phash, other picture: kept
+            ("red-copy", 512, FLAT_SIGNED, True, "aa"),  # byte-identical to red: duplicate
+            ("photo", 512, FLAT_SIGNED, False, "cc"),  # a real fingerprint equal to the flat value
+            ("photo-copy", 1024, FLAT_SIGNED, False, "dd"),  # its re-encode: duplicate by phash
+            ("no-sha", 512, FLAT_SIGNED, True, None),  # degenerate without a content key: never
+            ("old", 512, FLAT_SIGNED, None, "ee"),  # hashed by an older version: a plain phash
+        ]
+    )
+    assert _as_dict(find_duplicates(table)) == {"red-copy": "red", "photo": "photo-copy", "old": "photo-copy"}
+
+
+def test_degenerate_rows_without_content_keys_are_never_duplicates() -> None:
+    table = _flat_rows([("a", 512, FLAT_SIGNED, True, "x"), ("b", 512, FLAT_SIGNED, True, "x")]).drop(["image_sha256"])
+    assert find_duplicates(table).num_rows == 0
+    # Without the column at all (another branch's or an older table) rows are plain phashes.
+    assert _as_dict(find_duplicates(table.drop(["phash_degenerate"]))) == {"b": "a"}
+
+
+def test_exact_shape_lookup_per_tier_and_fallback() -> None:
+    buckets = pytest.importorskip("prx_data.imaging.buckets")
+    # Every shape of every tier keys to its index through the tier's table.
+    rows = [(t, h, w, i) for t in (512, 1024, 2048, 4096) for i, (h, w) in enumerate(buckets.shapes_for_tier(t))]
+    table = pa.table(
+        {
+            "sample_id": [f"s{k}" for k in range(len(rows))],
+            "tier": pa.array([r[0] for r in rows], pa.int32()),
+            "bucket": [f"{r[1]}x{r[2]}" for r in rows],
+            "phash": pa.array([r[3] for r in rows], pa.int64()),  # phash = index: collide per index
+        }
+    )
+    dups = find_duplicates(table)
+    assert dups.num_rows == len(rows) - 13
+    kept_tier = dict(zip(table["sample_id"].to_pylist(), table["tier"].to_pylist()))
+    assert {kept_tier[k] for k in dups["kept_sample_id"].to_pylist()} == {4096}
+
+
+# Real photos: a copy at another tier is found ---------------------------------------------------
+def test_half_size_copies_in_another_tier_are_duplicates_when_the_phash_agrees() -> None:
+    """The reported escape: a 4:3 photo at tier 1024 and its half-size copy at tier 512."""
+    import io
+
+    from PIL import Image
+
+    from prx_data.imaging.buckets import Assignment, assign
+    from prx_data.imaging.phash import phash_bytes
+    from prx_data_tests.imaging.helpers import jpeg_bytes, photo
+
+    rows = []
+    for index in range(12):
+        big = photo(index, seed=21, megapixels=(1.0, 1.2)).resize((1152, 864), Image.Resampling.LANCZOS)
+        half = big.resize((576, 432), Image.Resampling.LANCZOS)
+        for name, image in (("big", big), ("half", half)):
+            data = jpeg_bytes(image, 92)
+            shape = assign(*Image.open(io.BytesIO(data)).size)
+            assert isinstance(shape, Assignment)
+            rows.append((f"{index}-{name}", shape.tier, shape.bucket, phash_bytes(data)))
+    table = pa.table(
+        {
+            "sample_id": [r[0] for r in rows],
+            "tier": pa.array([r[1] for r in rows], pa.int32()),
+            "bucket": [r[2] for r in rows],
+            "phash": pa.array([r[3] for r in rows], pa.int64()),
+        }
+    )
+    assert set(table["tier"].to_pylist()) == {512, 1024}
+    equal = {r[0].split("-")[0] for r, s in zip(rows[::2], rows[1::2]) if r[3] == s[3]}
+    found = _as_dict(find_duplicates(table))
+    print(f"\nhalf-size copies with the photo's phash: {len(equal)}/12, all deduplicated")
+    assert len(equal) >= 8  # the project's phash keeps ~87 % of half-size copies equal
+    assert found == {f"{i}-half": f"{i}-big" for i in equal}  # every one of them, the big one kept

@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -11,10 +11,12 @@ from prx_data.imaging.buckets import (
     Assignment,
     BucketConfig,
     Drop,
+    aspect_index,
     assign,
     choose_tier,
     cover_scale,
     max_cover_scale,
+    shape_index,
     shape_table,
     shapes_for_tier,
     target_aspect_ratios,
@@ -30,14 +32,18 @@ def configs(draw: st.DrawFn) -> BucketConfig:
     smallest = draw(st.integers(min_value=8, max_value=40)) * multiple
     tiers = sorted({smallest * 2**k for k in range(draw(st.integers(1, 4)))})
     ar_min = draw(st.floats(min_value=0.25, max_value=0.9))
-    return BucketConfig(
-        tiers=tuple(tiers),
-        max_upscale=draw(st.floats(min_value=1.0, max_value=2.0)),
-        ar_min=ar_min,
-        ar_max=max(1.01, 1 / ar_min * draw(st.floats(min_value=0.8, max_value=1.25))),
-        shapes_per_tier=draw(st.integers(min_value=2, max_value=21)),
-        multiple=multiple,
-    )
+    try:
+        return BucketConfig(
+            tiers=tuple(tiers),
+            max_upscale=draw(st.floats(min_value=1.0, max_value=2.0)),
+            ar_min=ar_min,
+            ar_max=max(1.01, 1 / ar_min * draw(st.floats(min_value=0.8, max_value=1.25))),
+            shapes_per_tier=draw(st.integers(min_value=2, max_value=21)),
+            multiple=multiple,
+        )
+    except ValidationError:
+        assume(False)  # two ratios round to one shape: rejected by design (see test below)
+        raise
 
 
 def _pixel_tolerance(tier: int, cfg: BucketConfig) -> float:
@@ -128,11 +134,13 @@ def _check_assignment(width: int, height: int, cfg: BucketConfig) -> None:
     bigger = [t for t in cfg.tiers if t > result.tier]
     if bigger:
         assert math.sqrt(bigger[0] ** 2 / pixels) > cfg.max_upscale
-    # The nearest shape of that tier in log aspect ratio.
+    # The index is the nearest ideal (unrounded) grid ratio; the tier only picks its shape.
     shapes = shapes_for_tier(result.tier, cfg)
-    assert (result.height, result.width) in shapes
-    distance = abs(math.log(result.width / result.height / aspect))
-    assert all(distance <= abs(math.log(w / h / aspect)) + 1e-12 for h, w in shapes)
+    ideal = target_aspect_ratios(cfg)
+    distance = abs(math.log(ideal[result.ar_index] / aspect))
+    assert all(distance <= abs(math.log(ar / aspect)) + 1e-9 for ar in ideal)
+    assert (result.height, result.width) == shapes[result.ar_index]
+    assert shape_index(result.tier, result.height, result.width, cfg) == result.ar_index
     # Per-side cover scale may exceed max_upscale only by the documented aspect/rounding slack.
     assert cover_scale(width, height, result) <= max_cover_scale(cfg) + 1e-9
 
@@ -157,7 +165,88 @@ def test_config_is_validated_and_hashable() -> None:
         BucketConfig(ar_min=2.0, ar_max=0.5)
     with pytest.raises(ValidationError):
         BucketConfig(max_upscale=0.9)
+    with pytest.raises(ValidationError, match="same shape"):
+        BucketConfig(tiers=(64,), ar_min=0.875, ar_max=1.01, shapes_per_tier=3, multiple=8)
     with pytest.raises(ValidationError):
         DEFAULT.tiers = (512,)  # type: ignore[misc]
     assert hash(BucketConfig()) == hash(DEFAULT)
     assert BucketConfig(tiers=(256,), shapes_per_tier=1, ar_min=1, ar_max=1).tiers == (256,)
+
+
+# One aspect index per image, whatever the tier ------------------------------------------------
+def _symmetric(cfg: BucketConfig) -> BucketConfig:
+    try:
+        return BucketConfig(**{**cfg.model_dump(), "ar_max": 1 / cfg.ar_min})
+    except ValidationError:
+        assume(False)
+        raise
+
+
+ratios = st.tuples(st.integers(1, 400), st.integers(1, 400)).filter(lambda pq: 0.5 <= pq[0] / pq[1] <= 2.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ratios, st.integers(1, 60), st.integers(1, 60))
+def test_scaled_copies_share_the_index_in_every_tier(pq: tuple[int, int], m1: int, m2: int) -> None:
+    # Two exact scales of one picture (down to the floor and below): same index, and each
+    # tier's shape is that index's shape.
+    p, q = pq
+    results = [assign(p * m, q * m) for m in (m1, m2, 1, 97)]
+    placed = [r for r in results if isinstance(r, Assignment)]
+    assert {r.ar_index for r in placed} <= {aspect_index(p, q)}
+    for r in placed:
+        assert (r.height, r.width) == shapes_for_tier(r.tier)[r.ar_index]
+
+
+@settings(max_examples=300, deadline=None)
+@given(sides.filter(lambda s: s >= 384), sides.filter(lambda s: s >= 384), st.floats(0.05, 1.0))
+def test_rounded_downscales_share_the_index_unless_on_a_boundary(width: int, height: int, scale: float) -> None:
+    # A real downscale rounds each side to whole pixels; that moves the ratio by at most
+    # ~1/short side, so only ratios that close to a cell boundary may change index.
+    small = (max(1, round(width * scale)), max(1, round(height * scale)))
+    first, second = assign(width, height), assign(*small)
+    if not (isinstance(first, Assignment) and isinstance(second, Assignment)):
+        return
+    moved = abs(math.log(small[0] / small[1]) - math.log(width / height))
+    ideal = [math.log(ar) for ar in target_aspect_ratios(DEFAULT)]
+    boundaries = [(a + b) / 2 for a, b in zip(ideal, ideal[1:])]
+    near = min(abs(math.log(width / height) - b) for b in boundaries)
+    if near > moved:
+        assert first.ar_index == second.ar_index
+
+
+def test_four_by_three_and_its_half_size_copy_share_a_bucket_index() -> None:
+    # The case that escaped dedup: 4:3 sits between grid ratios 1.26 and 1.41.
+    big, half = assign(1152, 864), assign(576, 432)
+    assert isinstance(big, Assignment) and isinstance(half, Assignment)
+    assert (big.tier, half.tier) == (1024, 512)
+    assert big.ar_index == half.ar_index == 8
+    for w, h in ((4000, 3000), (2000, 1500), (1024, 768), (640, 480), (444, 333)):
+        assert assign(w, h).ar_index == 8  # type: ignore[union-attr]
+
+
+@settings(max_examples=150, deadline=None)
+@given(configs(), sides, sides)
+def test_rotated_copies_get_the_mirrored_index(cfg: BucketConfig, width: int, height: int) -> None:
+    cfg = _symmetric(cfg)
+    n = cfg.shapes_per_tier
+    if n % 2 == 0 and width == height:
+        return  # a square between two central shapes has no mirror-symmetric answer
+    assert aspect_index(height, width, cfg) == n - 1 - aspect_index(width, height, cfg)
+    a, b = assign(width, height, cfg), assign(height, width, cfg)
+    if isinstance(a, Assignment):
+        assert isinstance(b, Assignment) and b.tier == a.tier
+        assert b.ar_index == n - 1 - a.ar_index
+        assert (b.height, b.width) == (a.width, a.height) or abs(b.height - a.width) <= cfg.multiple
+
+
+def test_exif_rotated_photo_gets_the_mirrored_bucket() -> None:
+    from prx_data_tests.images import exif_rotated_jpeg
+
+    from prx_data.imaging.transform import prepare
+
+    rotated = prepare(exif_rotated_jpeg(1152, 864))  # stored 1152x864, displayed 864x1152
+    upright = assign(1152, 864)
+    assert not isinstance(rotated, Drop) and isinstance(upright, Assignment)
+    assert (rotated.height, rotated.width) == (upright.width, upright.height)
+    assert assign(864, 1152).ar_index == 12 - upright.ar_index  # type: ignore[union-attr]

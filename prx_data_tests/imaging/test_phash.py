@@ -10,7 +10,9 @@ import scipy.fft
 from PIL import Image
 
 from prx_data.imaging.phash import (
+    DEGENERATE_SPREAD,
     PHASH_VERSION,
+    fingerprint_bytes,
     THUMB_SIDE,
     hamming,
     hash_thumbnail,
@@ -73,8 +75,10 @@ def test_identical_bytes_give_identical_hash() -> None:
 def test_hash_row_never_raises() -> None:
     ok = phash_row(jpeg_bytes(photo(2)))
     assert ok["phash_error"] is None and ok["phash_version"] == PHASH_VERSION
+    assert ok["phash_degenerate"] is False
     bad = phash_row(b"not an image")
     assert bad["phash"] is None and str(bad["phash_error"]).startswith("invalid_image")
+    assert bad["phash_degenerate"] is None
     assert phash_row(None)["phash"] is None
     assert str(phash_row(jpeg_bytes(photo(2)), max_pixels=10)["phash_error"]).startswith(
         "too_large"
@@ -83,6 +87,7 @@ def test_hash_row_never_raises() -> None:
 
 def test_version_names_the_decode_path() -> None:
     assert "dct64" in PHASH_VERSION and "draftL64" in PHASH_VERSION
+    assert f"flat{DEGENERATE_SPREAD:g}" in PHASH_VERSION  # the degenerate rule is part of it
 
 
 def test_png_copy_of_a_photo_hashes_like_the_jpeg() -> None:
@@ -99,14 +104,16 @@ def test_png_copy_of_a_photo_hashes_like_the_jpeg() -> None:
 @pytest.fixture(scope="module")
 def robustness() -> dict[str, list[int]]:
     """Hashes of distinct photos, their q92 re-encodes and their half-size copies."""
-    hashes: dict[str, list[int]] = {"original": [], "reencoded": [], "half": []}
+    hashes: dict[str, list[int]] = {"original": [], "reencoded": [], "half": [], "degenerate": []}
     for index in range(ROBUSTNESS_PHOTOS):
         original = jpeg_bytes(photo(index, ROBUSTNESS_SEED, (0.5, 1.0)), quality=90)
         pixels = Image.open(io.BytesIO(original)).convert("RGB")
         half = pixels.resize((pixels.width // 2, pixels.height // 2), Image.Resampling.LANCZOS)
-        hashes["original"].append(phash_bytes(original))
-        hashes["reencoded"].append(phash_bytes(jpeg_bytes(pixels, 92)))
-        hashes["half"].append(phash_bytes(jpeg_bytes(half, 92)))
+        copies = {"original": original, "reencoded": jpeg_bytes(pixels, 92), "half": jpeg_bytes(half, 92)}
+        for name, data in copies.items():
+            found = fingerprint_bytes(data)
+            hashes[name].append(to_signed(found.value))
+            hashes["degenerate"].append(int(found.degenerate))
     return hashes
 
 
@@ -155,3 +162,41 @@ def test_flat_and_symmetric_images_hash_without_float_noise() -> None:
     assert hash_thumbnail(ramp) == hash_thumbnail(ramp.copy(order="F"))
     gray = jpeg_bytes(Image.new("RGB", (800, 600), (90, 90, 90)))
     assert to_unsigned(phash_bytes(gray)) == 1 << 63
+
+
+def _solid(rgb: tuple[int, int, int], size: tuple[int, int] = (800, 600)) -> bytes:
+    return jpeg_bytes(Image.new("RGB", size, rgb))
+
+
+def _noisy(base: int, sigma: float, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    pixels = np.clip(base + rng.normal(0, sigma, (480, 640, 3)), 0, 255).astype(np.uint8)
+    return jpeg_bytes(Image.fromarray(pixels))
+
+
+def _ramp(levels: float) -> bytes:
+    row = 120 + np.linspace(0, levels, 640)
+    return jpeg_bytes(Image.fromarray(np.repeat(np.tile(row, (480, 1))[..., None], 3, 2).astype(np.uint8)))
+
+
+def test_flat_and_near_flat_images_are_degenerate() -> None:
+    red, blue = _solid((200, 20, 20)), _solid((20, 20, 200), (640, 640))
+    for data in (red, blue, _noisy(128, 4, 0), _noisy(60, 20, 1), _ramp(2)):
+        found = fingerprint_bytes(data)
+        assert found.degenerate and found.spread < DEGENERATE_SPREAD
+        row = phash_row(data)
+        assert row["phash_degenerate"] is True and row["phash"] is not None
+    # The collision that made them unusable as fingerprints: a red and a blue square agree.
+    assert fingerprint_bytes(red).value == fingerprint_bytes(blue).value == 1 << 63
+
+
+def test_images_with_structure_are_not_degenerate() -> None:
+    halves = np.zeros((480, 640, 3), np.uint8)
+    halves[:, 320:] = 255
+    assert not fingerprint_bytes(jpeg_bytes(Image.fromarray(halves))).degenerate
+    assert not fingerprint_bytes(_ramp(12)).degenerate
+
+
+def test_real_photos_and_their_copies_are_never_degenerate(robustness: dict[str, list[int]]) -> None:
+    # Every photo, its q92 re-encode and its half-size copy keep a usable fingerprint.
+    assert sum(robustness["degenerate"]) == 0

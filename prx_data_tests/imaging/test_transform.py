@@ -102,7 +102,9 @@ def test_cmyk_jpeg() -> None:
 
 
 def test_16_bit_png() -> None:
-    ramp = np.tile(np.linspace(0, 65535, 640).astype(np.uint16), (480, 1))
+    # 608x432 is exactly the 512 tier's 432x608 shape: no side is cropped, so both ends of the
+    # ramp reach the output (4:3 would crop the sides of the wider shape of its aspect index).
+    ramp = np.tile(np.linspace(0, 65535, 608).astype(np.uint16), (432, 1))
     _, image = _prepared(png_bytes(Image.fromarray(ramp)))
     row = np.asarray(image)[image.height // 2, :, 0].astype(int)
     assert row[:5].max() < 10 and row[-5:].min() > 245  # full range kept, not clipped

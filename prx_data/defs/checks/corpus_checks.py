@@ -7,6 +7,7 @@ import tempfile
 import dagster as dg
 
 from prx_data.defs.resources import StorageResource
+from prx_data.export.corpus_index import unpublished_buckets
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import list_buckets
 
@@ -69,7 +70,9 @@ def read_bucket(bucket_dir: str, storage_options: dict | None = None) -> int:
     "last samples read back with image, caption and sample_id. Blocks skip_lists in the same run.",
 )
 def bucket_streams_readable(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    buckets = list_buckets(storage.mds_root, storage.options)
+    # Only published buckets are streams; the others have no index.json on purpose.
+    unpublished = set(unpublished_buckets(storage.mds_root, storage.options))
+    buckets = [ref for ref in list_buckets(storage.mds_root, storage.options) if ref.rel not in unpublished]
     samples, failures = {}, {}
     for ref in buckets:
         try:

@@ -9,6 +9,7 @@ from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.export.corpus_index import merge_all
+from prx_data.settings import get_settings
 from prx_data.stages.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
 
@@ -72,10 +73,13 @@ def mds_shards(
     kinds={"mds"},
     automation_condition=CORPUS_SETTLED,
     description="One index.json per bucket folder covering every source's shards, so each bucket "
-    "is one stream that a plain StreamingDataset reads.",
+    "is one stream that a plain StreamingDataset reads. Only buckets with at least "
+    "PRX_MIN_STREAM_SAMPLES unskipped samples are published; the rest stay in the tree with an "
+    "unpublished.json (skip_lists decides again once the skips are current).",
 )
 def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    merged = merge_all(storage.mds_root, storage.options)
+    min_samples = get_settings().min_stream_samples
+    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
     return dg.MaterializeResult(
         metadata={
             "buckets": len(merged),
@@ -83,8 +87,21 @@ def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) ->
             "shards": sum(m.num_shards for m in merged),
             "indexes_rewritten": sum(m.written for m in merged),
             "samples_per_bucket": dg.MetadataValue.json({m.bucket_dir.removeprefix(storage.mds_root).strip("/"): m.num_samples for m in merged}),
+            **publication_metadata(storage.mds_root, merged, min_samples),
         }
     )
+
+
+def publication_metadata(mds_root: str, merged, min_samples: int) -> dict:
+    """Which buckets a trainer sees, and which stay unpublished with their counts."""
+    rel = lambda m: m.bucket_dir.removeprefix(mds_root).strip("/")  # noqa: E731
+    return {
+        "min_stream_samples": min_samples,
+        "published_buckets": sum(m.published for m in merged),
+        "unpublished_buckets": dg.MetadataValue.json(
+            {rel(m): {"samples": m.num_samples, "unskipped": m.unskipped} for m in merged if m.num_samples and not m.published}
+        ),
+    }
 
 
 @dg.asset(
@@ -107,6 +124,9 @@ def skip_lists(
         storage.paths, priorities, bucket_cfg=export.bucket_config(), exclude_labels=export.exclude_labels, options=storage.options
     )
     report = write_skip_lists(storage.mds_root, skips, storage.options)
+    # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
+    min_samples = get_settings().min_stream_samples
+    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
     per_reason = _sum_by(report.counts, "reason")
     per_source = _sum_by(report.counts, "source")
     streams = report.streams.to_pylist()
@@ -127,6 +147,7 @@ def skip_lists(
             "sidecars_written": report.written,
             "sidecars_unchanged": report.unchanged,
             "sidecars_removed": report.removed,
+            **publication_metadata(storage.mds_root, merged, min_samples),
         }
     )
 
