@@ -24,9 +24,10 @@ from prx_data.ingest.items import RawItem
 from prx_data.ingest.probe import probe_image
 from prx_data.ingest.readers import read_source
 from prx_data.filters import sql_string
-from prx_data.lance_io import chunked, open_table, storage_options_of
+from prx_data.lance_io import chunked, ensure_columns, open_table, storage_options_of
 from prx_data.registry import RegisteredSource
-from prx_data.schema import Status, raw_schema
+from prx_data.fingerprints import ingest_fingerprint
+from prx_data.schema import PHASH_COLUMNS, Status, raw_schema
 
 # Decides at ingest whether an item is covered by an opt-out request: (source, sample_id, item)
 # -> the request id, or None.
@@ -126,7 +127,8 @@ def _row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutM
         row["embedding"] = emb if emb is not None and len(emb) == spec.embedding_dim else None
     request = optout(spec.name, sid, item) if optout else None
     if request:
-        row.update(status=Status.OPTED_OUT.value, error=f"opt-out request {request}")
+        # The bytes are not kept, their fingerprint is: copies elsewhere stay excluded.
+        row.update(status=Status.OPTED_OUT.value, error=f"opt-out request {request}", **ingest_fingerprint(item.data))
         return row
     if item.error:
         row.update(status=item.error_status or Status.INVALID_IMAGE.value, error=item.error)
@@ -207,8 +209,8 @@ def iter_changed_rows(
 
 def _target_schema(source: RegisteredSource, ds: lance.LanceDataset | None) -> pa.Schema:
     schema = raw_schema(source.spec.embedding_dim)
-    if ds is None:
-        return schema
+    if ds is None:  # with the hash columns, which an opted-out row fills (see _row)
+        return pa.schema(list(schema) + list(PHASH_COLUMNS))
     # Changed rows carry the derived columns as nulls, so later stages redo them.
     extra = [f for f in ds.schema if f.name not in schema.names]
     return pa.schema(list(schema) + extra)
@@ -231,6 +233,8 @@ def ingest_source(
     started = time.perf_counter()
     stats = IngestStats(source=source.name)
     ds = open_table(uri, storage_options)
+    if ds is not None:
+        ds = ensure_columns(ds, PHASH_COLUMNS)
     existing = _load_existing(ds)
     schema = _target_schema(source, ds)
     present: set[str] = set()

@@ -106,7 +106,7 @@ def skip_lists(
     exports, skips = compute_skips(
         storage.paths, priorities, bucket_cfg=export.bucket_config(), exclude_labels=export.exclude_labels, options=storage.options
     )
-    report = write_skip_lists(storage.mds_root, skips, storage.options)
+    report = write_skip_lists(storage.mds_root, skips, storage.options, paths=storage.paths)
     per_reason = _sum_by(report.counts, "reason")
     per_source = _sum_by(report.counts, "source")
     streams = report.streams.to_pylist()
