@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from prx_data.lance_io import open_table
 from prx_data.paths import StoragePaths
-from prx_data.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_FINGERPRINT_TYPE, OPTOUT_MATCH_SCHEMA
+from prx_data.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
 _SAMPLE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -303,7 +303,9 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
     placed = matches.select(["request_id", "sample_id"]).join(exported.select(["sample_id", "shard"]), "sample_id", join_type="inner")
     shards = _per_request(placed, "shard", "distinct")
     unmatched_by = _per_request(unmatched, "name", "list")
-    fps_by = _per_request(fingerprints.append_column("fp", _fingerprint_structs(fingerprints)), "fp", "list")
+    fps_by: dict[str, list[dict]] = {}
+    for fp in fingerprints.to_pylist():  # one per distinct image a request covers: small
+        fps_by.setdefault(fp.pop("request_id"), []).append(fp)
     counts = _per_request(matches.append_column("one", pa.array([1] * matches.num_rows, pa.int64())), "one", "sum")
     identity = matches.filter(pc.equal(matches["rule"], "identity"))
     identity_counts = _per_request(identity.append_column("one", pa.array([1] * identity.num_rows, pa.int64())), "one", "sum")
@@ -342,13 +344,6 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
     lance.write_dataset(report.audit, paths.optout_audit_table(), mode="overwrite", storage_options=options)
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _fingerprint_structs(fingerprints: pa.Table) -> pa.Array:
-    return pa.StructArray.from_arrays(
-        [fingerprints[name].combine_chunks() for name in ("phash", "sha256", "max_distance", "origin")],
-        fields=list(OPTOUT_FINGERPRINT_TYPE),
-    )
 
 
 def read_fingerprints(paths: StoragePaths, options: dict | None = None) -> pa.Table:
