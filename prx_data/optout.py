@@ -394,7 +394,16 @@ def refresh(
     if write_card:
         from prx_data.report import build_data_card
 
-        card_path = build_data_card(paths, sources, exclude_labels=exclude_labels, options=options).write(paths.report_dir())
+        card = build_data_card(paths, sources, exclude_labels=exclude_labels, options=options)
+        if "://" in paths.report_dir():
+            # DataCard.write resolves s3:// without the store's endpoint and credentials.
+            from prx_data.paths import join
+            from prx_data.storage_uri import locate, write_bytes
+
+            card_path = join(paths.report_dir(), "data_card.md")
+            write_bytes(locate(card_path, options), card.markdown.encode())
+        else:
+            card_path = card.write(paths.report_dir())
     return Applied(
         optouts=report,
         skipped_samples=len(set(skips["sample_id"].to_pylist())),
