@@ -98,7 +98,8 @@ class RequestSet:
 def load_request(path: Path) -> OptOutRequest:
     try:
         text = path.read_text()
-        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        # The C loader when present: a 10,000-URL request parses in milliseconds, not seconds.
+        raw = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
     if not isinstance(raw, dict):
@@ -254,8 +255,9 @@ def resolve_all(
     recorded for it before; each is joined against every row and every exported sample.
     """
     from prx_data.optout_match import (
-        candidates,
         fingerprints_of_samples,
+        hashed_candidates,
+        keyed_candidates,
         match_fingerprints,
         match_identity,
         named_tables,
@@ -264,12 +266,11 @@ def resolve_all(
     )
 
     identity, unmatched = match_identity(named_tables({k: v.request for k, v in requests.items()}), raw)
-    cands = candidates(raw, exported)
     images, problems = _image_fingerprints(requests)
     fingerprints = unique_fingerprints(
-        pa.concat_tables([images, fingerprints_of_samples(identity, cands), _kept_fingerprints(previous, set(requests))])
+        pa.concat_tables([images, fingerprints_of_samples(identity, raw, exported), _kept_fingerprints(previous, set(requests))])
     )
-    by_fingerprint = match_fingerprints(fingerprints, cands)
+    by_fingerprint = match_fingerprints(fingerprints, hashed_candidates(raw, exported), keyed_candidates(raw))
     matches = one_match_per_sample(pa.concat_tables([identity, by_fingerprint]))
     if images.num_rows:
         used = set(zip(by_fingerprint["request_id"].to_pylist(), by_fingerprint["fingerprint_of"].to_pylist()))
@@ -300,7 +301,9 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
             first_seen[(rid, fp)] = at
     matches, unmatched, fingerprints, problems = resolve_all(loaded.requests, raw, exported, previous)
 
-    placed = matches.select(["request_id", "sample_id"]).join(exported.select(["sample_id", "shard"]), "sample_id", join_type="inner")
+    from prx_data.optout_match import _small_join
+
+    placed = _small_join(matches.select(["request_id", "sample_id"]), exported.select(["sample_id", "shard"]), "sample_id")
     shards = _per_request(placed, "shard", "distinct")
     unmatched_by = _per_request(unmatched, "name", "list")
     fps_by: dict[str, list[dict]] = {}

@@ -23,15 +23,6 @@ from prx_data.paths import StoragePaths
 from prx_data.schema import OPTOUT_FINGERPRINT_TYPE, OPTOUT_MATCH_SCHEMA
 
 RAW_COLUMNS = ["sample_id", "source", "source_key", "source_url", "status", "image_sha256", "phash"]
-CANDIDATE_SCHEMA = pa.schema(
-    [
-        pa.field("sample_id", pa.string()),
-        pa.field("source", pa.string()),
-        pa.field("phash", pa.int64()),
-        pa.field("degenerate", pa.bool_()),
-        pa.field("sha256", pa.string()),
-    ]
-)
 FINGERPRINT_SCHEMA = pa.schema([pa.field("request_id", pa.string()), *OPTOUT_FINGERPRINT_TYPE])
 _HOST_RE = r"^[A-Za-z][A-Za-z0-9+.\-]*://(?:[^@/?#]*@)?(?P<host>[^:/?#]*)"
 
@@ -79,35 +70,38 @@ def exported_rows(paths: StoragePaths, sources: Iterable[str], options: dict | N
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
-def candidates(raw: pa.Table, exported: pa.Table | None = None, include_raw: bool = True) -> pa.Table:
-    """What fingerprints are compared with: every raw row (its current hash and content key) and
-    every exported sample (the hash of the exported image, with the row's content key)."""
-    parts = [] if not include_raw else [
-        pa.table(
-            {
-                "sample_id": raw["sample_id"],
-                "source": raw["source"],
-                "phash": raw["phash"],
-                "degenerate": raw["degenerate"],
-                "sha256": raw["image_sha256"],
-            }
-        ).cast(CANDIDATE_SCHEMA)
-    ]
+def _small_join(small: pa.Table, big: pa.Table, key: str, big_key: str | None = None, join_type: str = "inner") -> pa.Table:
+    """Join a small table with a big one in about the big one's size: the big side is first cut
+    down with ``is_in`` (a hash of the small side), then the two small tables are joined.
+    (Acero hashes the right side of a join; with the corpus there a join costs seconds.)"""
+    big_key = big_key or key
+    hit = big.filter(pc.fill_null(pc.is_in(big[big_key], value_set=pc.unique(small[key].combine_chunks())), False))
+    return small.join(hit, key, right_keys=big_key, join_type=join_type, use_threads=False)
+
+
+def hashed_candidates(raw: pa.Table, exported: pa.Table | None = None, include_raw: bool = True) -> pa.Table:
+    """(sample_id, source, phash) that a perceptual fingerprint is compared with: every raw row's
+    current hash and every exported sample's hash (of the image that is in the shard), leaving
+    out degenerate images, whose hash is no fingerprint."""
+    schema = pa.schema([("sample_id", pa.string()), ("source", pa.string()), ("phash", pa.int64())])
+    degenerate = raw["degenerate"]
+    parts = []
+    if include_raw:
+        keep = pc.and_(pc.is_valid(raw["phash"]), pc.invert(pc.fill_null(degenerate, False)))
+        parts.append(raw.filter(keep).select(schema.names).cast(schema))
     if exported is not None and exported.num_rows:
-        info = raw.select(["sample_id", "degenerate", "image_sha256"])
-        joined = exported.select(["sample_id", "source", "phash"]).join(info, "sample_id", join_type="left outer")
-        parts.append(
-            pa.table(
-                {
-                    "sample_id": joined["sample_id"],
-                    "source": joined["source"],
-                    "phash": joined["phash"],
-                    "degenerate": pc.fill_null(joined["degenerate"], False),
-                    "sha256": joined["image_sha256"],
-                }
-            ).cast(CANDIDATE_SCHEMA)
-        )
-    return pa.concat_tables(parts) if parts else CANDIDATE_SCHEMA.empty_table()
+        rows = exported.filter(pc.is_valid(exported["phash"])).select(schema.names).cast(schema)
+        flat_ids = raw.filter(pc.fill_null(degenerate, False))["sample_id"]
+        if len(flat_ids):
+            rows = rows.filter(pc.invert(pc.is_in(rows["sample_id"], value_set=flat_ids.combine_chunks())))
+        parts.append(rows)
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def keyed_candidates(raw: pa.Table) -> pa.Table:
+    """(sample_id, source, sha256): the exact content key of every raw row that has one."""
+    rows = raw.filter(pc.is_valid(raw["image_sha256"]))
+    return pa.table({"sample_id": rows["sample_id"], "source": rows["source"], "sha256": rows["image_sha256"]})
 
 
 # Identity -----------------------------------------------------------------------------------
@@ -153,6 +147,10 @@ def host_suffixes(raw: pa.Table) -> pa.Table:
     return pa.concat_tables(parts)
 
 
+def _re_escape(text: str) -> str:
+    return "".join("\\" + c if not c.isalnum() else c for c in text)
+
+
 def _match_rows(joined: pa.Table, matched_by: pa.Array | str) -> pa.Table:
     n = joined.num_rows
     by = pa.array([matched_by] * n, pa.string()) if isinstance(matched_by, str) else matched_by
@@ -175,22 +173,27 @@ def match_identity(named: dict[str, pa.Table], raw: pa.Table) -> tuple[pa.Table,
     out, unmatched = [], []
     ids = named["ids"]
     if ids.num_rows:
-        joined = ids.join(corpus.select(["sample_id", "source"]), "sample_id", join_type="inner")
+        joined = _small_join(ids, corpus.select(["sample_id", "source"]), "sample_id")
         kind = pc.list_element(pc.split_pattern(joined["name"], " ", max_splits=1), 0)
         out.append(_match_rows(joined, kind))
-        missing = ids.join(corpus.select(["sample_id"]), "sample_id", join_type="left anti")
+        missing = _small_join(ids, corpus.select(["sample_id"]), "sample_id", join_type="left anti")
         unmatched.append(missing.select(["request_id", "name"]))
     urls = named["urls"]
     if urls.num_rows:
         with_url = corpus.filter(pc.is_valid(corpus["source_url"]))
-        out.append(_match_rows(urls.join(with_url, "source_url", join_type="inner"), "url"))
-        missing = urls.join(with_url.select(["source_url"]), "source_url", join_type="left anti")
+        out.append(_match_rows(_small_join(urls, with_url, "source_url"), "url"))
+        missing = _small_join(urls, with_url.select(["source_url"]), "source_url", join_type="left anti")
         unmatched.append(pa.table({"request_id": missing["request_id"], "name": pc.binary_join_element_wise("url ", missing["source_url"], "")}))
     domains = named["domains"]
     if domains.num_rows:
-        suffixes = host_suffixes(corpus).join(corpus.select(["sample_id", "source"]), "sample_id", join_type="inner")
-        out.append(_match_rows(domains.join(suffixes, "domain", join_type="inner"), "domain"))
-        missing = domains.join(suffixes.select(["domain"]), "domain", join_type="left anti")
+        # One regex pass (RE2: linear in the URL bytes) picks the rows on any listed domain;
+        # only those are split into host suffixes and joined with the request names.
+        listed = sorted(set(domains["domain"].to_pylist()))
+        pattern = r"^[A-Za-z][A-Za-z0-9+.\-]*://(?:[^@/?#]*@)?(?:[^/?#:]*\.)?(?:" + "|".join(_re_escape(d) for d in listed) + r")(?:[:/?#]|$)"
+        on_domain = corpus.filter(pc.fill_null(pc.match_substring_regex(corpus["source_url"], pattern, ignore_case=True), False))
+        suffixes = host_suffixes(on_domain).join(on_domain.select(["sample_id", "source"]), "sample_id", join_type="inner", use_threads=False)
+        out.append(_match_rows(domains.join(suffixes, "domain", join_type="inner", use_threads=False), "domain"))
+        missing = domains.join(suffixes.select(["domain"]), "domain", join_type="left anti", use_threads=False)
         unmatched.append(pa.table({"request_id": missing["request_id"], "name": pc.binary_join_element_wise("domain ", missing["domain"], "")}))
     empty_unmatched = pa.table({"request_id": pa.array([], pa.string()), "name": pa.array([], pa.string())})
     matches = pa.concat_tables(out) if out else OPTOUT_MATCH_SCHEMA.empty_table()
@@ -198,20 +201,27 @@ def match_identity(named: dict[str, pa.Table], raw: pa.Table) -> tuple[pa.Table,
 
 
 # Fingerprints -------------------------------------------------------------------------------
-def fingerprints_of_samples(matches: pa.Table, cands: pa.Table) -> pa.Table:
+def fingerprints_of_samples(matches: pa.Table, raw: pa.Table, exported: pa.Table | None = None) -> pa.Table:
     """The fingerprints (hash unless degenerate, and content key) of every matched sample, in
     its current row and as exported: what keeps a copy excluded after the row loses its bytes."""
     if matches.num_rows == 0:
         return FINGERPRINT_SCHEMA.empty_table()
     pairs = matches.select(["request_id", "sample_id"])
-    joined = pairs.join(cands, "sample_id", join_type="inner")
-    degenerate = pc.fill_null(joined["degenerate"], False)
-    phash = pc.if_else(degenerate, pa.scalar(None, pa.int64()), joined["phash"])
+    rows = _small_join(pairs, raw.select(["sample_id", "phash", "degenerate", "image_sha256"]), "sample_id")
+    degenerate = pc.fill_null(rows["degenerate"], False)
+    parts = [pa.table({"request_id": rows["request_id"], "sample_id": rows["sample_id"], "phash": pc.if_else(degenerate, pa.scalar(None, pa.int64()), rows["phash"]), "sha256": rows["image_sha256"]})]
+    if exported is not None and exported.num_rows:
+        flat = set(rows.filter(degenerate)["sample_id"].to_pylist())
+        shipped = _small_join(pairs, exported.select(["sample_id", "phash"]), "sample_id")
+        if flat:
+            shipped = shipped.filter(pc.invert(pc.is_in(shipped["sample_id"], value_set=pa.array(sorted(flat), pa.string()))))
+        parts.append(pa.table({"request_id": shipped["request_id"], "sample_id": shipped["sample_id"], "phash": shipped["phash"], "sha256": pa.nulls(shipped.num_rows, pa.string())}))
+    joined = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
     n = joined.num_rows
     table = pa.table(
         {
             "request_id": joined["request_id"],
-            "phash": phash,
+            "phash": joined["phash"],
             "sha256": joined["sha256"],
             "max_distance": pa.array([0] * n, pa.int32()),
             "origin": pc.binary_join_element_wise("sample:", joined["sample_id"], ""),
@@ -229,16 +239,15 @@ def unique_fingerprints(table: pa.Table) -> pa.Table:
     return grouped.rename_columns(["request_id", "phash", "sha256", "max_distance", "origin"]).select(FINGERPRINT_SCHEMA.names).cast(FINGERPRINT_SCHEMA)
 
 
-def match_fingerprints(fps: pa.Table, cands: pa.Table) -> pa.Table:
-    """Samples whose hash (non-degenerate, within the fingerprint's radius) or content key equals
-    a request's fingerprint."""
+def match_fingerprints(fps: pa.Table, hashed: pa.Table, keyed: pa.Table | None = None) -> pa.Table:
+    """Samples whose hash (within the fingerprint's radius) or content key equals a request's
+    fingerprint. ``hashed``/``keyed``: from ``hashed_candidates`` / ``keyed_candidates``."""
     out = []
-    if fps.num_rows == 0 or cands.num_rows == 0:
+    if fps.num_rows == 0:
         return OPTOUT_MATCH_SCHEMA.empty_table()
-    hashed = cands.filter(pc.and_(pc.is_valid(cands["phash"]), pc.invert(pc.fill_null(cands["degenerate"], False))))
     exact = fps.filter(pc.and_(pc.is_valid(fps["phash"]), pc.equal(fps["max_distance"], 0)))
     if exact.num_rows and hashed.num_rows:
-        joined = exact.select(["request_id", "phash", "origin"]).join(hashed.select(["sample_id", "source", "phash"]), "phash", join_type="inner")
+        joined = _small_join(exact.select(["request_id", "phash", "origin"]), hashed, "phash")
         out.append(_fp_rows(joined, "phash", np.zeros(joined.num_rows, np.int32)))
     radius = fps.filter(pc.and_(pc.is_valid(fps["phash"]), pc.greater(fps["max_distance"], 0)))
     if radius.num_rows and hashed.num_rows:
@@ -251,10 +260,9 @@ def match_fingerprints(fps: pa.Table, cands: pa.Table) -> pa.Table:
                 found = found.append_column("request_id", pa.array([row["request_id"]] * len(hit), pa.string()))
                 found = found.append_column("origin", pa.array([row["origin"]] * len(hit), pa.string()))
                 out.append(_fp_rows(found, "phash", distance[hit]))
-    keyed = fps.filter(pc.is_valid(fps["sha256"]))
-    with_key = cands.filter(pc.is_valid(cands["sha256"]))
-    if keyed.num_rows and with_key.num_rows:
-        joined = keyed.select(["request_id", "sha256", "origin"]).join(with_key.select(["sample_id", "source", "sha256"]), "sha256", join_type="inner")
+    keys = fps.filter(pc.is_valid(fps["sha256"]))
+    if keyed is not None and keys.num_rows and keyed.num_rows:
+        joined = _small_join(keys.select(["request_id", "sha256", "origin"]), keyed, "sha256")
         out.append(_fp_rows(joined, "content_key", np.zeros(joined.num_rows, np.int32)))
     return pa.concat_tables(out) if out else OPTOUT_MATCH_SCHEMA.empty_table()
 
@@ -295,8 +303,9 @@ def one_match_per_sample(matches: pa.Table) -> pa.Table:
 
 
 __all__ = [
-    "candidates",
     "exported_rows",
+    "hashed_candidates",
+    "keyed_candidates",
     "fingerprints_of_samples",
     "host_suffixes",
     "match_fingerprints",

@@ -92,7 +92,7 @@ def optout_samples(paths: StoragePaths, exports: pa.Table, sources: Iterable[str
     recorded. The second part is re-applied on every build, so a source that lands later, a
     re-export or a re-ingest that dropped a matched row's bytes never lets a copy back in."""
     from prx_data.optout import read_fingerprints
-    from prx_data.optout_match import candidates, match_fingerprints, raw_rows
+    from prx_data.optout_match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 
     parts = []
     matched = read_optout_samples(paths, options)
@@ -101,8 +101,10 @@ def optout_samples(paths: StoragePaths, exports: pa.Table, sources: Iterable[str
     fingerprints = read_fingerprints(paths, options)
     if fingerprints.num_rows and exports.num_rows:
         raw = raw_rows(paths, sources, options)
-        raw = raw.filter(pc.is_in(raw["sample_id"], value_set=exports["sample_id"]))
-        found = match_fingerprints(fingerprints, candidates(raw, exports.select(["sample_id", "source", "phash"]), include_raw=False))
+        # The exported image's hash (what the shard holds), and the row's content key; the join
+        # with the exports below keeps exported samples only.
+        hashed = hashed_candidates(raw, exports.select(["sample_id", "source", "phash"]), include_raw=False)
+        found = match_fingerprints(fingerprints, hashed, keyed_candidates(raw))
         parts.append(found.select(["sample_id", "request_id"]))
     if not parts:
         return pa.table({"sample_id": pa.array([], pa.string()), "request_id": pa.array([], pa.string())})

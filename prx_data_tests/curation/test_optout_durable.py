@@ -133,7 +133,7 @@ def test_domain_and_image_requests_and_the_receipt(world, capsys):
 
 def test_degenerate_images_match_by_content_key_only():
     """A flat image's phash is no fingerprint: its rows match by image_sha256, not by hash."""
-    from prx_data.optout_match import candidates, fingerprints_of_samples, match_fingerprints, one_match_per_sample
+    from prx_data.optout_match import fingerprints_of_samples, hashed_candidates, keyed_candidates, match_fingerprints, one_match_per_sample
 
     raw = pa.table(
         {
@@ -147,12 +147,13 @@ def test_degenerate_images_match_by_content_key_only():
             "degenerate": [True, True, True, False],
         }
     )
-    cands = candidates(raw.cast(raw.schema))
+    exported = raw.select(["sample_id", "source", "phash"])  # the shards hold the same images
     named = pa.table({"request_id": ["r"], "sample_id": ["flat1"], "source": ["s"], "matched_by": ["source_key"],
                       "rule": ["identity"], "distance": pa.array([None], pa.int32()), "fingerprint_of": pa.array([None], pa.string())})
-    fps = fingerprints_of_samples(named, cands)
+    fps = fingerprints_of_samples(named, raw, exported)
     assert fps["phash"].null_count == fps.num_rows and set(fps["sha256"].to_pylist()) == {"aa"}
-    found = one_match_per_sample(match_fingerprints(fps, cands))
+    assert hashed_candidates(raw, exported)["sample_id"].to_pylist() == ["photo", "photo"]
+    found = one_match_per_sample(match_fingerprints(fps, hashed_candidates(raw, exported), keyed_candidates(raw)))
     assert set(found["sample_id"].to_pylist()) == {"flat1", "flat1copy"}
     assert set(found["matched_by"].to_pylist()) == {"content_key"}
 
