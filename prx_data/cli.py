@@ -173,7 +173,7 @@ def _dagster_runs_lookup():
         return None
     assets = ("raw_samples", "phashes", "captions", "caption_labels", "mds_shards")
 
-    def lookup(source: str, _sample_id: str) -> dict[str, dict]:
+    def lookup(source: str, _sample_id: str, row: dict | None = None) -> dict[str, dict]:
         runs = {}
         for asset in assets:
             result = instance.fetch_materializations(
@@ -187,6 +187,13 @@ def _dagster_runs_lookup():
                 }
                 if "lance_version" in metadata:
                     runs[asset]["lance_version"] = metadata["lance_version"].value
+        # The runs that wrote this row's derived columns (exact, per row), over the latest per asset.
+        for asset, column in (("phashes", "phash_run_id"), ("captions", "caption_run_id"), ("caption_labels", "label_run_id")):
+            run_id = (row or {}).get(column)
+            if run_id:
+                record = instance.get_run_record_by_id(run_id)
+                when = record.create_timestamp.isoformat(timespec="seconds") if record is not None else "run not in this Dagster instance"
+                runs[asset] = {"run_id": run_id, "timestamp": when, "wrote_this_row": True}
         for asset in ("optout_requests", "skip_lists"):
             event = instance.get_latest_materialization_event(dg.AssetKey(asset))
             if event is not None:

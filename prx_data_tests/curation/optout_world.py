@@ -107,7 +107,7 @@ class World:
         return {name: 0 for name in self.sources}
 
     # Pipeline steps --------------------------------------------------------------------------
-    def ingest(self, name: str) -> None:
+    def ingest(self, name: str, run_id: str | None = None) -> None:
         from prx_data.ingest.ingest import ingest_source
         from prx_data.optout import ingest_matcher
         from prx_data.registry import load_registry
@@ -116,15 +116,15 @@ class World:
         registry = load_registry(self.root / "sources")
         uri = self.paths.raw_table(name)
         ingest_source(registry.get(name), uri, storage_options=self.options, optout=ingest_matcher(self.optout_dir))
-        compute_phashes(uri, executor="local", storage_options=self.options)
+        compute_phashes(uri, executor="local", storage_options=self.options, run_id=run_id)
 
-    def caption(self, name: str) -> None:
+    def caption(self, name: str, run_id: str | None = None) -> None:
         from prx_data.stages.columns import run_column_stage
         from prx_data.stages.executors import make_processor
 
         fn = functools.partial(caption_rows, self.captioner)
         processor = make_processor(fn, columns=["source_caption"], with_images=False, executor="local")
-        run_column_stage(self.paths.raw_table(name), captioner_stage(self.captioner), processor, storage_options=self.options)
+        run_column_stage(self.paths.raw_table(name), captioner_stage(self.captioner), processor, storage_options=self.options, run_id=run_id)
 
     def export(self, name: str) -> None:
         from prx_data.stages.export_stage import export_source
