@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from prx_data.lance_io import open_table
 from prx_data.paths import StoragePaths
 from prx_data.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
 
@@ -212,6 +211,8 @@ def _image_fingerprints(requests: dict[str, LoadedRequest]) -> tuple[pa.Table, d
 
 
 def _previous_audit(paths: StoragePaths, options: dict | None) -> pa.Table | None:
+    from prx_data.lance_io import open_table  # lance only where tables are read: `optout add` stays quick
+
     ds = open_table(paths.optout_audit_table(), options)
     if ds is None:
         return None
