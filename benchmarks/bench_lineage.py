@@ -68,7 +68,7 @@ def main() -> None:
     baseline = {kind: time_lookups(paths, names, picks[: max(5, args.lookups // 5)], kind) for kind in ("sample_id", "key", "url")}
     started = time.perf_counter()
     for name in names:
-        maintain_table(paths.raw_table(name), target_rows_per_fragment=1_000_000, indexes=SOURCE_INDEXES + (("source_url", "BTREE"),))
+        maintain_table(paths.raw_table(name), target_rows_per_fragment=1_000_000, indexes=SOURCE_INDEXES)
         maintain_table(paths.exports_table(name), target_rows_per_fragment=1_000_000, indexes=EXPORT_INDEXES)
     print(f"indexed (table_maintenance) in {time.perf_counter() - started:.1f}s")
     for kind in ("sample_id", "key", "url"):
