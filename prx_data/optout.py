@@ -425,13 +425,22 @@ def ingest_matcher(optout_dir: str):
     loaded = load_requests(optout_dir)
     if not loaded.requests:
         return None
-    by_id, by_key, by_url, by_domain = {}, {}, {}, []
+    by_id, by_key, by_url, by_domain = {}, {}, {}, {}
     for request_id, item in loaded.requests.items():
         r = item.request
         by_id.update({sid: request_id for sid in r.sample_ids})
         by_key.update({pair: request_id for pair in r.source_keys})
         by_url.update({url: request_id for url in r.urls})
-        by_domain.extend((d, request_id) for d in r.domains)
+        by_domain.update({d: request_id for d in r.domains})
+
+    def on_domain(url: str) -> str | None:
+        # The host and each parent domain: a dict lookup per label, however many domains are listed.
+        labels = _host(url).split(".")
+        for i in range(len(labels)):
+            found = by_domain.get(".".join(labels[i:]))
+            if found:
+                return found
+        return None
 
     def match(source: str, sid: str, item) -> str | None:
         if sid in by_id:
@@ -442,10 +451,9 @@ def ingest_matcher(optout_dir: str):
             if url and url in by_url:
                 return by_url[url]
             if url and by_domain:
-                host = _host(url)
-                for domain, request_id in by_domain:
-                    if host == domain or host.endswith("." + domain):
-                        return request_id
+                found = on_domain(url)
+                if found:
+                    return found
         return None
 
     return match
