@@ -185,7 +185,7 @@ class World:
             else:
                 kwargs = {"local": ref.dir(self.mds_root)}
             try:
-                ds = PrxStreamingDataset(shuffle=False, batch_size=1, **kwargs)
+                ds = _open_dataset(PrxStreamingDataset, kwargs)
             except ValueError as exc:  # every sample of the bucket is skipped
                 assert "every sample" in str(exc), exc
                 continue
@@ -210,6 +210,20 @@ class World:
         exports = exported_samples(self.paths, self.priorities(), self.options)
         dups = dedup_rows(exports, dedup_config(BucketConfig()))
         return set(exports["sample_id"].to_pylist()), set(dups["sample_id"].to_pylist())
+
+
+def _open_dataset(cls, kwargs: dict):
+    """streaming picks a shared-memory prefix by probing /dev/shm; another process on the same
+    machine can take it between the probe and the create (FileExistsError): probe again."""
+    from streaming.base.util import clean_stale_shared_memory
+
+    for attempt in range(5):
+        try:
+            return cls(shuffle=False, batch_size=1, **kwargs)
+        except FileExistsError:
+            if attempt == 4:
+                raise
+            clean_stale_shared_memory()
 
 
 def captioner_stage(version: int):
