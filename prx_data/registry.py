@@ -7,6 +7,7 @@ valid specs.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,6 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 SourceShape = Literal["image_folder", "parquet", "jsonl", "webdataset", "lance"]
 ImageKind = Literal["bytes", "path", "url"]
+
+# Accepted at ingest unless a spec narrows or widens the list (names as Pillow reports them).
+DEFAULT_FORMATS = ("JPEG", "PNG", "WEBP", "AVIF", "GIF", "TIFF", "BMP")
+# Every format a spec may allow: the decoder's own allow-list (imaging/decode.py).
+SUPPORTED_FORMATS = (*DEFAULT_FORMATS, "ICO", "PPM", "TGA")
+_FORMAT_ALIASES = {"JPG": "JPEG", "TIF": "TIFF"}
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 
@@ -34,6 +41,16 @@ class FieldMap(BaseModel):
     license: str | None = None
     url: str | None = Field(None, description="Field with the item's public URL (for lineage).")
     embedding: str | None = None
+    caption_language: str | None = Field(
+        None,
+        description="When captions are mappings of language to text ({'en': ..., 'de': ...}), "
+        "the key to take. Without it a mapping caption is an invalid_record row.",
+    )
+    positional_keys: bool = Field(
+        False,
+        description="Tabular sources without a key column: key rows by file and position. Keys "
+        "then change when rows move, so every moved row is re-ingested; prefer fields.key.",
+    )
 
 
 class DownloadConfig(BaseModel):
@@ -45,7 +62,24 @@ class DownloadConfig(BaseModel):
     retries: int = Field(2, ge=0, le=10)
     backoff_s: float = Field(0.5, ge=0)
     max_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    deadline_s: float = Field(60.0, gt=0, description="Whole download (redirects and retries included).")
+    allow_networks: list[str] = Field(
+        default_factory=list,
+        description="Networks (CIDR) exempt from the private-address refusal, e.g. 127.0.0.1/32 "
+        "for a test server. Empty by default: loopback, private, link-local, multicast, "
+        "reserved and unspecified addresses are never fetched.",
+    )
     user_agent: str = "prx-data/0.1 (+https://github.com/prx-data)"
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for net in value:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{net!r} is not a network: {exc}") from None
+        return value
 
 
 class SourceSpec(BaseModel):
@@ -61,6 +95,21 @@ class SourceSpec(BaseModel):
     max_pixels: int = Field(100_000_000, gt=0, description="Decompression-bomb guard.")
     max_bytes: int = Field(64 * 1024 * 1024, gt=0, description="Largest image file accepted.")
     download: DownloadConfig = Field(default_factory=DownloadConfig)
+    root: str | None = Field(
+        None,
+        description="Folder every path the source names must stay inside (image files, "
+        "image_kind: path, sidecars, symlink targets). Defaults to the location's folder; set it "
+        "to widen containment explicitly (relative to the spec's folder).",
+    )
+    formats: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_FORMATS),
+        description="Image formats accepted at ingest, from the decoded header (not the name).",
+    )
+    allow_empty: bool = Field(
+        False,
+        description="Accept a run that finds no items where rows existed (deleting them). "
+        "Without it such a run fails and keeps the last good table (a vanished mount).",
+    )
     enabled: bool = True
     description: str | None = None
 
@@ -74,11 +123,27 @@ class SourceSpec(BaseModel):
             )
         return value
 
+    @field_validator("formats")
+    @classmethod
+    def _known_formats(cls, value: list[str]) -> list[str]:
+        names = [_FORMAT_ALIASES.get(v.upper(), v.upper()) for v in value]
+        unknown = sorted(set(names) - set(SUPPORTED_FORMATS))
+        if unknown:
+            raise ValueError(f"unknown format(s) {unknown}; choose from {list(SUPPORTED_FORMATS)}")
+        if not names:
+            raise ValueError("at least one format is needed")
+        return list(dict.fromkeys(names))
+
     @model_validator(mode="after")
     def _fields_fit_shape(self) -> "SourceSpec":
         if self.shape in ("parquet", "jsonl", "lance"):
             if not self.fields.image:
                 raise ValueError(f"fields.image is required for shape {self.shape!r}")
+            if not self.fields.key and not self.fields.positional_keys:
+                raise ValueError(
+                    f"fields.key is required for shape {self.shape!r} (the column holding each "
+                    "item's stable key); set fields.positional_keys: true to key rows by position"
+                )
         if self.fields.embedding and not self.embedding_dim:
             raise ValueError("embedding_dim is required when fields.embedding is set")
         return self
@@ -102,6 +167,13 @@ class RegisteredSource:
     def resolve_location(self) -> Path:
         loc = Path(self.spec.location).expanduser()
         return loc if loc.is_absolute() else (self.path.parent / loc)
+
+    def resolve_root(self) -> Path | None:
+        """The spec's explicit containment root, or None for the reader's default."""
+        if not self.spec.root:
+            return None
+        root = Path(self.spec.root).expanduser()
+        return root if root.is_absolute() else (self.path.parent / root)
 
 
 @dataclass

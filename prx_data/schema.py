@@ -24,6 +24,11 @@ class Status(str, Enum):
     MISSING = "missing"  # local path does not exist
     DOWNLOAD_FAILED = "download_failed"  # HTTP error, timeout, bad scheme
     OPTED_OUT = "opted_out"  # X-Robots-Tag noai, or an opt-out request matched at ingest
+    UNSUPPORTED_FORMAT = "unsupported_format"  # a real format outside the spec's allow-list (EPS, HEIC...)
+    OUTSIDE_ROOT = "outside_root"  # a path or symlink leading out of the source's root: never read
+    UNREADABLE = "unreadable"  # a file that cannot be read: permissions, symlink loop, not a regular file
+    INVALID_RECORD = "invalid_record"  # a record or sidecar with a bad value (not UTF-8, wrong type)
+    REFUSED_ADDRESS = "refused_address"  # a URL resolving to a private/loopback/reserved address
 
 
 def raw_schema(embedding_dim: int | None = None) -> pa.Schema:

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import pytest
 
 __all__ = [
+    "LOCAL_NETWORKS",
     "HTTPTestServer",
     "Request",
     "Response",
@@ -39,7 +40,13 @@ __all__ = [
     "redirect",
     "slow",
     "status",
+    "trickle",
 ]
+
+
+# Downloads refuse loopback addresses unless a spec allows them (download.allow_networks):
+# tests that fetch from this server name these explicitly.
+LOCAL_NETWORKS = ["127.0.0.0/8", "::1/128"]
 
 
 @dataclass
@@ -291,6 +298,19 @@ def slow(delay_s: float, body: bytes = b"ok") -> Handler:
         return Response(200, body)
 
     return handler
+
+
+def trickle(interval_s: float, total: int = 1000, byte: bytes = b"x") -> Handler:
+    """Send one byte every ``interval_s`` (chunked): no single read ever times out."""
+
+    def body(req: Request) -> Iterator[bytes]:
+        for _ in range(total):
+            if req._closing.is_set():
+                return
+            yield byte
+            req.wait(interval_s)
+
+    return lambda req: Response(200, body(req))
 
 
 def redirect(location: str, code: int = 302) -> Handler:

@@ -593,7 +593,9 @@ class _Builder:
                 "license": "cc-by-4.0",
                 "description": "Demo jsonl of image URLs served from the corpus's http/ folder.",
                 "fields": {"key": "id", "image": "url", "image_kind": "url", "caption": "caption", "url": "url"},
-                "download": {"concurrency": 4, "per_host": 4, "timeout_s": 5.0, "retries": 1, "backoff_s": 0.05},
+                "download": {"concurrency": 4, "per_host": 4, "timeout_s": 5.0, "retries": 1, "backoff_s": 0.05,
+                             # The demo serves its URLs from this machine; real specs never need this.
+                             "allow_networks": ["127.0.0.0/8", "::1/128"]},
             },
         )
         horse = self.picture("horse.png", (200, 164), "RGBA")

@@ -7,12 +7,20 @@ yielded, so millions of URLs stream through in flat memory.
 
 Every item yields exactly one :class:`DownloadResult`; failures are values, never exceptions,
 because one bad URL must not stop an ingest of millions.
+
+Hostile URLs (see ``netguard``): every connection, redirects included, goes only to a public
+address checked at connect time (``refused_address`` otherwise, unless the spec's
+``download.allow_networks`` names it); each download has an overall deadline
+(``download.deadline_s``) besides the per-read timeout; bodies are capped while streaming, a
+compressed body included, so no more than the cap plus one network read is ever held.
 """
 
 from __future__ import annotations
 
 import email.utils
+import math
 import queue
+import zlib
 import random
 import re
 import threading
@@ -25,6 +33,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from prx_data.ingest import netguard
 from prx_data.registry import DownloadConfig
 from prx_data.schema import Status
 
@@ -228,14 +237,26 @@ class _Downloader:
                 key, url, None, Status.DOWNLOAD_FAILED, error, http_status, None, attempts
             )
 
-        current = url.strip()
+        try:
+            return self._fetch(key, url, url.strip(), host, failed)
+        finally:
+            netguard.set_deadline(None)
+
+    def _fetch(self, key, url, current, host, failed) -> DownloadResult:
         redirects = 0
         attempt = 1
+        # The deadline starts with the first request, not while queued behind a per-host slot.
+        deadline = math.inf
         while True:
             if self.stop.is_set():
                 raise _Cancelled
+            if time.monotonic() >= deadline:
+                return failed(f"deadline of {self.config.deadline_s}s exceeded", attempt)
             try:
                 self.hosts.acquire(host)
+                if deadline == math.inf:
+                    deadline = time.monotonic() + self.config.deadline_s
+                    netguard.set_deadline(deadline)
                 try:
                     return self._attempt(key, url, current, attempt)
                 finally:
@@ -254,13 +275,20 @@ class _Downloader:
                     return failed(f"redirect to {nxt!r}: {reason}", attempt, hop.http_status)
                 current, host = nxt, next_host
             except _Retry as retry:
+                if time.monotonic() >= deadline:
+                    return failed(f"deadline of {self.config.deadline_s}s exceeded ({retry.error})", attempt, retry.http_status)
                 if attempt > self.config.retries:
                     return failed(retry.error + _attempts_suffix(attempt), attempt, retry.http_status)
                 delay = self._backoff_s(attempt)
                 if retry.wait_s is not None:
                     delay = max(delay, min(retry.wait_s, self.max_retry_after_s))
+                if time.monotonic() + delay >= deadline:
+                    return failed(f"{retry.error}; no time left for a retry before the {self.config.deadline_s}s deadline", attempt, retry.http_status)
                 self._sleep(delay)
                 attempt += 1
+            except netguard.AddressRefused as refused:
+                hop = "" if current == url.strip() else f"redirect to {current!r}: "
+                return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, hop + str(refused), None, None, attempt)
             except httpx.InvalidURL as exc:
                 return failed(f"invalid URL: {exc}", attempt)
             except httpx.DecodingError as exc:
@@ -303,15 +331,34 @@ class _Downloader:
                         f"body larger than {max_bytes} bytes (Content-Length: {length})",
                     )
 
+                encoding = (resp.headers.get("content-encoding") or "identity").strip().lower()
+                if encoding in ("gzip", "x-gzip", "deflate"):
+                    inflate = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header
+                elif encoding == "identity":
+                    inflate = None
+                else:
+                    return result(Status.DOWNLOAD_FAILED, None, f"unsupported Content-Encoding {encoding!r}")
                 buf = bytearray()
-                for chunk in resp.iter_bytes(_CHUNK):
+                # Raw network reads, decompressed here with a bounded output: a small gzip body
+                # cannot inflate past the cap inside one step.
+                for chunk in resp.iter_raw():
+                    if inflate is not None:
+                        chunk = inflate.decompress(chunk, max_bytes + 1 - len(buf))
+                        if inflate.unconsumed_tail:
+                            return result(Status.TOO_LARGE, None, f"body larger than {max_bytes} bytes")
                     buf += chunk
                     if len(buf) > max_bytes:
                         return result(Status.TOO_LARGE, None, f"body larger than {max_bytes} bytes")
                     if self.stop.is_set():
                         raise _Cancelled
+                if inflate is not None:
+                    buf += inflate.flush()
+                    if len(buf) > max_bytes:
+                        return result(Status.TOO_LARGE, None, f"body larger than {max_bytes} bytes")
                 return result(Status.OK, bytes(buf), None)
-        except httpx.TimeoutException:
+        except httpx.TimeoutException as exc:
+            if isinstance(exc.__cause__, netguard.DeadlineExceeded) or "deadline" in str(exc):
+                raise _Retry(f"deadline of {self.config.deadline_s}s exceeded") from None
             raise _Retry(f"timeout after {self.config.timeout_s}s") from None
         except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
             raise _Retry(f"connection error: {exc or type(exc).__name__}") from None
@@ -322,6 +369,13 @@ class _Downloader:
 
 def make_client(config: DownloadConfig) -> httpx.Client:
     """The client ``download_many`` uses; redirects are followed by hand to vet each hop."""
+    # The thread pool already bounds requests in flight, so an httpx pool limit would only
+    # add a second queue that can time out.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=config.concurrency)
+    # Direct connections only: a proxy from the environment would connect on our behalf to
+    # addresses the guard never sees.
+    transport = httpx.HTTPTransport(limits=limits, trust_env=False)
+    netguard.install(transport, netguard.parse_networks(config.allow_networks))
     return httpx.Client(
         # Images are already compressed; refusing transfer compression also keeps a small gzip
         # body from inflating into a large one before the size check sees it.
@@ -329,9 +383,8 @@ def make_client(config: DownloadConfig) -> httpx.Client:
         # One budget for connect, read, write; pool waits cannot happen (see limits).
         timeout=httpx.Timeout(config.timeout_s),
         follow_redirects=False,
-        # The thread pool already bounds requests in flight, so an httpx pool limit would only
-        # add a second queue that can time out.
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=config.concurrency),
+        transport=transport,
+        trust_env=False,
     )
 
 

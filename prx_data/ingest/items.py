@@ -17,3 +17,6 @@ class RawItem:
     embedding: list[float] | None = None
     error: str | None = None  # a reader-level problem (missing path, bad record)
     error_status: str | None = None  # the Status value that error maps to (default invalid_image)
+    # The error is about a whole file (unreadable Parquet, corrupt tar tail), not one record:
+    # rows that came from that file earlier are not deleted on this run.
+    file_level: bool = False

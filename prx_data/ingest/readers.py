@@ -1,29 +1,59 @@
 """Readers: turn a source of any supported shape into a stream of :class:`RawItem`.
 
-Every reader is a generator, so memory stays flat however large the source. Problems with a
-single record (missing file, undecodable field) become an item with ``error`` set; only a source
-that cannot be opened at all raises.
+Every reader is a generator, so memory stays flat however large the source. Sources are
+hostile until proven otherwise (see ``docs/security.md``):
+
+- every item found becomes exactly one item here, good or not: a problem with one record
+  (missing or unreadable file, a value of the wrong type, a sidecar that is not UTF-8) is an
+  item with ``error`` set, and a file that cannot be read at all is one item for that file
+  (``file_level``), while the other files' records are still read;
+- every path (image files, ``image_kind: path``, sidecars, symlink targets, matched files) is
+  read through :mod:`prx_data.ingest.contained`, so nothing outside the source's root is read;
+- every read is capped while streaming (files, tar members, JSONL lines).
+
+Only a source that cannot be opened at all raises :class:`SourceUnavailable`.
 """
 
 from __future__ import annotations
 
 import base64
 import glob as globlib
+import io
 import json
+import os
 import tarfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from prx_data.ingest.contained import Root, default_root, open_contained, read_capped, read_contained
 from prx_data.ingest.items import RawItem
 from prx_data.registry import RegisteredSource, SourceSpec
 from prx_data.schema import Status
 
-IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff"}
+# Sidecar files beside images: read with their image, never items themselves.
+SIDECAR_EXTENSIONS = (".txt", ".json")
+# A caption or metadata sidecar larger than this is a mistake, not a caption.
+SIDECAR_MAX_BYTES = 1024 * 1024
+# WebDataset member extensions that hold the image (the decoded header decides the format).
+WDS_IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "avif", "gif", "bmp", "tif", "tiff", "heic", "heif", "jxl")
+_INVALID = Status.INVALID_RECORD.value
 
 
 class SourceUnavailable(RuntimeError):
     """The source as a whole cannot be read (its location does not exist, say)."""
+
+
+class _BadValue(ValueError):
+    """A record field holds a value of the wrong type or encoding."""
+
+
+@dataclass(frozen=True)
+class _Context:
+    spec: SourceSpec
+    location: Path
+    root: Root
 
 
 def _files(location: Path, suffixes: tuple[str, ...]) -> list[Path]:
@@ -36,120 +66,313 @@ def _files(location: Path, suffixes: tuple[str, ...]) -> list[Path]:
         files = [location]
     else:
         raise SourceUnavailable(f"location {location} does not exist")
-    return [f for f in files if f.is_file()]
+    # Directories matched by a glob are not files; everything else (symlinks, FIFOs) is vetted
+    # when opened, so it becomes a row rather than vanishing here.
+    return [f for f in files if f.is_symlink() or not f.is_dir()]
 
 
-def _read_sidecar_caption(image_path: Path) -> str | None:
-    txt = image_path.with_suffix(".txt")
-    if txt.is_file():
-        return txt.read_text(errors="replace").strip() or None
-    meta = image_path.with_suffix(".json")
-    if meta.is_file():
-        try:
-            record = json.loads(meta.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return None
-        if isinstance(record, dict):
-            value = record.get("caption") or record.get("text")
-            return str(value).strip() if value else None
-    return None
+def _file_error(file: Path, refused_status: str, error: str) -> RawItem:
+    return RawItem(key=f"{file.name}:unreadable", path=str(file), error=error, error_status=refused_status, file_level=True)
 
 
-def read_image_folder(spec: SourceSpec, location: Path) -> Iterator[RawItem]:
-    if not location.is_dir():
-        raise SourceUnavailable(f"image folder {location} does not exist")
-    for path in _files(location, tuple(IMAGE_EXTENSIONS)):
-        key = path.relative_to(location).as_posix()
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            yield RawItem(key=key, path=str(path), error=f"cannot read {path}: {exc}")
-            continue
-        yield RawItem(key=key, data=data, path=str(path), caption=_read_sidecar_caption(path), license=spec.license)
+# -- typed fields ---------------------------------------------------------------------------------
 
 
-def _field(record: dict[str, Any], name: str | None) -> Any:
-    return record.get(name) if name else None
-
-
-def _text(value: Any) -> str | None:
+def _text(value: Any, what: str) -> str | None:
     if value is None:
         return None
-    text = str(value).strip()
-    return text or None
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _BadValue(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    if not isinstance(value, str):
+        raise _BadValue(f"{what} must be a string, got {type(value).__name__}")
+    return value.strip() or None
 
 
-def _record_to_item(record: dict[str, Any], spec: SourceSpec, base: Path, position: str) -> RawItem:
+def _caption(value: Any, spec: SourceSpec, what: str = "caption") -> str | None:
+    if isinstance(value, dict):
+        language = spec.fields.caption_language
+        if not language:
+            raise _BadValue(
+                f"{what} is a mapping (keys {sorted(map(str, value))[:5]}); set fields.caption_language "
+                "to choose one"
+            )
+        return _text(value.get(language), f"{what}[{language!r}]")
+    return _text(value, what)
+
+
+def _key(value: Any, name: str) -> str | None:
+    if isinstance(value, bool):
+        raise _BadValue(f"key field '{name}' must be a string or an integer, got bool")
+    if isinstance(value, int):
+        return str(value)
+    return _text(value, f"key field '{name}'")
+
+
+def _embedding(value: Any, spec: SourceSpec) -> list[float] | None:
+    if value is None:
+        return None
+    name = spec.fields.embedding
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise _BadValue(f"embedding field '{name}' must be a list of numbers, got {type(value).__name__}")
+    out = []
+    for x in value:
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise _BadValue(f"embedding field '{name}' holds {type(x).__name__}, not a number")
+        out.append(float(x))
+    if spec.embedding_dim and len(out) != spec.embedding_dim:
+        raise _BadValue(f"embedding field '{name}' has {len(out)} values, embedding_dim is {spec.embedding_dim}")
+    return out
+
+
+def _image_bytes(value: Any, name: str, cap: int) -> bytes:
+    if isinstance(value, str):  # JSON carries bytes as base64
+        if len(value) > cap * 4 // 3 + 8:
+            raise _TooLarge(f"base64 image of {len(value)} characters exceeds the limit of {cap} bytes")
+        try:
+            return base64.b64decode(value, validate=True)
+        except ValueError:
+            raise _BadValue(f"field '{name}' is not valid base64") from None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    # bytes(int) would allocate that many zero bytes: a huge integer must not reach it.
+    raise _BadValue(f"field '{name}' must hold image bytes, got {type(value).__name__}")
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+# -- tabular records ------------------------------------------------------------------------------
+
+
+def _record_to_item(record: dict[str, Any], ctx: _Context, base: Path, position: str) -> RawItem:
+    spec = ctx.spec
     fields = spec.fields
-    key = _text(_field(record, fields.key)) or position
+    key = position
+    try:
+        if fields.key:
+            key = _key(record.get(fields.key), fields.key) or ""
+            if not key:
+                return RawItem(key=position, error=f"key field '{fields.key}' is empty", error_status=_INVALID)
+        return _typed_record(record, ctx, base, key)
+    except _BadValue as exc:
+        return RawItem(key=key, error=str(exc), error_status=_INVALID)
+    except _TooLarge as exc:
+        return RawItem(key=key, error=str(exc), error_status=Status.TOO_LARGE.value)
+
+
+def _typed_record(record: dict[str, Any], ctx: _Context, base: Path, key: str) -> RawItem:
+    spec = ctx.spec
+    fields = spec.fields
     item = RawItem(
         key=key,
-        caption=_text(_field(record, fields.caption)),
-        license=_text(_field(record, fields.license)) or spec.license,
-        source_url=_text(_field(record, fields.url)),
+        caption=_caption(record.get(fields.caption), spec, f"caption field '{fields.caption}'") if fields.caption else None,
+        license=(_text(record.get(fields.license), f"license field '{fields.license}'") if fields.license else None) or spec.license,
+        source_url=_text(record.get(fields.url), f"url field '{fields.url}'") if fields.url else None,
     )
     if fields.embedding:
-        vector = record.get(fields.embedding)
-        if vector is not None:
-            item.embedding = [float(x) for x in vector]
+        item.embedding = _embedding(record.get(fields.embedding), spec)
     value = record.get(fields.image) if fields.image else None
     if value is None:
         item.error = f"field '{fields.image}' is empty"
         item.error_status = Status.MISSING.value
         return item
     if fields.image_kind == "bytes":
-        if isinstance(value, str):  # JSON carries bytes as base64
-            try:
-                value = base64.b64decode(value, validate=True)
-            except ValueError:
-                item.error = f"field '{fields.image}' is not valid base64"
-                return item
-        item.data = bytes(value)
+        item.data = _image_bytes(value, fields.image, spec.max_bytes)
     elif fields.image_kind == "path":
-        path = Path(str(value))
+        text = _text(value, f"path field '{fields.image}'")
+        if not text:
+            raise _BadValue(f"path field '{fields.image}' is empty")
+        path = Path(text).expanduser()
         path = path if path.is_absolute() else base / path
         item.path = str(path)
-        try:
-            item.data = path.read_bytes()
-        except FileNotFoundError:
-            item.error = f"missing file {path}"
-            item.error_status = Status.MISSING.value
-        except OSError as exc:
-            item.error = f"cannot read {path}: {exc}"
+        data, refused = read_contained(path, ctx.root, spec.max_bytes)
+        if refused is not None:
+            item.error, item.error_status = refused.error, refused.status
+        item.data = data
     else:  # url
-        item.url = str(value)
-        item.source_url = item.source_url or item.url
+        url = _text(value, f"url field '{fields.image}'")
+        if not url:
+            raise _BadValue(f"url field '{fields.image}' is empty")
+        item.url = url
+        item.source_url = item.source_url or url
     return item
 
 
-def read_parquet(spec: SourceSpec, location: Path) -> Iterator[RawItem]:
+def _position_key(ctx: _Context, file: Path, row: int) -> str:
+    return f"{file.name}:{row}"
+
+
+def read_parquet(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
     import pyarrow.parquet as pq
 
+    ctx = _Context(spec, location, root or Root(default_root(location)))
     for file in _files(location, (".parquet",)):
-        parquet = pq.ParquetFile(file)
+        handle, refused = open_contained(file, ctx.root)
+        if handle is None:
+            yield _file_error(file, refused.status, refused.error)
+            continue
         row = 0
-        for batch in parquet.iter_batches(batch_size=256):
-            for record in batch.to_pylist():
-                yield _record_to_item(record, spec, file.parent, f"{file.name}:{row}")
-                row += 1
+        with handle:
+            try:
+                parquet = pq.ParquetFile(handle)
+                for batch in parquet.iter_batches(batch_size=256):
+                    for record in batch.to_pylist():
+                        yield _record_to_item(record, ctx, file.parent, _position_key(ctx, file, row))
+                        row += 1
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a bad file
+                where = f"from row {row}" if row else "at all"
+                item = _file_error(file, Status.UNREADABLE.value, f"cannot read {file.name} {where}: {type(exc).__name__}: {exc}"[:500])
+                if row:
+                    item.key = f"{file.name}:unreadable-from-{row}"
+                yield item
 
 
-def read_jsonl(spec: SourceSpec, location: Path) -> Iterator[RawItem]:
+def _jsonl_lines(handle, limit: int) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) per line; None for a line longer than ``limit`` (skipped unread)."""
+    line_no = 0
+    while True:
+        line = handle.readline(limit + 1)
+        if not line:
+            return
+        line_no += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            while True:  # drop the rest of the overlong line in bounded pieces
+                rest = handle.readline(limit + 1)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield line_no, None
+            continue
+        yield line_no, line
+
+
+def read_jsonl(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
+    ctx = _Context(spec, location, root or Root(default_root(location)))
+    # A line carries at most one image as base64 plus its metadata.
+    limit = spec.max_bytes * 4 // 3 + SIDECAR_MAX_BYTES
     for file in _files(location, (".jsonl", ".json")):
-        with file.open("r", encoding="utf-8", errors="replace") as handle:
-            for line_no, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                position = f"{file.name}:{line_no}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    yield RawItem(key=position, error=f"line {line_no} of {file.name} is not JSON: {exc.msg}")
-                    continue
-                if not isinstance(record, dict):
-                    yield RawItem(key=position, error=f"line {line_no} of {file.name} is not an object")
-                    continue
-                yield _record_to_item(record, spec, file.parent, position)
+        handle, refused = open_contained(file, ctx.root)
+        if handle is None:
+            yield _file_error(file, refused.status, refused.error)
+            continue
+        with handle:
+            buffered = io.BufferedReader(handle)
+            try:
+                for line_no, raw in _jsonl_lines(buffered, limit):
+                    position = f"{file.name}:{line_no}"
+                    if raw is None:
+                        yield RawItem(key=position, error=f"line {line_no} of {file.name} is longer than {limit} bytes", error_status=Status.TOO_LARGE.value)
+                        continue
+                    try:
+                        line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+                    except UnicodeDecodeError as exc:
+                        yield RawItem(key=position, error=f"line {line_no} of {file.name} is not UTF-8: {exc.reason} at byte {exc.start}", error_status=_INVALID)
+                        continue
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except (json.JSONDecodeError, RecursionError) as exc:
+                        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                        yield RawItem(key=position, error=f"line {line_no} of {file.name} is not JSON: {msg}", error_status=_INVALID)
+                        continue
+                    if not isinstance(record, dict):
+                        yield RawItem(key=position, error=f"line {line_no} of {file.name} is not an object", error_status=_INVALID)
+                        continue
+                    yield _record_to_item(record, ctx, file.parent, position)
+            except OSError as exc:
+                yield _file_error(file, Status.UNREADABLE.value, f"cannot read {file.name}: {exc}")
+
+
+# -- image folders --------------------------------------------------------------------------------
+
+
+def _walk(folder: Path, root: Root, visited: set[str]) -> Iterator[tuple[Path, str | None]]:
+    """(path, None) for every item, (folder, reason) for a folder that cannot be listed.
+
+    Dotfiles and sidecars are not items. Directory symlinks are followed only inside the root
+    and only once (no loops); one that leaves the root is yielded as an item so that it
+    becomes an ``outside_root`` row.
+    """
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        yield folder, f"cannot list {folder}: {exc.strerror or exc}"
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        path = Path(entry.path)
+        try:
+            is_link = entry.is_symlink()
+            is_dir = entry.is_dir(follow_symlinks=True)
+        except OSError:
+            is_link, is_dir = True, False
+        if is_dir:
+            real = os.path.realpath(path)
+            if not root.contains(real):
+                yield path, None
+            elif real not in visited:
+                visited.add(real)
+                yield from _walk(path, root, visited)
+            # else: a link back to a folder already listed; its files are rows already
+            continue
+        if path.suffix.lower() in SIDECAR_EXTENSIONS:
+            continue  # read (contained) with its image, never an item
+        yield path, None
+
+
+def _sidecar_caption(image: Path, ctx: _Context) -> str | None:
+    """The caption from ``<name>.txt`` or ``<name>.json`` beside the image; _BadValue if bad."""
+    txt = image.with_suffix(".txt")
+    if os.path.lexists(txt):
+        data, refused = read_contained(txt, ctx.root, SIDECAR_MAX_BYTES)
+        if refused is not None:
+            raise _BadValue(f"sidecar {txt.name}: {refused.error}")
+        return _text(data, f"sidecar {txt.name}")
+    meta = image.with_suffix(".json")
+    if os.path.lexists(meta):
+        data, refused = read_contained(meta, ctx.root, SIDECAR_MAX_BYTES)
+        if refused is not None:
+            raise _BadValue(f"sidecar {meta.name}: {refused.error}")
+        try:
+            record = json.loads(data.decode("utf-8-sig"))
+        except UnicodeDecodeError as exc:
+            raise _BadValue(f"sidecar {meta.name} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+        except (json.JSONDecodeError, RecursionError):
+            raise _BadValue(f"sidecar {meta.name} is not valid JSON") from None
+        if not isinstance(record, dict):
+            raise _BadValue(f"sidecar {meta.name} is not a JSON object")
+        name = "caption" if "caption" in record else "text"
+        return _caption(record.get(name), ctx.spec, f"sidecar {meta.name} '{name}'")
+    return None
+
+
+def read_image_folder(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
+    if not location.is_dir():
+        raise SourceUnavailable(f"image folder {location} does not exist")
+    ctx = _Context(spec, location, root or Root(location))
+    for path, unlistable in _walk(location, ctx.root, {os.path.realpath(location)}):
+        key = path.relative_to(location).as_posix()
+        if unlistable:
+            yield RawItem(key=f"{key}:unlistable", error=unlistable, error_status=Status.UNREADABLE.value, file_level=True)
+            continue
+        data, refused = read_contained(path, ctx.root, spec.max_bytes)
+        if refused is not None:
+            yield RawItem(key=key, path=str(path), error=refused.error, error_status=refused.status)
+            continue
+        try:
+            caption = _sidecar_caption(path, ctx)
+        except _BadValue as exc:
+            yield RawItem(key=key, path=str(path), error=str(exc), error_status=_INVALID)
+            continue
+        yield RawItem(key=key, data=data, path=str(path), caption=caption, license=spec.license)
+
+
+# -- WebDataset -----------------------------------------------------------------------------------
 
 
 def _wds_key(member_name: str) -> tuple[str, str]:
@@ -159,60 +382,110 @@ def _wds_key(member_name: str) -> tuple[str, str]:
     return str(path.parent / stem) if str(path.parent) != "." else stem, ext.lower()
 
 
-def _wds_item(key: str, members: dict[str, bytes], spec: SourceSpec) -> RawItem:
-    meta: dict[str, Any] = {}
-    if "json" in members:
-        try:
-            loaded = json.loads(members["json"])
-            meta = loaded if isinstance(loaded, dict) else {}
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            meta = {}
+def _member_bytes(archive: tarfile.TarFile, member: tarfile.TarInfo, cap: int) -> bytes:
+    if member.size > cap:
+        raise _TooLarge(f"member {member.name} of {member.size} bytes exceeds the limit of {cap}")
+    handle = archive.extractfile(member)
+    if handle is None:
+        raise _BadValue(f"member {member.name} has no data")
+    data = read_capped(handle, cap)
+    if data is None:
+        raise _TooLarge(f"member {member.name} exceeds the limit of {cap}")
+    if len(data) != member.size:
+        raise _Unreadable(f"member {member.name} is truncated ({len(data)} of {member.size} bytes)")
+    return data
+
+
+class _Unreadable(ValueError):
+    pass
+
+
+def _wds_item(archive: tarfile.TarFile, key: str, members: dict[str, list[tarfile.TarInfo]], spec: SourceSpec) -> RawItem:
+    doubled = sorted(f"{m[0].name} ({len(m)}x)" for m in members.values() if len(m) > 1)
+    if doubled:
+        return RawItem(key=key, error=f"duplicate tar members: {', '.join(doubled)}", error_status=_INVALID)
+    links = sorted(m[0].name for m in members.values() if not m[0].isfile())
+    if links:
+        return RawItem(key=key, error=f"tar members that are links or special files are not read: {', '.join(links)}", error_status=Status.UNREADABLE.value)
+    one = {ext: m[0] for ext, m in members.items()}
     fields = spec.fields
-    caption = members.get("txt") or members.get("caption")
-    item = RawItem(
-        key=key,
-        caption=_text(caption.decode("utf-8", "replace")) if caption else _text(meta.get(fields.caption or "caption")),
-        license=_text(meta.get(fields.license or "license")) or spec.license,
-        source_url=_text(meta.get(fields.url or "url")),
-    )
-    for ext in ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"):
-        if ext in members:
-            item.data = members[ext]
-            break
-    else:
-        item.error = f"no image member for key {key!r} (members: {sorted(members)})"
-    return item
+    try:
+        meta: dict[str, Any] = {}
+        if "json" in one:
+            raw = _member_bytes(archive, one["json"], SIDECAR_MAX_BYTES)
+            try:
+                loaded = json.loads(raw.decode("utf-8-sig"))
+            except UnicodeDecodeError as exc:
+                raise _BadValue(f"member {one['json'].name} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+            except (json.JSONDecodeError, RecursionError):
+                raise _BadValue(f"member {one['json'].name} is not valid JSON") from None
+            if not isinstance(loaded, dict):
+                raise _BadValue(f"member {one['json'].name} is not a JSON object")
+            meta = loaded
+        text_member = one.get("txt") or one.get("caption")
+        if text_member is not None:
+            caption = _text(_member_bytes(archive, text_member, SIDECAR_MAX_BYTES), f"member {text_member.name}")
+        else:
+            name = fields.caption or "caption"
+            caption = _caption(meta.get(name), spec, f"'{name}' in {key}.json")
+        item = RawItem(
+            key=key,
+            caption=caption,
+            license=_text(meta.get(fields.license or "license"), f"'license' in {key}.json") or spec.license,
+            source_url=_text(meta.get(fields.url or "url"), f"'url' in {key}.json"),
+        )
+        image = next((one[ext] for ext in WDS_IMAGE_EXTENSIONS if ext in one), None)
+        if image is None:
+            return RawItem(key=key, error=f"no image member for key {key!r} (members: {sorted(one)})", error_status=Status.MISSING.value)
+        item.data = _member_bytes(archive, image, spec.max_bytes)
+        item.path = image.name
+        return item
+    except _BadValue as exc:
+        return RawItem(key=key, error=str(exc), error_status=_INVALID)
+    except _TooLarge as exc:
+        return RawItem(key=key, error=str(exc), error_status=Status.TOO_LARGE.value)
+    except (_Unreadable, tarfile.TarError, OSError, EOFError, ValueError) as exc:
+        return RawItem(key=key, error=f"{exc}"[:500], error_status=Status.UNREADABLE.value)
 
 
-def read_webdataset(spec: SourceSpec, location: Path) -> Iterator[RawItem]:
+def read_webdataset(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
+    """Members group by key wherever they lie in the tar (an index of headers, then reads)."""
+    ctx = _Context(spec, location, root or Root(default_root(location)))
     for file in _files(location, (".tar",)):
-        try:
-            archive = tarfile.open(file, mode="r|*")
-        except tarfile.TarError as exc:
-            yield RawItem(key=file.name, error=f"cannot open tar {file}: {exc}")
+        handle, refused = open_contained(file, ctx.root)
+        if handle is None:
+            yield _file_error(file, refused.status, refused.error)
             continue
-        current_key: str | None = None
-        members: dict[str, bytes] = {}
-        try:
-            for member in archive:
-                if not member.isfile():
-                    continue
-                key, ext = _wds_key(member.name)
-                if key != current_key and current_key is not None:
-                    yield _wds_item(current_key, members, spec)
-                    members = {}
-                current_key = key
-                handle = archive.extractfile(member)
-                members[ext] = handle.read() if handle else b""
-        except tarfile.TarError as exc:
-            yield RawItem(key=f"{file.name}:corrupt", error=f"tar {file} is corrupt: {exc}")
-        finally:
-            archive.close()
-        if current_key is not None:
-            yield _wds_item(current_key, members, spec)
+        with handle:
+            try:
+                archive = tarfile.open(fileobj=handle, mode="r:*")
+            except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+                yield _file_error(file, Status.UNREADABLE.value, f"cannot open tar {file.name}: {exc}")
+                continue
+            # Only headers are held (TarInfo objects); member data is read per key below.
+            groups: dict[str, dict[str, list[tarfile.TarInfo]]] = {}
+            broken: str | None = None
+            try:
+                for member in archive:
+                    if member.isdir():
+                        continue
+                    key, ext = _wds_key(member.name)
+                    groups.setdefault(key, {}).setdefault(ext, []).append(member)
+            except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+                broken = f"tar {file.name} is corrupt after {sum(len(g) for g in groups.values())} members: {exc}"
+            try:
+                for key, members in groups.items():
+                    yield _wds_item(archive, key, members, spec)
+            finally:
+                archive.close()
+            if broken:
+                yield RawItem(key=f"{file.name}:corrupt", path=str(file), error=broken, error_status=Status.UNREADABLE.value, file_level=True)
 
 
-def read_lance(spec: SourceSpec, location: Path | str) -> Iterator[RawItem]:
+# -- Lance ----------------------------------------------------------------------------------------
+
+
+def read_lance(spec: SourceSpec, location: Path | str, root: Root | None = None) -> Iterator[RawItem]:
     import lance
 
     try:
@@ -224,11 +497,16 @@ def read_lance(spec: SourceSpec, location: Path | str) -> Iterator[RawItem]:
     missing = [f for f in wanted if f not in ds.schema.names]
     if missing:
         raise SourceUnavailable(f"Lance table {location} has no column(s) {missing}")
+    base = Path(str(location)).parent
+    ctx = _Context(spec, Path(str(location)), root or Root(base))
     row = 0
-    for batch in ds.to_batches(columns=list(dict.fromkeys(wanted)), batch_size=256):
-        for record in batch.to_pylist():
-            yield _record_to_item(record, spec, Path(str(location)).parent, f"row:{row}")
-            row += 1
+    try:
+        for batch in ds.to_batches(columns=list(dict.fromkeys(wanted)), batch_size=256):
+            for record in batch.to_pylist():
+                yield _record_to_item(record, ctx, base, f"row:{row}")
+                row += 1
+    except Exception as exc:  # noqa: BLE001 - a damaged fragment must not hide the rows read
+        yield RawItem(key=f"row:{row}:unreadable", error=f"cannot read {location} from row {row}: {type(exc).__name__}: {exc}"[:500], error_status=Status.UNREADABLE.value, file_level=True)
 
 
 READERS = {
@@ -242,4 +520,6 @@ READERS = {
 
 def read_source(source: RegisteredSource) -> Iterator[RawItem]:
     location = source.resolve_location()
-    return READERS[source.spec.shape](source.spec, location)
+    explicit = source.resolve_root()
+    root = Root(explicit) if explicit is not None else None
+    return READERS[source.spec.shape](source.spec, location, root)

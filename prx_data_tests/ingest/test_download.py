@@ -17,6 +17,7 @@ from prx_data.ingest.download import (
 from prx_data.registry import DownloadConfig
 from prx_data.schema import Status
 from prx_data_tests.http_fixtures import (  # noqa: F401  (http_server is a fixture)
+    LOCAL_NETWORKS,
     HTTPTestServer,
     Response,
     chunked,
@@ -29,7 +30,7 @@ from prx_data_tests.http_fixtures import (  # noqa: F401  (http_server is a fixt
 
 pytestmark = pytest.mark.timeout(30)
 
-FAST = dict(timeout_s=2.0, retries=2, backoff_s=0.01)
+FAST = dict(timeout_s=2.0, retries=2, backoff_s=0.01, allow_networks=LOCAL_NETWORKS)
 
 
 def cfg(**overrides) -> DownloadConfig:

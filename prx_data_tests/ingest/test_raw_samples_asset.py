@@ -154,7 +154,7 @@ def test_parquet_bytes_jsonl_paths_and_duplicate_keys(data_root, prx_defs, insta
     rows = rows_by_key("js")
     assert rows["a"]["status"] == "ok" and rows["a"]["source_caption"] == "path a"
     assert rows["gone"]["status"] == "missing" and "missing file" in rows["gone"]["error"]
-    assert rows["paths.jsonl:3"]["status"] == "invalid_image" and "not JSON" in rows["paths.jsonl:3"]["error"]
+    assert rows["paths.jsonl:3"]["status"] == "invalid_record" and "not JSON" in rows["paths.jsonl:3"]["error"]
 
     assert run_source(prx_defs, instance, "js64", selection=[_key("raw_samples")]).success
     assert rows_by_key("js64")["b64"]["status"] == "ok"
@@ -213,7 +213,7 @@ def test_url_source_downloads_with_statuses(data_root, prx_defs, instance, http_
         data_root,
         "urls",
         f"shape: jsonl\nlocation: {inputs / 'urls.jsonl'}\nfields: {{key: k, image: u, image_kind: url}}\n"
-        "download: {timeout_s: 0.5, retries: 1, backoff_s: 0.01, max_bytes: 100000}\n",
+        "download: {timeout_s: 0.5, retries: 1, backoff_s: 0.01, max_bytes: 100000, allow_networks: ['127.0.0.0/8']}\n",
     )
     assert run_source(prx_defs, instance, "urls", selection=[_key("raw_samples")]).success
     rows = rows_by_key("urls")

@@ -10,7 +10,7 @@ from prx_data.ingest.readers import SourceUnavailable
 from prx_data.optout import ingest_matcher
 
 # Bump when ingest semantics change (schema, probe rules), so the UI shows partitions as stale.
-INGEST_CODE_VERSION = "ingest-v1"
+INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typed records, structural truncation
 
 
 @dg.asset(
@@ -49,6 +49,8 @@ def raw_samples(
             f"{stats.duplicate_key_count} duplicated key(s) in {source.name}, first kept: "
             + ", ".join(stats.duplicate_keys)
         )
+    for line in stats.warnings:
+        context.log.warning(line)
     for line in stats.errors_sample:
         context.log.info(f"row error: {line}")
     meta = stats.as_metadata()
