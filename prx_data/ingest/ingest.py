@@ -289,8 +289,8 @@ def iter_changes(
 
 def _target_schema(source: RegisteredSource, ds: lance.LanceDataset | None) -> pa.Schema:
     schema = raw_schema(source.spec.embedding_dim)
-    if ds is None:  # with the hash columns, which an opted-out row fills (see _row)
-        return pa.schema(list(schema) + list(PHASH_COLUMNS))
+    if ds is None:
+        return schema
     # Changed rows carry the derived columns as nulls, so later stages redo them.
     extra = [f for f in ds.schema if f.name not in schema.names]
     return pa.schema(list(schema) + extra)
@@ -362,10 +362,12 @@ def ingest_source(
         )
     options = storage_options or None
     ds = open_table(uri, storage_options)
-    if ds is not None:
-        ds = ensure_columns(ds, PHASH_COLUMNS)
+    if ds is not None and optout is not None:
+        ds = ensure_columns(ds, PHASH_COLUMNS)  # an opted-out row keeps its fingerprint there (_row)
     existing = _load_existing(ds)
     schema = _target_schema(source, ds)
+    if ds is None and optout is not None:
+        schema = pa.schema(list(schema) + list(PHASH_COLUMNS))
     present: set[str] = set()
     spill = _Spill(_metadata_schema(schema))
     try:
