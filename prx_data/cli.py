@@ -173,7 +173,7 @@ def _dagster_runs_lookup():
         return None
     assets = ("raw_samples", "phashes", "captions", "caption_labels", "mds_shards")
 
-    def lookup(source: str, _sample_id: str) -> dict[str, dict]:
+    def lookup(source: str, _sample_id: str, row: dict | None = None) -> dict[str, dict]:
         runs = {}
         for asset in assets:
             result = instance.fetch_materializations(
@@ -187,6 +187,13 @@ def _dagster_runs_lookup():
                 }
                 if "lance_version" in metadata:
                     runs[asset]["lance_version"] = metadata["lance_version"].value
+        # The runs that wrote this row's derived columns (exact, per row), over the latest per asset.
+        for asset, column in (("phashes", "phash_run_id"), ("captions", "caption_run_id"), ("caption_labels", "label_run_id")):
+            run_id = (row or {}).get(column)
+            if run_id:
+                record = instance.get_run_record_by_id(run_id)
+                when = record.create_timestamp.isoformat(timespec="seconds") if record is not None else "run not in this Dagster instance"
+                runs[asset] = {"run_id": run_id, "timestamp": when, "wrote_this_row": True}
         for asset in ("optout_requests", "skip_lists"):
             event = instance.get_latest_materialization_event(dg.AssetKey(asset))
             if event is not None:
@@ -220,7 +227,8 @@ def cmd_lineage(args: argparse.Namespace) -> int:
             image=args.image,
             max_hamming=args.distance,
             options=settings.storage_options,
-            runs_lookup=_dagster_runs_lookup(),
+            # Dagster costs seconds to import and query: only when run details are asked for.
+            runs_lookup=_dagster_runs_lookup() if args.runs else None,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -257,7 +265,64 @@ def cmd_optout_add(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"request {request.id} written to {path}; it takes effect when optout_requests and skip_lists run")
+    print(f"request {request.id} written to {path}; `prx-data optout apply` excludes it now (or the opt-out sensor does)")
+    return 0
+
+
+def _registry_priorities(settings) -> dict[str, int]:
+    from prx_data.registry import load_registry
+
+    registry = load_registry(settings.sources_dir)
+    for error in registry.errors:
+        print(f"bad source spec (skipped): {error}", file=sys.stderr)
+    return {name: src.spec.priority for name, src in registry.sources.items()}
+
+
+def cmd_optout_apply(args: argparse.Namespace) -> int:
+    """Requests, skip lists and the data card only: nothing is re-exported."""
+    from prx_data.optout import refresh
+    from prx_data.paths import StoragePaths
+    from prx_data.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    settings = get_settings()
+    applied = refresh(
+        StoragePaths.from_settings(settings),
+        settings.optout_dir,
+        _registry_priorities(settings),
+        exclude_labels=tuple(args.exclude_label) if args.exclude_label is not None else ("nsfw", "text"),
+        options=settings.storage_options,
+    )
+    report = applied.optouts
+    for error in report.errors:
+        print(f"request not applied: {error}", file=sys.stderr)
+    for line, row in zip(report.summary_lines(), report.audit.to_pylist()):
+        print(line)
+        for problem in row["problems"]:
+            print(f"  {problem}")
+    print(
+        f"applied {report.requests} request(s) in {applied.seconds:.2f}s: skip-list build {applied.build_id}, "
+        f"{applied.skipped_samples} sample(s) skipped in all, {applied.sidecars_written} sidecar(s) written; "
+        f"receipts: prx-data optout report --id ID"
+    )
+    return 1 if report.errors else 0
+
+
+def cmd_optout_report(args: argparse.Namespace) -> int:
+    from prx_data.optout_receipt import receipt, to_json, to_markdown
+    from prx_data.paths import StoragePaths
+    from prx_data.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    settings = get_settings()
+    try:
+        r = receipt(StoragePaths.from_settings(settings), args.id, settings.storage_options)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 1
+    print(to_json(r) if args.json else to_markdown(r), end="" if not args.json else "\n")
     return 0
 
 
@@ -290,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     lineage.add_argument("--image", help="an image file, matched by perceptual hash")
     lineage.add_argument("--distance", type=int, default=0, help="max Hamming distance for --image (default 0)")
     lineage.add_argument("--json", action="store_true")
+    lineage.add_argument("--runs", action="store_true", help="also look up the Dagster runs of each asset (slower)")
     lineage.add_argument("--root")
     lineage.set_defaults(func=cmd_lineage)
 
@@ -306,6 +372,15 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--distance", type=int, default=0)
     add.add_argument("--root")
     add.set_defaults(func=cmd_optout_add)
+    apply = optout_sub.add_parser("apply", help="resolve every request and rebuild skip lists and the data card now (no re-export)")
+    apply.add_argument("--exclude-label", action="append", help="labels the skip lists exclude (default: nsfw, text)")
+    apply.add_argument("--root")
+    apply.set_defaults(func=cmd_optout_apply)
+    receipt = optout_sub.add_parser("report", help="a request's receipt: matches, sources, shards, rules, skip-list builds")
+    receipt.add_argument("--id", required=True)
+    receipt.add_argument("--json", action="store_true", help="JSON instead of Markdown")
+    receipt.add_argument("--root")
+    receipt.set_defaults(func=cmd_optout_report)
 
     # Listed for --help; main() hands their arguments on untouched.
     sub.add_parser("explore", help="the corpus explorer web app (127.0.0.1 by default)")

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prx_data.export.skiplist import read_sidecar, shard_sidecar_paths
 from prx_data.ids import sample_id as make_sample_id
 from prx_data.filters import sql_string
 from prx_data.lance_io import open_table
@@ -23,6 +22,8 @@ ROW_COLUMNS = (
     "sample_id", "source", "source_key", "status", "error", "source_url", "license", "image_format",
     "width", "height", "source_caption", "caption", "caption_model", "caption_prompt_version", "caption_error",
     "label", "label_model", "label_version", "label_error", "phash", "phash_version", "ingested_at",
+    # The run that wrote each derived column group (stages.columns.run_id_column).
+    "phash_run_id", "caption_run_id", "label_run_id",
 )
 
 
@@ -60,7 +61,7 @@ class LineageRecord:
         return out
 
 
-RunsLookup = Callable[[str, str], dict[str, dict]]  # (source, sample_id) -> asset -> run info
+RunsLookup = Callable[[str, str, dict], dict[str, dict]]  # (source, sample_id, row) -> asset -> run info
 
 
 def _rows(paths: StoragePaths, sources: Iterable[str], where: str, options: dict | None) -> list[dict]:
@@ -78,6 +79,8 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
     ds = open_table(paths.exports_table(source), options)
     if ds is None:
         return []
+    from prx_data.export.skiplist import read_sidecar, shard_sidecar_paths
+
     out = []
     for row in ds.to_table(filter=f"sample_id = {sql_string(sid)}").to_pylist():
         placement = Placement(row["tier"], row["bucket"], row["shard"], row["index_in_shard"], row["drop_reason"], row["export_version"])
@@ -140,7 +143,7 @@ def find(
         record.placements = _placements(paths, mds_root, row["source"], row["sample_id"], options)
         record.optout_requests = _optouts(paths, row["sample_id"], options)
         if runs_lookup:
-            record.runs = runs_lookup(row["source"], row["sample_id"])
+            record.runs = runs_lookup(row["source"], row["sample_id"], row)
         records.append(record)
     return records
 
@@ -182,13 +185,17 @@ def format_record(record: LineageRecord) -> str:
         lines.append(f"  size       {row['width']}x{row['height']} (as displayed)")
     if row.get("source_caption"):
         lines.append(f"  source cap {row['source_caption']}")
+    def made_by(group: str) -> str:
+        run = row.get(f"{group}_run_id")
+        return f" run={run}" if run else ""
+
     if "caption" in row:
-        lines.append(f"  caption    {row.get('caption')!r} [model={row.get('caption_model')} prompt={row.get('caption_prompt_version')}]" + (f" error={row['caption_error']}" if row.get("caption_error") else ""))
+        lines.append(f"  caption    {row.get('caption')!r} [model={row.get('caption_model')} prompt={row.get('caption_prompt_version')}{made_by('caption')}]" + (f" error={row['caption_error']}" if row.get("caption_error") else ""))
     if "label" in row:
-        lines.append(f"  label      {row.get('label')} [model={row.get('label_model')} version={row.get('label_version')}]")
+        lines.append(f"  label      {row.get('label')} [model={row.get('label_model')} version={row.get('label_version')}{made_by('label')}]")
     if "phash" in row:
         phash = row.get("phash")
-        lines.append(f"  phash      {phash & 0xFFFFFFFFFFFFFFFF:016x} [{row.get('phash_version')}]" if phash is not None else "  phash      -")
+        lines.append(f"  phash      {phash & 0xFFFFFFFFFFFFFFFF:016x} [{row.get('phash_version')}{made_by('phash')}]" if phash is not None else "  phash      -")
     if not record.placements:
         lines.append("  export     not exported yet")
     for p in record.placements:

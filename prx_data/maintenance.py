@@ -19,6 +19,7 @@ SOURCE_INDEXES = (
     ("caption", "INVERTED"),
     ("source_caption", "INVERTED"),
     ("sample_id", "BTREE"),
+    ("source_url", "BTREE"),  # lineage --url and opt-out requests by URL
     ("label", "BITMAP"),
     ("status", "BITMAP"),
 )

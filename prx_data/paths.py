@@ -37,6 +37,10 @@ class StoragePaths:
     def optout_samples_table(self) -> str:
         return join(self.lance_root, "optout_samples.lance")
 
+    def optout_builds_table(self) -> str:
+        """Which skip-list build excluded which request's samples."""
+        return join(self.lance_root, "optout_builds.lance")
+
     # MDS tree ----------------------------------------------------------------------------
     def bucket_dir(self, tier: int, height: int, width: int) -> str:
         return join(self.mds_root, str(tier), f"{height}x{width}")

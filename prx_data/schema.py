@@ -109,12 +109,29 @@ EXPORT_SCHEMA = pa.schema(
 
 
 # Opt-outs: which samples each request covers (read by skip_lists), and the audit of requests.
+# ``rule`` is ``identity`` (the request named the sample: id, key, URL, domain) or ``fingerprint``
+# (its image equals, within ``distance``, a fingerprint the request recorded: ``fingerprint_of``
+# names the sample or image file that fingerprint came from).
 OPTOUT_MATCH_SCHEMA = pa.schema(
     [
         pa.field("request_id", pa.string()),
         pa.field("sample_id", pa.string()),
         pa.field("source", pa.string()),
-        pa.field("matched_by", pa.string()),
+        pa.field("matched_by", pa.string()),  # sample_id|source_key|url|domain|image|phash|content_key
+        pa.field("rule", pa.string()),
+        pa.field("distance", pa.int32()),
+        pa.field("fingerprint_of", pa.string()),
+    ]
+)
+
+# One fingerprint a request covers: a perceptual hash (within ``max_distance``) or, for
+# degenerate images and byte-exact copies, the content key ``image_sha256``.
+OPTOUT_FINGERPRINT_TYPE = pa.struct(
+    [
+        pa.field("phash", pa.int64()),
+        pa.field("sha256", pa.string()),
+        pa.field("max_distance", pa.int32()),
+        pa.field("origin", pa.string()),  # "sample:<id>" or "image:<file>"
     ]
 )
 
@@ -129,5 +146,23 @@ OPTOUT_AUDIT_SCHEMA = pa.schema(
         pa.field("problems", pa.list_(pa.string())),
         pa.field("first_effective_at", pa.timestamp("us", tz="UTC")),
         pa.field("resolved_at", pa.timestamp("us", tz="UTC")),
+        pa.field("matched_identity", pa.int64()),
+        pa.field("matched_fingerprint", pa.int64()),
+        pa.field("named", pa.int64()),  # ids, keys, URLs, domains and image files the request names
+        pa.field("unmatched", pa.list_(pa.string())),  # "<kind> <value>" for each name that matched nothing
+        # Durable: every fingerprint ever recorded for this request id, kept across re-ingests that
+        # drop a matched row's bytes; every skip-list build re-applies them to every source.
+        pa.field("fingerprints", pa.list_(OPTOUT_FINGERPRINT_TYPE)),
+    ]
+)
+
+# One row per request per skip-list build: which build excludes what (the requester's receipt).
+OPTOUT_BUILD_SCHEMA = pa.schema(
+    [
+        pa.field("build_id", pa.string()),
+        pa.field("built_at", pa.timestamp("us", tz="UTC")),
+        pa.field("request_id", pa.string()),
+        pa.field("samples_excluded", pa.int64()),
+        pa.field("shards", pa.list_(pa.string())),
     ]
 )

@@ -34,9 +34,10 @@ from prx_data.ingest.items import RawItem
 from prx_data.ingest.probe import probe_image
 from prx_data.ingest.readers import SourceUnavailable, read_source
 from prx_data.filters import sql_string
-from prx_data.lance_io import chunked, open_table, storage_options_of
+from prx_data.lance_io import chunked, ensure_columns, open_table, storage_options_of
 from prx_data.registry import RegisteredSource
-from prx_data.schema import Status, raw_schema
+from prx_data.fingerprints import ingest_fingerprint
+from prx_data.schema import PHASH_COLUMNS, Status, raw_schema
 
 # Decides at ingest whether an item is covered by an opt-out request: (source, sample_id, item)
 # -> the request id, or None.
@@ -171,7 +172,8 @@ def _row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutM
         row["embedding"] = emb if emb is not None and len(emb) == spec.embedding_dim else None
     request = optout(spec.name, sid, item) if optout else None
     if request:
-        row.update(status=Status.OPTED_OUT.value, error=f"opt-out request {request}")
+        # The bytes are not kept, their fingerprint is: copies elsewhere stay excluded.
+        row.update(status=Status.OPTED_OUT.value, error=f"opt-out request {request}", **ingest_fingerprint(item.data))
         return row
     if item.error:
         row.update(status=item.error_status or Status.INVALID_IMAGE.value, error=item.error)
@@ -360,8 +362,12 @@ def ingest_source(
         )
     options = storage_options or None
     ds = open_table(uri, storage_options)
+    if ds is not None and optout is not None:
+        ds = ensure_columns(ds, PHASH_COLUMNS)  # an opted-out row keeps its fingerprint there (_row)
     existing = _load_existing(ds)
     schema = _target_schema(source, ds)
+    if ds is None and optout is not None:
+        schema = pa.schema(list(schema) + list(PHASH_COLUMNS))
     present: set[str] = set()
     spill = _Spill(_metadata_schema(schema))
     try:

@@ -109,6 +109,7 @@ def compute_captions(
     chunk_rows: int = 64,
     storage_options: dict | None = None,
     progress=None,
+    run_id: str | None = None,
 ) -> StageStats:
     config = parse_captioner_config(config)
     stage = caption_stage(config)
@@ -118,7 +119,7 @@ def compute_captions(
         fn = functools.partial(caption_rows, config.model_dump_json())
         needs_image = not isinstance(config, SourceCaptionerConfig)
         processor = make_processor(fn, columns=["source_caption"], with_images=needs_image, executor=executor, chunk_rows=chunk_rows)
-    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, error_column="caption_error")
+    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="caption_error")
     stats.extra.update(zip(("caption_model", "caption_prompt_version"), caption_identity(config)))
     return stats
 

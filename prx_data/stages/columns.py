@@ -104,7 +104,11 @@ def run_column_stage(
     storage_options: dict | None = None,
     progress: Callable[[int, int], None] | None = None,
     error_column: str | None = None,
+    run_id: str | None = None,
 ) -> StageStats:
+    """``run_id`` (the orchestrator's run, e.g. Dagster's ``context.run_id``) is written to
+    ``<stage name>_run_id`` on every row this run commits, so lineage names the run that made
+    each value."""
     started = time.perf_counter()
     stats = StageStats()
     ds = open_table(table_uri, storage_options)
@@ -144,11 +148,20 @@ def run_column_stage(
         for name in stage.invalidates:
             if name in ds.schema.names and name not in results.column_names:
                 results = results.append_column(ds.schema.field(name), pa.nulls(results.num_rows, ds.schema.field(name).type))
+        if run_id is not None:
+            column = run_id_column(stage.name)
+            ds = ensure_columns(ds, pa.schema([column]))
+            results = results.append_column(column, pa.array([run_id] * results.num_rows, pa.string()))
         ds = update_columns(ds, results)
         _remove(staging, storage_options)
     stats.version = ds.version
     stats.seconds = time.perf_counter() - started
     return stats
+
+
+def run_id_column(stage_name: str) -> pa.Field:
+    """The column naming the run that wrote a stage's values, e.g. ``caption_run_id``."""
+    return pa.field(f"{stage_name}_run_id", pa.string())
 
 
 def _last_per_sample(table: pa.Table) -> pa.Table:
@@ -196,5 +209,6 @@ __all__ = [
     "read_images",
     "read_rows",
     "run_column_stage",
+    "run_id_column",
     "staging_uri",
 ]

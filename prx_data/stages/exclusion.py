@@ -106,6 +106,32 @@ def optout_rows(exports: pa.Table, optouts: pa.Table | None) -> pa.Table:
     return _join_reasons(exports, [optouts.select(["sample_id", "request_id"])], lambda t: pc.binary_join_element_wise("optout:", t["request_id"], ""))
 
 
+def optout_samples(paths: StoragePaths, exports: pa.Table, sources: Iterable[str], options: dict | None = None) -> pa.Table:
+    """(sample_id, request_id) of every exported sample an opt-out covers: the samples the last
+    resolution matched, plus every exported sample whose image matches a fingerprint a request
+    recorded. The second part is re-applied on every build, so a source that lands later, a
+    re-export or a re-ingest that dropped a matched row's bytes never lets a copy back in."""
+    from prx_data.optout import read_fingerprints
+    from prx_data.optout_match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
+
+    parts = []
+    matched = read_optout_samples(paths, options)
+    if matched is not None:
+        parts.append(matched.select(["sample_id", "request_id"]))
+    fingerprints = read_fingerprints(paths, options)
+    if fingerprints.num_rows and exports.num_rows:
+        raw = raw_rows(paths, sources, options)
+        # The exported image's hash (what the shard holds), and the row's content key; the join
+        # with the exports below keeps exported samples only.
+        hashed = hashed_candidates(raw, exports.select(["sample_id", "source", "phash"]), include_raw=False)
+        found = match_fingerprints(fingerprints, hashed, keyed_candidates(raw))
+        parts.append(found.select(["sample_id", "request_id"]))
+    if not parts:
+        return pa.table({"sample_id": pa.array([], pa.string()), "request_id": pa.array([], pa.string())})
+    both = pa.concat_tables([p.cast(pa.schema([("sample_id", pa.string()), ("request_id", pa.string())])) for p in parts])
+    return both.group_by(["sample_id", "request_id"], use_threads=False).aggregate([])
+
+
 def _join_reasons(exports: pa.Table, tables: list[pa.Table], reason_of) -> pa.Table:
     if not tables:
         return SKIP_SCHEMA.empty_table()
@@ -116,8 +142,17 @@ def _join_reasons(exports: pa.Table, tables: list[pa.Table], reason_of) -> pa.Ta
     return joined.select(SKIP_COLUMNS).cast(SKIP_SCHEMA).sort_by([("shard", "ascending"), ("index_in_shard", "ascending"), ("reason", "ascending")])
 
 
-def write_skip_lists(mds_root: str, skips: pa.Table, storage_options: dict | None = None) -> SkiplistReport:
-    return build_skiplists(skips, mds_root, storage_options=storage_options)
+def write_skip_lists(
+    mds_root: str, skips: pa.Table, storage_options: dict | None = None, paths: StoragePaths | None = None
+) -> SkiplistReport:
+    """Write the sidecars; with ``paths``, also record the build (which request it excludes, on
+    which shards) for the requesters' receipts."""
+    report = build_skiplists(skips, mds_root, storage_options=storage_options)
+    if paths is not None:
+        from prx_data.optout_receipt import record_build
+
+        report.build_id = record_build(paths, skips, storage_options)
+    return report
 
 
 def read_optout_samples(paths: StoragePaths, options: dict | None = None) -> pa.Table | None:
@@ -138,7 +173,7 @@ def compute_skips(
     parts = [
         dedup_rows(exports, dedup_config(bucket_cfg)),
         label_rows(exports, paths, priorities, exclude_labels, options),
-        optout_rows(exports, read_optout_samples(paths, options)),
+        optout_rows(exports, optout_samples(paths, exports, priorities, options)),
     ]
     return exports, pa.concat_tables(parts)
 

@@ -78,6 +78,7 @@ def compute_labels(
     chunk_rows: int = 256,
     storage_options: dict | None = None,
     progress=None,
+    run_id: str | None = None,
 ) -> StageStats:
     config = parse_classifier_config(config)
     stage = label_stage(config)
@@ -86,7 +87,7 @@ def compute_labels(
     else:
         fn = functools.partial(label_rows, config.model_dump_json())
         processor = make_processor(fn, columns=["caption"], with_images=False, executor=executor, chunk_rows=chunk_rows)
-    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, error_column="label_error")
+    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="label_error")
     stats.extra.update(zip(("label_model", "label_version"), label_identity(config)))
     return stats
 

@@ -34,8 +34,9 @@ def compute_phashes(
     chunk_rows: int = 256,
     storage_options: dict | None = None,
     progress=None,
+    run_id: str | None = None,
 ) -> StageStats:
     processor = make_processor(hash_rows, executor=executor, chunk_rows=chunk_rows)
     return run_column_stage(
-        table_uri, PHASH_STAGE, processor, storage_options=storage_options, progress=progress, error_column="phash_error"
+        table_uri, PHASH_STAGE, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="phash_error"
     )

@@ -93,7 +93,12 @@ def test_optout_request_end_to_end(data_root, prx_defs, instance):
     assert matched == copies | url_copies
     (audit,) = lance.dataset(paths.optout_audit_table()).to_table().to_pylist()
     assert audit["request_id"] == "req-42" and audit["matched_samples"] == len(matched)
-    assert audit["shards_touched"] and any("does/not/exist.jpg" in p for p in audit["problems"])
+    assert audit["shards_touched"] and audit["unmatched"] == ["source_key photos:does/not/exist.jpg"]
+    assert audit["problems"] == ["1 of 3 names matched nothing (listed in 'unmatched')"]
+    # The skip_lists asset recorded its build: the receipt names it.
+    from prx_data.optout_receipt import receipt
+
+    assert receipt(paths, "req-42")["builds"]["latest"]["samples_excluded"] > 0
 
     after = _yielded(settings.mds_root)
     assert not (after & matched), "the loader yielded an opted-out sample"

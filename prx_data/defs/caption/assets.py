@@ -71,6 +71,7 @@ def captions(
             chunk_rows=config.chunk_rows,
             storage_options=storage.options,
             progress=ProgressLogger(context.log, "captioned"),
+            run_id=context.run_id,
         )
     words = caption_word_counts(uri, storage.options)
     return dg.MaterializeResult(
@@ -117,6 +118,7 @@ def caption_labels(
             chunk_rows=max(config.chunk_rows, 256),
             storage_options=storage.options,
             progress=ProgressLogger(context.log, "labelled"),
+            run_id=context.run_id,
         )
     return dg.MaterializeResult(
         metadata={

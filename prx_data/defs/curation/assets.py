@@ -28,9 +28,9 @@ def optout_requests(
     for duplicate in report.duplicates:
         context.log.info(f"request filed twice, applied once: {duplicate}")
     audit = report.audit.to_pylist()
-    for row in audit:
-        for problem in row["problems"]:
-            context.log.warning(f"request {row['request_id']}: {problem}")
+    for row, line in zip(audit, report.summary_lines()):
+        # One line per request: a bulk request's unmatched names are in the audit table.
+        (context.log.warning if row["problems"] else context.log.info)(line + "".join(f"; {p}" for p in row["problems"]))
     return dg.MaterializeResult(
         metadata={
             "requests": report.requests,

@@ -123,7 +123,7 @@ def skip_lists(
     exports, skips = compute_skips(
         storage.paths, priorities, bucket_cfg=export.bucket_config(), exclude_labels=export.exclude_labels, options=storage.options
     )
-    report = write_skip_lists(storage.mds_root, skips, storage.options)
+    report = write_skip_lists(storage.mds_root, skips, storage.options, paths=storage.paths)
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
     min_samples = get_settings().min_stream_samples
     merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)

@@ -37,6 +37,7 @@ def phashes(context: dg.AssetExecutionContext, config: PhashConfig, storage: Sto
         chunk_rows=config.chunk_rows,
         storage_options=storage.options,
         progress=ProgressLogger(context.log, "hashed"),
+        run_id=context.run_id,
     )
     return dg.MaterializeResult(
         metadata={
