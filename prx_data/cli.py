@@ -74,14 +74,14 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
         exported = t.num_rows - t.column("shard").null_count
         drops = Counter(r.split(":", 1)[0] for r in t.column("drop_reason").to_pylist() if r)
         lines.append(f"{source:>10}: exported={exported} dropped={dict(sorted(drops.items()))}")
+    from prx_data.export.skiplist import iter_root_sidecars
+    from prx_data.loader import published_buckets
+
     skipped: Counter = Counter()
-    root = Path(settings.mds_root)
-    if root.exists():
-        for sidecar in root.rglob("*.skip.*.json"):
-            obj = json.loads(sidecar.read_text())
-            skipped[obj["reason"].split(":")[0] if obj["reason"].startswith("optout") else obj["reason"]] += len(obj["indices"])
-        buckets = sorted({p.parent.relative_to(root).as_posix() for p in root.glob("*/*/index.json")})
-        lines.append(f"{'':>10}  {len(buckets)} bucket streams; skipped by reason: {dict(sorted(skipped.items()))}")
+    for sidecar in iter_root_sidecars(settings.mds_root, settings.storage_options):
+        skipped[sidecar.reason.split(":")[0] if sidecar.reason.startswith("optout") else sidecar.reason] += len(sidecar.indices)
+    buckets = published_buckets(settings.mds_root, settings.storage_options)
+    lines.append(f"{'':>10}  {len(buckets)} published bucket streams; skipped by reason: {dict(sorted(skipped.items()))}")
     return lines
 
 
@@ -293,6 +293,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         _registry_priorities(settings),
         exclude_labels=tuple(args.exclude_label) if args.exclude_label is not None else ("nsfw", "text"),
         options=settings.storage_options,
+        min_stream_samples=settings.min_stream_samples,
     )
     report = applied.optouts
     for error in report.errors:

@@ -7,7 +7,6 @@ adds the Dagster runs that produced each step through ``runs_lookup``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,18 +78,17 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
     ds = open_table(paths.exports_table(source), options)
     if ds is None:
         return []
-    from prx_data.export.skiplist import read_sidecar, shard_sidecar_paths
+    from prx_data.export.skiplist import shard_sidecars
 
     out = []
     for row in ds.to_table(filter=f"sample_id = {sql_string(sid)}").to_pylist():
         placement = Placement(row["tier"], row["bucket"], row["shard"], row["index_in_shard"], row["drop_reason"], row["export_version"])
-        if row["shard"] and "://" not in mds_root:
-            for path in shard_sidecar_paths(os.path.join(mds_root, row["shard"])):
-                sidecar = read_sidecar(path)
+        if row["shard"]:
+            for sidecar in shard_sidecars(mds_root, row["shard"], options):
                 if sid in sidecar.sample_ids:
                     i = sidecar.sample_ids.index(sid)
                     kept = sidecar.kept_sample_ids[i] if sidecar.kept_sample_ids else None
-                    placement.skipped.append({"reason": sidecar.reason, "sidecar": path, "kept_sample_id": kept})
+                    placement.skipped.append({"reason": sidecar.reason, "sidecar": sidecar.path, "kept_sample_id": kept})
         out.append(placement)
     return out
 

@@ -381,6 +381,7 @@ def refresh(
     exclude_labels=("nsfw", "text"),
     options: dict | None = None,
     write_card: bool = True,
+    min_stream_samples: int = 1,
 ) -> Applied:
     """Apply the opt-out folder now: resolve requests, rebuild the skip lists over the current
     export and refresh the data card. Nothing is re-exported, so this takes seconds."""
@@ -394,20 +395,16 @@ def refresh(
     report = apply_requests(paths, optout_dir, sources, options)
     _, skips = compute_skips(paths, priorities, bucket_cfg=bucket_cfg or BucketConfig(), exclude_labels=exclude_labels, options=options)
     skip_report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
+    # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
+    from prx_data.export.corpus_index import merge_all
+
+    merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples)
     card_path = None
     if write_card:
         from prx_data.report import build_data_card
 
         card = build_data_card(paths, sources, exclude_labels=exclude_labels, options=options)
-        if "://" in paths.report_dir():
-            # DataCard.write resolves s3:// without the store's endpoint and credentials.
-            from prx_data.paths import join
-            from prx_data.storage_uri import locate, write_bytes
-
-            card_path = join(paths.report_dir(), "data_card.md")
-            write_bytes(locate(card_path, options), card.markdown.encode())
-        else:
-            card_path = card.write(paths.report_dir())
+        card_path = card.write(paths.report_dir(), options)
     return Applied(
         optouts=report,
         skipped_samples=len(set(skips["sample_id"].to_pylist())),

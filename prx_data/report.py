@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from prx_data.lance_io import open_table
 from prx_data.paths import StoragePaths, join
@@ -19,19 +17,11 @@ class DataCard:
     markdown: str
     totals: dict[str, int] = field(default_factory=dict)
 
-    def write(self, folder: str) -> str:
-        path = join(folder, "data_card.md")
-        if "://" in folder:
-            import pyarrow.fs as pafs
+    def write(self, folder: str, options: dict | None = None) -> str:
+        from prx_data.storage_uri import locate, write_bytes
 
-            fs, rel = pafs.FileSystem.from_uri(path)
-            with fs.open_output_stream(rel) as out:
-                out.write(self.markdown.encode())
-            return path
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        tmp = f"{path}.tmp"
-        Path(tmp).write_text(self.markdown)
-        os.replace(tmp, path)
+        path = join(folder, "data_card.md")
+        write_bytes(locate(path, options), self.markdown.encode())
         return path
 
 
@@ -41,15 +31,14 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     return out
 
 
-def _skips(mds_root: str) -> tuple[Counter, set[str]]:
+def _skips(mds_root: str, options: dict | None) -> tuple[Counter, set[str]]:
+    from prx_data.export.skiplist import iter_root_sidecars
+
     reasons: Counter = Counter()
     skipped: set[str] = set()
-    if "://" in mds_root or not Path(mds_root).exists():
-        return reasons, skipped
-    for sidecar in Path(mds_root).rglob("*.skip.*.json"):
-        obj = json.loads(sidecar.read_text())
-        reasons[obj["reason"]] += len(obj["indices"])
-        skipped.update(obj["sample_ids"])
+    for sidecar in iter_root_sidecars(mds_root, options):
+        reasons[sidecar.reason] += len(sidecar.indices)
+        skipped.update(sidecar.sample_ids)
     return reasons, skipped
 
 
@@ -101,7 +90,7 @@ def build_data_card(paths: StoragePaths, sources: list[str], *, exclude_labels=(
                     tiers[r["tier"]] += 1
                     buckets[f"{r['tier']}/{r['bucket']}"] += 1
         per_source.append((source, len(t), ok, exported))
-    reasons, skipped = _skips(paths.mds_root)
+    reasons, skipped = _skips(paths.mds_root, options)
     skipped &= exported_ids
     totals = {"exported": len(exported_ids), "skipped": len(skipped), "trainable": len(exported_ids - skipped)}
 

@@ -33,6 +33,7 @@ import fnmatch
 import glob
 import json
 import os
+import posixpath
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -163,6 +164,38 @@ def read_sidecar(path: str, shard_samples: int | None = None) -> Sidecar:
     except FileNotFoundError:
         raise SkiplistError(f"missing skip-list sidecar {path}") from None
     return parse_sidecar(data, path, shard_samples)
+
+
+def iter_root_sidecars(mds_root: str, storage_options: dict | None = None):
+    """Every skip-list sidecar under an MDS root, local or object store alike, parsed.
+
+    The report, the CLI summary and lineage count skips from here, so an ``s3://`` root reports
+    the same numbers as a local one."""
+    import pyarrow.fs as pafs
+
+    root = locate(mds_root, storage_options)
+    infos = root.fs.get_file_info(pafs.FileSelector(root.path, allow_not_found=True, recursive=True))
+    for info in sorted(infos, key=lambda i: i.path):
+        name = os.path.basename(info.path)
+        if info.type != pafs.FileType.File or SKIP_INFIX not in name or not name.endswith(".json"):
+            continue
+        rel = info.path[len(root.path) :].lstrip("/")
+        data = try_read_bytes(root.child(rel))
+        if data is not None:
+            yield parse_sidecar(data, rel)
+
+
+def shard_sidecars(mds_root: str, shard_rel: str, storage_options: dict | None = None) -> list[Sidecar]:
+    """The sidecars beside one shard (``shard_rel`` relative to the MDS root), any storage."""
+    folder, shard = posixpath.split(shard_rel)
+    loc = locate(mds_root, storage_options).child(folder)
+    out = []
+    for entry in list_dir(loc):
+        if not entry.is_dir and entry.name.startswith(shard + SKIP_INFIX) and entry.name.endswith(".json"):
+            data = try_read_bytes(loc.child(entry.name))
+            if data is not None:
+                out.append(parse_sidecar(data, posixpath.join(folder, entry.name)))
+    return out
 
 
 def shard_sidecar_paths(shard_path: str) -> list[str]:

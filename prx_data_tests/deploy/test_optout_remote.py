@@ -59,3 +59,13 @@ def test_optout_on_object_store_roots(tmp_path: Path, s3_server, s3_bucket, clea
     receipt = json.loads(capsys.readouterr().out)
     assert {s["sample_id"]: s["rule"] for s in receipt["samples"]} == {target: "identity", copy: "fingerprint"}
     assert receipt["builds"]["latest"]["samples_excluded"] >= 1
+
+    # Lineage and the data card read the skips of the s3:// tree (they once reported none there).
+    assert main(["lineage", "--key", "s2:x", "--json", "--root", str(root)]) == 0
+    records = json.loads(capsys.readouterr().out)
+    reasons = {s["reason"] for r in records for p in r["placements"] for s in p["skipped"]}
+    assert "optout:req-s3" in reasons
+    from prx_data.report import build_data_card
+
+    card = build_data_card(world.paths, sorted(world.sources), options=options)
+    assert card.totals["skipped"] == 1 and card.totals["trainable"] == card.totals["exported"] - 1, card.totals  # the copy, by optout

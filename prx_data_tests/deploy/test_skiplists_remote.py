@@ -11,7 +11,7 @@ from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.export.corpus_index import merge_all
 from prx_data.export.mds_writer import write_partition_remote
-from prx_data.export.skiplist import MANIFEST_BASENAME, SKIP_INFIX, build_skiplists
+from prx_data.export.skiplist import MANIFEST_BASENAME, SKIP_INFIX, build_skiplists, iter_root_sidecars
 from prx_data.export.tree import list_buckets, list_sources
 from prx_data.loader import PrxStreamingDataset
 from prx_data.storage_uri import locate, read_bytes, streaming_env
@@ -87,6 +87,13 @@ def test_skiplists_on_s3_root_are_honoured_by_the_remote_loader(tmp_path: Path, 
     }
     assert remote_files == local_files
     assert report.counts.equals(local_report.counts) and report.streams.equals(local_report.streams)
+
+    # What the data card, the CLI summary and lineage count: the same sidecars from both roots.
+    def walked(root_uri, opts=None):
+        return sorted((sc.path, sc.reason, tuple(sc.indices), tuple(sc.sample_ids)) for sc in iter_root_sidecars(root_uri, opts))
+
+    assert walked(mds_root, options) == walked(str(local_root)) and len(walked(mds_root, options)) == 4
+    assert {sid for *_, sids in walked(mds_root, options) for sid in sids} == skipped_ids
 
     # Same table again: nothing is rewritten.
     again = build_skiplists(table, mds_root, storage_options=options)

@@ -88,7 +88,7 @@ def corpus_report(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, export: ExportResource
 ) -> dg.MaterializeResult:
     card = build_data_card(storage.paths, sorted(registry.load().sources), exclude_labels=export.exclude_labels, options=storage.options)
-    path = card.write(storage.paths.report_dir())
+    path = card.write(storage.paths.report_dir(), storage.options)
     return dg.MaterializeResult(
         metadata={
             "data_card": dg.MetadataValue.md(card.markdown),
