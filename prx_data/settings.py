@@ -37,6 +37,10 @@ class Settings(BaseModel):
     kuberay_spec: str | None = None
     startup_checks: bool = True
     rows_per_fragment: int = 1_000_000
+    # One writer per source table (prx_data/locking.py): how long a second run waits for the
+    # lock, and how long an object-store lease lives without renewal (a killed run's lease).
+    lock_wait_s: float = 1800.0
+    lock_ttl_s: float = 60.0
     # Backend configs (see prx_data/captioning/config.py, prx_data/labeling/config.py).
     captioner: dict = Field(default_factory=lambda: {"backend": "source"})
     classifier: dict = Field(default_factory=lambda: {"backend": "minilm"})
@@ -119,6 +123,8 @@ def load_settings(env: dict | None = None) -> Settings:
         kuberay_spec=env.get("PRX_KUBERAY_SPEC") or None,
         startup_checks=env.get("PRX_STARTUP_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
         rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
+        lock_wait_s=float(env.get("PRX_LOCK_WAIT_S", 1800)),
+        lock_ttl_s=float(env.get("PRX_LOCK_TTL_S", 60)),
         captioner=_json_env(env, "PRX_CAPTIONER", {"backend": "source"}),
         classifier=_json_env(env, "PRX_CLASSIFIER", {"backend": "minilm"}),
     )

@@ -25,6 +25,7 @@ from prx_data.ingest.probe import probe_image
 from prx_data.ingest.readers import read_source
 from prx_data.filters import sql_string
 from prx_data.lance_io import chunked, open_table, storage_options_of
+from prx_data.locking import locks_table
 from prx_data.registry import RegisteredSource
 from prx_data.schema import Status, raw_schema
 
@@ -220,6 +221,7 @@ def _batches(row_chunks: Iterator[list[dict]], schema: pa.Schema) -> Iterator[pa
         yield pa.record_batch([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
 
 
+@locks_table("uri")
 def ingest_source(
     source: RegisteredSource,
     uri: str,
