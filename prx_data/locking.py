@@ -359,4 +359,14 @@ def local_file_lock(path: str) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-__all__ = ["LeaseLost", "TableLocked", "local_file_lock", "lock_uri", "locks_table", "table_lock"]
+def dagster_home_lock(home: str | None = None):
+    """Held while a Dagster home is set up and first opened: two runs starting at once on a new
+    root would otherwise both create its SQLite storages (``UNIQUE constraint failed:
+    alembic_version``) and its partitions."""
+    home = home or os.environ.get("DAGSTER_HOME")
+    if not home:
+        return contextlib.nullcontext()
+    return local_file_lock(os.path.join(home, ".prx-startup.lock"))
+
+
+__all__ = ["LeaseLost", "TableLocked", "dagster_home_lock", "local_file_lock", "lock_uri", "locks_table", "table_lock"]

@@ -129,3 +129,24 @@ def test_two_pipelines_at_once_leave_one_healthy_table(store, tmp_path):
         from prx_data_tests.export.rawtables import visible_samples
 
         assert len(visible_samples(mds_root)) == 6
+
+
+def test_runs_starting_at_once_on_a_new_root_share_its_dagster_setup(tmp_path, clean_prx_env):
+    """What `prx-data run --root NEW` does before its first run, in four processes at once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "AWS_")) and k != "DAGSTER_HOME"}
+    env.update(PYTHONPATH=str(REPO), DAGSTER_DISABLE_TELEMETRY="1")
+    code = (
+        "import sys; from pathlib import Path; from prx_data.cli import _use_data_root, _open_instance\n"
+        "_use_data_root(Path(sys.argv[1]))\n"
+        "with _open_instance(['alpha', 'beta']) as instance:\n"
+        "    print(sorted(instance.get_dynamic_partitions('sources')), len(instance.get_runs()))\n"
+    )
+    root = tmp_path / "new-root"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        assert out.strip() == "['alpha', 'beta'] 0"
