@@ -180,6 +180,37 @@ class _BucketWriter:
     def cancel(self) -> None:
         self.writer.cancel_future_jobs()
 
+    def finish(self) -> None:
+        self.writer.finish()
+
+
+class _AdoptedShards:
+    """A bucket's staging folder filled with shards other processes wrote (``parts``)."""
+
+    def __init__(self, out: str) -> None:
+        os.makedirs(out, exist_ok=False)
+        self.out = out
+        self.shards: list[dict] = []
+        self.sample_ids: list[str] = []
+        self.bytes = 0
+
+    def adopt(self, folder: str, tag: str, sample_ids: list[str]) -> None:
+        for info in _read_index(folder)["shards"]:
+            for key in ("raw_data", "zip_data"):
+                if info.get(key):
+                    name = f"{tag}.{info[key]['basename']}"
+                    os.rename(os.path.join(folder, info[key]["basename"]), os.path.join(self.out, name))
+                    info[key]["basename"] = name
+            self.bytes += int(info["raw_data"]["bytes"])
+            self.shards.append(info)
+        self.sample_ids.extend(sample_ids)
+
+    def cancel(self) -> None:
+        return None
+
+    def finish(self) -> None:
+        atomic_write_bytes(os.path.join(self.out, INDEX_BASENAME), json.dumps({"shards": self.shards, "version": 2}, sort_keys=True).encode())
+
 
 def _to_row(sample: Mapping[str, Any], source: str, config: MdsWriterConfig) -> dict[str, Any]:
     image = sample["image"]
@@ -343,8 +374,14 @@ def write_partition(
     run_id: str | None = None,
     allow_empty: bool = False,
     rewrite: set[BucketRef] | None = None,
+    parts: list[tuple[str, pa.Table]] | None = None,
 ) -> PartitionExport:
     """Write all of ``source``'s samples and replace its previous export in one commit.
+
+    ``parts`` merges the work of parallel writers instead: each part is (a root on the same
+    filesystem, its lineage) that one task filled by calling ``write_partition`` on it; their
+    shards are moved in (renamed ``p<k>.<name>``), each bucket's indexes concatenated, and the
+    result is committed as if written here. ``samples`` must then be empty.
 
     ``rewrite`` switches to incremental mode: the samples given are appended to the source's
     current shards (new shards, run-scoped names), except in the buckets listed in ``rewrite``,
@@ -368,8 +405,19 @@ def write_partition(
     os.makedirs(mds_root, exist_ok=True)
     with _source_lock(mds_root, source):
         recover_source(mds_root, source)
-        writers: dict[BucketRef, _BucketWriter] = {}
+        writers: dict[BucketRef, _BucketWriter | _AdoptedShards] = {}
         try:
+            for k, (part_root, part_lineage) in enumerate(parts or ()):
+                for ref in list_buckets(part_root):
+                    folder = ref.source_dir(part_root, source)
+                    if not os.path.isfile(os.path.join(folder, INDEX_BASENAME)):
+                        continue
+                    if ref not in writers:
+                        writers[ref] = _AdoptedShards(os.path.join(ref.dir(mds_root), staging_name(source, run_id)))
+                    mine = part_lineage.filter(
+                        pc.and_(pc.equal(part_lineage["tier"], ref.tier), pc.equal(part_lineage["bucket"], ref.bucket))
+                    )
+                    writers[ref].adopt(folder, f"p{k}", mine["sample_id"].to_pylist())
             buffered = 0
             for sample in samples:
                 ref = BucketRef(int(sample["tier"]), int(sample["height"]), int(sample["width"]))
@@ -377,6 +425,8 @@ def write_partition(
                 if writer is None:
                     out = os.path.join(ref.dir(mds_root), staging_name(source, run_id))
                     writer = writers[ref] = _BucketWriter(out, config)
+                elif isinstance(writer, _AdoptedShards):
+                    raise ValueError("write_partition takes samples or parts, not both")
                 before = writer.buffered
                 writer.write(_to_row(sample, source, config))
                 buffered += writer.buffered - before
@@ -385,7 +435,7 @@ def write_partition(
                     buffered -= fullest.buffered
                     fullest.flush_early()
             for writer in writers.values():
-                writer.writer.finish()
+                writer.finish()
             previous = _existing_source_buckets(mds_root, source)
             tables = []
             for ref in sorted(writers):
@@ -512,6 +562,7 @@ def write_partition_remote(
     allow_empty: bool = False,
     scratch_dir: str | None = None,
     rewrite: set[BucketRef] | None = None,
+    parts: list[tuple[str, pa.Table]] | None = None,
 ) -> PartitionExport:
     """``write_partition`` for an object-store root: write in local scratch, then publish.
 
@@ -532,7 +583,9 @@ def write_partition_remote(
     marker = root.child(COMMITS_DIR, running_marker_name(source, run_id))
     sent = 0
     with tempfile.TemporaryDirectory(prefix=f"prx-mds-{source}-", dir=scratch_dir) as scratch:
-        export = write_partition(samples, mds_root=scratch, source=source, config=config, run_id=run_id, allow_empty=True)
+        export = write_partition(
+            samples, mds_root=scratch, source=source, config=config, run_id=run_id, allow_empty=True, parts=parts
+        )
         if not export.buckets and not allow_empty and rewrite is None:
             raise ValueError(f"source {source!r}: no samples to export (pass allow_empty=True to remove it)")
         previous = _remote_source_buckets(mds_root, source, storage_options)

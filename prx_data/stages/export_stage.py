@@ -24,8 +24,11 @@ same all-or-nothing promise (``write_partition_remote``).
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
+import os
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -35,19 +38,21 @@ from datetime import datetime, timezone
 from typing import Literal
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.export.mds_writer import MdsWriterConfig, write_partition, write_partition_remote
+from prx_data.export.mds_writer import COMMITS_DIR, MdsWriterConfig, new_run_id, write_partition, write_partition_remote
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BucketConfig, Drop, assign
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
-from prx_data.lance_io import open_table
+from prx_data.lance_io import open_table, storage_options_of
 from prx_data.locking import table_lock
 from prx_data.paths import superseded_uri
 from prx_data.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
+from prx_data.stages.columns import address_chunks, read_images
 from prx_data.stages.executors import make_processor
 from prx_data.storage_uri import is_remote
 
@@ -140,17 +145,23 @@ def export_source(
     progress=None,
     scratch_dir: str | None = None,
     rewrite_share: float = REWRITE_SHARE,
+    write_workers: int = 1,
 ) -> ExportStats:
     """Bring the source's export up to date with its table, doing only the work that changed.
 
-    Holds the source's table lock (``prx_data.locking``) for the whole run.
+    Holds the source's table lock (``prx_data.locking``) for the whole run. ``write_workers``
+    > 1 (with ``executor='ray'``) splits the rows to encode into that many Ray tasks, each of
+    which encodes its rows and writes its own shards per bucket; the driver then merges their
+    indexes and commits once. The tasks write into ``<mds root>/_commits/`` (local roots) or
+    ``scratch_dir`` (object-store roots), so they must share that filesystem with the driver
+    (one node, or a shared volume).
     """
     with table_lock(table_uri, storage_options, purpose=f"export of {source}") as check:
         return _export(
             table_uri, source, mds_root=mds_root, exports_uri=exports_uri, bucket_cfg=bucket_cfg or BucketConfig(),
             writer_cfg=writer_cfg or MdsWriterConfig(), executor=executor, chunk_rows=chunk_rows,
             require_caption=require_caption, options=storage_options, progress=progress, scratch_dir=scratch_dir,
-            rewrite_share=rewrite_share, check=check,
+            rewrite_share=rewrite_share, check=check, write_workers=write_workers,
         )
 
 
@@ -158,7 +169,7 @@ def _column(table: pa.Table, name: str) -> list:
     return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
 
 
-def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check) -> ExportStats:
+def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers) -> ExportStats:
     started = time.perf_counter()
     stats = ExportStats(source=source, version=export_version(bucket_cfg))
     # The writer's columns decide the shard layout: a change must not append to old shards.
@@ -259,6 +270,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
             ds, rows, source, mds_root=mds_root, options=options, writer_cfg=writer_cfg, bucket_cfg=bucket_cfg,
             executor=executor, chunk_rows=chunk_rows, progress=progress, scratch_dir=scratch_dir, indexes=indexes,
             reuse=reuse, encode=encode, caption=caption, label=label, model=model, rewrite=rewrite, late_drops=late_drops,
+            write_workers=write_workers if executor == "ray" else 1,
         )
     by_row = {sid: i for i, sid in enumerate(ids)}
     for sid, reason in late_drops.items():
@@ -305,7 +317,7 @@ def _orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_
     return found
 
 
-def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, executor, chunk_rows, progress, scratch_dir, indexes, reuse, encode, caption, label, model, rewrite, late_drops):
+def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, executor, chunk_rows, progress, scratch_dir, indexes, reuse, encode, caption, label, model, rewrite, late_drops, write_workers):
     ids = rows.column("sample_id").to_pylist()
     extras = {"label": label, "caption_model": model}
     processor = make_processor(
@@ -319,7 +331,7 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
         sample.update({name: values[i] for name, values in extras.items()})
         return sample
 
-    def samples(scratch: str) -> Iterator[dict]:
+    def samples(scratch: str, encoded: bool = True) -> Iterator[dict]:
         if reuse:
             reader = ShardReader(mds_root, indexes, source, scratch, options)
             row_of = {(p["shard"], int(p["index_in_shard"])): i for i, p in reuse}
@@ -333,7 +345,7 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
                     "original_width": old["original_width"], "original_height": old["original_height"], **meta(i),
                 }
         done = 0
-        for result in processor(ds, todo) if todo.num_rows else ():
+        for result in processor(ds, todo) if todo.num_rows and encoded else ():
             for rec in result.to_pylist():
                 i = by_id[rec["sample_id"]]
                 if rec["drop_reason"]:
@@ -347,6 +359,12 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
             if progress:
                 progress(done, todo.num_rows)
 
+    if write_workers > 1 and len(encode) > 1:
+        return _write_parallel(
+            ds, source, todo, {ids[i]: meta(i) for i in encode}, samples, mds_root=mds_root, options=options,
+            writer_cfg=writer_cfg, bucket_cfg=bucket_cfg, chunk_rows=chunk_rows, scratch_dir=scratch_dir,
+            rewrite=rewrite, late_drops=late_drops, workers=min(write_workers, len(encode)), reuse=bool(reuse),
+        )
     with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
         if is_remote(mds_root):
             return write_partition_remote(
@@ -354,6 +372,75 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
                 allow_empty=True, scratch_dir=scratch_dir, rewrite=rewrite,
             )
         return write_partition(samples(scratch), mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True, rewrite=rewrite)
+
+
+def _write_part(uri, version, options, bucket_cfg_json, writer_cfg_json, root, source, todo: pa.Table, meta: dict, chunk_rows: int):
+    """One parallel writer (a Ray task): encode its rows and write its own shards under ``root``."""
+    ds = lance.dataset(uri, version=version, storage_options=options)
+    late: dict[str, str] = {}
+
+    def samples() -> Iterator[dict]:
+        for chunk in address_chunks(todo, chunk_rows):
+            images = read_images(ds, chunk.column("_rowaddr").to_pylist())
+            for rec in prepare_rows(bucket_cfg_json, chunk.column("sample_id").to_pylist(), images, chunk).to_pylist():
+                if rec["drop_reason"]:
+                    late[rec["sample_id"]] = rec["drop_reason"]
+                    continue
+                yield {
+                    "image": rec["jpeg"], "tier": rec["tier"], "height": rec["height"], "width": rec["width"],
+                    "original_width": rec["original_width"], "original_height": rec["original_height"], **meta[rec["sample_id"]],
+                }
+
+    config = MdsWriterConfig.model_validate_json(writer_cfg_json)
+    export = write_partition(samples(), mds_root=root, source=source, config=config, allow_empty=True)
+    return export.lineage, late
+
+
+def _write_parallel(ds, source, todo, meta, samples, *, mds_root, options, writer_cfg, bucket_cfg, chunk_rows, scratch_dir, rewrite, late_drops, workers, reuse):
+    import ray
+
+    if not ray.is_initialized():
+        raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource")
+    remote = is_remote(mds_root)
+    if remote:
+        parts_root = tempfile.mkdtemp(prefix=f"prx-parts-{source}-", dir=scratch_dir)
+    else:
+        # Same filesystem as the tree, so the merge moves shards instead of copying them.
+        for stale in glob.glob(os.path.join(glob.escape(mds_root), COMMITS_DIR, f"{source}.parts-*")):
+            shutil.rmtree(stale, ignore_errors=True)  # a killed run's; we hold the source's lock
+        parts_root = os.path.join(mds_root, COMMITS_DIR, f"{source}.parts-{new_run_id()}")
+        os.makedirs(parts_root)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(_write_part)
+        options_of = storage_options_of(ds)
+        refs = []
+        for k, group in enumerate(np.array_split(np.arange(todo.num_rows), workers), start=1):
+            chunk = todo.take(pa.array(group, pa.int64()))
+            part_meta = {sid: meta[sid] for sid in chunk.column("sample_id").to_pylist()}
+            refs.append(task.remote(
+                ds.uri, ds.version, options_of, bucket_cfg.model_dump_json(), writer_cfg.model_dump_json(),
+                os.path.join(parts_root, f"p{k}"), source, chunk, part_meta, chunk_rows,
+            ))
+        parts = []
+        with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
+            if reuse:  # the driver writes the re-used bytes while the tasks encode
+                own = write_partition(samples(scratch, encoded=False), mds_root=os.path.join(parts_root, "p0"), source=source, config=writer_cfg, allow_empty=True)
+                parts.append((os.path.join(parts_root, "p0"), own.lineage))
+        try:
+            results = ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            raise (exc.cause or exc) from None
+        for k, (lineage, late) in enumerate(results, start=1):
+            parts.append((os.path.join(parts_root, f"p{k}"), lineage))
+            late_drops.update(late)
+        if remote:
+            return write_partition_remote(
+                [], mds_root=mds_root, source=source, storage_options=options, config=writer_cfg, allow_empty=True,
+                scratch_dir=scratch_dir, rewrite=rewrite, parts=parts,
+            )
+        return write_partition([], mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True, rewrite=rewrite, parts=parts)
+    finally:
+        shutil.rmtree(parts_root, ignore_errors=True)
 
 
 def _exports_table(source, version, now, ids, rows, drop, image_key, meta_key, keep, prev, export) -> pa.Table:

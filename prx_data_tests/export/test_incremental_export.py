@@ -38,9 +38,8 @@ def encodes(monkeypatch) -> list[int]:
 
 
 def export(paths: StoragePaths, source: str = "alpha", **kwargs):
-    stats = export_source(
-        paths.raw_table(source), source, mds_root=paths.mds_root, exports_uri=paths.exports_table(source), executor="local", **kwargs
-    )
+    kwargs.setdefault("executor", "local")
+    stats = export_source(paths.raw_table(source), source, mds_root=paths.mds_root, exports_uri=paths.exports_table(source), **kwargs)
     merge_all(paths.mds_root)
     _, skips = compute_skips(paths, {source: 1}, bucket_cfg=BucketConfig())
     write_skip_lists(paths.mds_root, skips)
@@ -213,3 +212,36 @@ def test_killed_between_mds_commit_and_tables_is_completed_by_next_run(paths, mo
     assert stats.superseded == 3, "k0's first placement and both orphaned placements"
     expect_visible(paths, items)
     assert export(paths, rewrite_share=0.9).changed is False
+
+
+@pytest.fixture
+def ray_driver(shared_ray_head, monkeypatch):
+    import ray
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    if shared_ray_head:
+        ray.init(address=shared_ray_head, log_to_driver=False)
+    else:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_parallel_writers_each_write_their_shards_and_one_commit_merges_them(paths, ray_driver):
+    items = [item(f"k{i}", i) for i in range(10)]
+    write_raw(paths.raw_table("alpha"), "alpha", items)
+    stats = export(paths, executor="ray", write_workers=2)
+    assert stats.encoded == 10 and stats.exported == 10
+    expect_visible(paths, items)
+    shards = [k for k in tree_files(paths.mds_root) if k.endswith(".mds")]
+    assert len({name.rsplit("/", 1)[1].split(".", 1)[0] for name in shards}) == 2, "each task wrote its own shards"
+    exports = lance.dataset(paths.exports_table("alpha")).to_table()
+    assert set(exports["shard"].to_pylist()) == set(shards)
+
+    items[0]["caption"] = "edited"  # re-used bytes, written by the driver beside the tasks
+    items += [item("n1", 60), item("n2", 61), item("n3", 62)]
+    write_raw(paths.raw_table("alpha"), "alpha", items)
+    again = export(paths, executor="ray", write_workers=2, rewrite_share=0.9)
+    assert (again.encoded, again.reused, again.kept) == (3, 1, 9)
+    expect_visible(paths, items)
+    assert not list(Path(paths.mds_root, "_commits").glob("alpha.parts-*")), "task folders are removed"
