@@ -16,6 +16,9 @@ from prx_data.stages.export_stage import export_source
 class ExportRunConfig(dg.Config):
     executor: str = "ray"
     chunk_rows: int = 32
+    # Ray tasks that each encode a share of the rows and write their own shards (1: one writer
+    # in the run process); they must share a filesystem with it (see export_source).
+    write_workers: int = 1
 
 
 @dg.asset(
@@ -50,6 +53,7 @@ def mds_shards(
         writer_cfg=export.writer_config(),
         executor=config.executor,
         chunk_rows=config.chunk_rows,
+        write_workers=config.write_workers,
         require_caption=export.require_caption,
         storage_options=storage.options,
         progress=ProgressLogger(context.log, "exported"),
