@@ -28,7 +28,7 @@ def item(key: str, seed: int, caption: str | None = None, shape: int | None = No
     return {"key": key, "seed": seed, "w": w, "h": h, "caption": f"a photo {key}" if caption is None else caption, "status": status}
 
 
-def write_raw(uri: str, source: str, items: list[dict]) -> None:
+def write_raw(uri: str, source: str, items: list[dict], storage_options: dict | None = None) -> None:
     schema = pa.schema([*raw_schema(), *CAPTION_COLUMNS, *LABEL_COLUMNS])
     now = datetime.now(timezone.utc)
     rows = []
@@ -51,7 +51,7 @@ def write_raw(uri: str, source: str, items: list[dict]) -> None:
                 "label": "visual",
             }
         )
-    lance.write_dataset(pa.Table.from_pylist(rows, schema=schema), uri, mode="overwrite")
+    lance.write_dataset(pa.Table.from_pylist(rows, schema=schema), uri, mode="overwrite", storage_options=storage_options)
 
 
 def visible_samples(root: str | Path) -> dict[str, dict]:
