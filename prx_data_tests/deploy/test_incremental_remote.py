@@ -1,6 +1,7 @@
 """Incremental export on an s3:// root (moto): a re-run with no change writes no object, new
 rows are appended as new objects beside the kept ones, a changed caption re-uses the published
-bytes, and the remote loader yields exactly the source's current rows."""
+bytes, a run killed between publishing and its tables is completed by the next one, and the
+remote loader yields exactly the source's current rows."""
 
 from __future__ import annotations
 
@@ -60,6 +61,25 @@ def test_incremental_export_on_s3(tmp_path: Path, s3_server, s3_bucket, clean_pr
     old_shards = {k: v for k, v in published.items() if k.endswith(".mds")}
     assert all(now.get(k) == v for k, v in old_shards.items()), "kept shard objects are neither copied nor rewritten"
     assert len([k for k in now if k.endswith(".mds")]) > len(old_shards)
+
+    # Killed after publishing, before its tables: the next run supersedes the orphaned objects.
+    import lance
+    import pytest
+
+    from prx_data.stages import export_stage
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt("killed before the tables")
+
+    items.append(item("n2", 71))
+    write_raw(paths.raw_table("alpha"), "alpha", items, options)
+    real_write = lance.write_dataset
+    monkeypatch.setattr(export_stage.lance, "write_dataset", dies)
+    with pytest.raises(KeyboardInterrupt):
+        run(rewrite_share=0.9)
+    monkeypatch.setattr(export_stage.lance, "write_dataset", real_write)
+    completed = run(rewrite_share=0.9)
+    assert (completed.encoded, completed.superseded) == (1, 1), "the orphaned placement of n2 is superseded"
 
     for name, value in streaming_env(options).items():
         monkeypatch.setenv(name, value)
