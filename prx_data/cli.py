@@ -130,8 +130,6 @@ def _open_instance(sources: list[str]):
 
 
 def _run_everything(args: argparse.Namespace) -> int:
-    import dagster as dg
-
     from prx_data.definitions import build_defs
     from prx_data.orchestrate import materialize_corpus, materialize_sources
     from prx_data.registry import load_registry
