@@ -20,8 +20,11 @@ def _use_data_root(root: Path) -> None:
     os.environ["PRX_DATA_ROOT"] = str(root)
     home = Path(os.environ.get("DAGSTER_HOME") or root / ".dagster")
     home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists() and (REPO_ROOT / "dagster.yaml").exists():
-        shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    from prx_data.locking import dagster_home_lock
+
+    with dagster_home_lock(str(home)):  # another run may be setting up the same new root
+        if not (home / "dagster.yaml").exists() and (REPO_ROOT / "dagster.yaml").exists():
+            shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
     get_settings.cache_clear()
 
@@ -112,9 +115,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_everything(args)
 
 
-def _run_everything(args: argparse.Namespace) -> int:
+def _open_instance(sources: list[str]):
+    """The Dagster instance with the sources' partitions; two runs starting at once on a new
+    root take turns here, or both create its SQLite storages and fail."""
     import dagster as dg
 
+    from prx_data.locking import dagster_home_lock
+    from prx_data.orchestrate import ensure_partitions
+
+    with dagster_home_lock():
+        instance = dg.DagsterInstance.get()
+        ensure_partitions(instance, sources)
+    return instance
+
+
+def _run_everything(args: argparse.Namespace) -> int:
     from prx_data.definitions import build_defs
     from prx_data.orchestrate import materialize_corpus, materialize_sources
     from prx_data.registry import load_registry
@@ -129,7 +144,7 @@ def _run_everything(args: argparse.Namespace) -> int:
         print(f"bad source spec (skipped): {error}")
     sources = [s for s in registry.sources if not args.source or s in args.source]
     defs = build_defs()
-    with dg.DagsterInstance.get() as instance:
+    with _open_instance(sources) as instance:
         outcome = materialize_sources(defs, instance, sources)
         corpus_ok = materialize_corpus(defs, instance)
     print(_summary(sources))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import lance
 
+from prx_data.locking import locks_table
 from prx_data.lance_io import open_table, storage_options_of
 
 SOURCE_INDEXES = (
@@ -52,6 +53,7 @@ def _wanted(ds: lance.LanceDataset, indexes) -> list[tuple[str, str]]:
     return [(column, kind) for column, kind in indexes if column in names]
 
 
+@locks_table("uri", "options")  # compaction beside an ingest's upsert is a commit conflict
 def maintain_table(uri: str, *, target_rows_per_fragment: int, indexes=SOURCE_INDEXES, options: dict | None = None) -> TableMaintenance | None:
     ds = open_table(uri, options)
     if ds is None:

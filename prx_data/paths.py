@@ -13,6 +13,11 @@ def join(root: str, *parts: str) -> str:
     return posixpath.join(root.rstrip("/"), *parts)
 
 
+def superseded_uri(exports_uri: str) -> str:
+    """``.../exports/<source>.lance`` -> ``.../exports/<source>.superseded.lance``."""
+    return f"{exports_uri.rstrip('/').removesuffix('.lance')}.superseded.lance"
+
+
 @dataclass(frozen=True)
 class StoragePaths:
     lance_root: str
@@ -30,6 +35,10 @@ class StoragePaths:
     def exports_table(self, source: str) -> str:
         """Where each sample of a source landed in MDS, or why it was dropped."""
         return join(self.lance_root, "exports", f"{source}.lance")
+
+    def superseded_table(self, source: str) -> str:
+        """Placements in kept shards that an incremental export replaced (skipped as 'superseded')."""
+        return superseded_uri(self.exports_table(source))
 
     def optout_audit_table(self) -> str:
         return join(self.lance_root, "optout_audit.lance")

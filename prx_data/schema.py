@@ -104,6 +104,25 @@ EXPORT_SCHEMA = pa.schema(
         pa.field("drop_reason", pa.string()),
         pa.field("export_version", pa.string()),
         pa.field("exported_at", pa.timestamp("us", tz="UTC")),
+        # What the exported sample was made from, so a re-run redoes only what changed:
+        # image_key names the encoded bytes (image sha256, shape, export version, writer
+        # columns), meta_key the other columns (caption, label, caption model).
+        pa.field("image_key", pa.string()),
+        pa.field("meta_key", pa.string()),
+    ]
+)
+
+# Placements an incremental export left behind in shards it kept (the sample was removed or
+# changed and written anew): skip_lists excludes them with the reason "superseded".
+SUPERSEDED_SCHEMA = pa.schema(
+    [
+        pa.field("sample_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("tier", pa.int32()),
+        pa.field("bucket", pa.string()),
+        pa.field("shard", pa.string()),
+        pa.field("index_in_shard", pa.int64()),
+        pa.field("superseded_at", pa.timestamp("us", tz="UTC")),
     ]
 )
 

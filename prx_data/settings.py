@@ -41,6 +41,10 @@ class Settings(BaseModel):
     # size (per-device batch x devices), since a trainer batches per stream and a stream that
     # cannot fill one batch makes streaming raise. Smaller buckets stay in the tree, unpublished.
     min_stream_samples: int = Field(1, ge=1)
+    # One writer per source table (prx_data/locking.py): how long a second run waits for the
+    # lock, and how long an object-store lease lives without renewal (a killed run's lease).
+    lock_wait_s: float = 1800.0
+    lock_ttl_s: float = 60.0
     # Backend configs (see prx_data/captioning/config.py, prx_data/labeling/config.py).
     captioner: dict = Field(default_factory=lambda: {"backend": "source"})
     classifier: dict = Field(default_factory=lambda: {"backend": "minilm"})
@@ -124,6 +128,8 @@ def load_settings(env: dict | None = None) -> Settings:
         startup_checks=env.get("PRX_STARTUP_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
         rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
         min_stream_samples=int(env.get("PRX_MIN_STREAM_SAMPLES", 1)),
+        lock_wait_s=float(env.get("PRX_LOCK_WAIT_S", 1800)),
+        lock_ttl_s=float(env.get("PRX_LOCK_TTL_S", 60)),
         captioner=_json_env(env, "PRX_CAPTIONER", {"backend": "source"}),
         classifier=_json_env(env, "PRX_CLASSIFIER", {"backend": "minilm"}),
     )

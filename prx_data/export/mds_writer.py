@@ -180,6 +180,37 @@ class _BucketWriter:
     def cancel(self) -> None:
         self.writer.cancel_future_jobs()
 
+    def finish(self) -> None:
+        self.writer.finish()
+
+
+class _AdoptedShards:
+    """A bucket's staging folder filled with shards other processes wrote (``parts``)."""
+
+    def __init__(self, out: str) -> None:
+        os.makedirs(out, exist_ok=False)
+        self.out = out
+        self.shards: list[dict] = []
+        self.sample_ids: list[str] = []
+        self.bytes = 0
+
+    def adopt(self, folder: str, tag: str, sample_ids: list[str]) -> None:
+        for info in _read_index(folder)["shards"]:
+            for key in ("raw_data", "zip_data"):
+                if info.get(key):
+                    name = f"{tag}.{info[key]['basename']}"
+                    os.rename(os.path.join(folder, info[key]["basename"]), os.path.join(self.out, name))
+                    info[key]["basename"] = name
+            self.bytes += int(info["raw_data"]["bytes"])
+            self.shards.append(info)
+        self.sample_ids.extend(sample_ids)
+
+    def cancel(self) -> None:
+        return None
+
+    def finish(self) -> None:
+        atomic_write_bytes(os.path.join(self.out, INDEX_BASENAME), json.dumps({"shards": self.shards, "version": 2}, sort_keys=True).encode())
+
 
 def _to_row(sample: Mapping[str, Any], source: str, config: MdsWriterConfig) -> dict[str, Any]:
     image = sample["image"]
@@ -275,12 +306,16 @@ def recover_source(mds_root: str, source: str) -> bool:
     return rolled
 
 
-def _lineage_for_bucket(ref: BucketRef, source: str, out: str, sample_ids: list[str]) -> pa.Table:
-    with open(os.path.join(out, INDEX_BASENAME), "rb") as handle:
-        shards = json.loads(handle.read())["shards"]
+def _read_index(folder: str) -> dict:
+    with open(os.path.join(folder, INDEX_BASENAME), "rb") as handle:
+        return json.loads(handle.read())
+
+
+def _lineage_for_bucket(ref: BucketRef, source: str, shards: list[dict], sample_ids: list[str]) -> pa.Table:
+    """``shards``: the index entries of the samples written, in writer order."""
     counts = np.array([shard["samples"] for shard in shards], dtype=np.int64)
     if int(counts.sum()) != len(sample_ids):
-        raise RuntimeError(f"{out}: index has {int(counts.sum())} samples, wrote {len(sample_ids)}")
+        raise RuntimeError(f"{ref.rel}/{source}: index has {int(counts.sum())} samples, wrote {len(sample_ids)}")
     prefix = f"{ref.rel}/{source}/"
     names = np.array([prefix + shard["raw_data"]["basename"] for shard in shards], dtype=object)
     # Writer order == global order in the index, so index_in_shard is the position minus the
@@ -302,6 +337,34 @@ def _lineage_for_bucket(ref: BucketRef, source: str, out: str, sample_ids: list[
     )
 
 
+def _rename_shards(folder: str, index: dict, run_id: str) -> None:
+    """Give freshly written shards run-scoped names, so they can sit beside kept ones."""
+    for info in index["shards"]:
+        for key in ("raw_data", "zip_data"):
+            if info.get(key):
+                target = remote_object_name(run_id, info[key]["basename"])
+                os.rename(os.path.join(folder, info[key]["basename"]), os.path.join(folder, target))
+                info[key]["basename"] = target
+
+
+def _link_kept_shards(final: str, staging: str, index: dict) -> dict:
+    """Hard-link the source's current shards into ``staging`` and prepend them to ``index``.
+
+    A link is free and keeps the bytes a reader may be streaming; the old folder is swapped out
+    by the usual journal, so appending stays all-or-nothing.
+    """
+    kept = _read_index(final)["shards"]
+    for info in kept:
+        for key in ("raw_data", "zip_data"):
+            if info.get(key):
+                name = info[key]["basename"]
+                try:
+                    os.link(os.path.join(final, name), os.path.join(staging, name))
+                except OSError:
+                    shutil.copy2(os.path.join(final, name), os.path.join(staging, name))
+    return {**index, "shards": kept + index["shards"]}
+
+
 def write_partition(
     samples: Iterable[Mapping[str, Any]],
     *,
@@ -310,8 +373,21 @@ def write_partition(
     config: MdsWriterConfig | None = None,
     run_id: str | None = None,
     allow_empty: bool = False,
+    rewrite: set[BucketRef] | None = None,
+    parts: list[tuple[str, pa.Table]] | None = None,
 ) -> PartitionExport:
     """Write all of ``source``'s samples and replace its previous export in one commit.
+
+    ``parts`` merges the work of parallel writers instead: each part is (a root on the same
+    filesystem, its lineage) that one task filled by calling ``write_partition`` on it; their
+    shards are moved in (renamed ``p<k>.<name>``), each bucket's indexes concatenated, and the
+    result is committed as if written here. ``samples`` must then be empty.
+
+    ``rewrite`` switches to incremental mode: the samples given are appended to the source's
+    current shards (new shards, run-scoped names), except in the buckets listed in ``rewrite``,
+    whose shards are replaced by what is written (the bucket is removed when nothing is).
+    Buckets neither written nor listed are left untouched, and a run with nothing to write and
+    nothing to rewrite commits nothing.
 
     Each sample carries ``tier, height, width`` (the bucket shape it was encoded to), ``image``
     (JPEG bytes, stored unchanged), ``caption, sample_id, original_width, original_height`` and
@@ -329,8 +405,19 @@ def write_partition(
     os.makedirs(mds_root, exist_ok=True)
     with _source_lock(mds_root, source):
         recover_source(mds_root, source)
-        writers: dict[BucketRef, _BucketWriter] = {}
+        writers: dict[BucketRef, _BucketWriter | _AdoptedShards] = {}
         try:
+            for k, (part_root, part_lineage) in enumerate(parts or ()):
+                for ref in list_buckets(part_root):
+                    folder = ref.source_dir(part_root, source)
+                    if not os.path.isfile(os.path.join(folder, INDEX_BASENAME)):
+                        continue
+                    if ref not in writers:
+                        writers[ref] = _AdoptedShards(os.path.join(ref.dir(mds_root), staging_name(source, run_id)))
+                    mine = part_lineage.filter(
+                        pc.and_(pc.equal(part_lineage["tier"], ref.tier), pc.equal(part_lineage["bucket"], ref.bucket))
+                    )
+                    writers[ref].adopt(folder, f"p{k}", mine["sample_id"].to_pylist())
             buffered = 0
             for sample in samples:
                 ref = BucketRef(int(sample["tier"]), int(sample["height"]), int(sample["width"]))
@@ -338,6 +425,8 @@ def write_partition(
                 if writer is None:
                     out = os.path.join(ref.dir(mds_root), staging_name(source, run_id))
                     writer = writers[ref] = _BucketWriter(out, config)
+                elif isinstance(writer, _AdoptedShards):
+                    raise ValueError("write_partition takes samples or parts, not both")
                 before = writer.buffered
                 writer.write(_to_row(sample, source, config))
                 buffered += writer.buffered - before
@@ -346,11 +435,21 @@ def write_partition(
                     buffered -= fullest.buffered
                     fullest.flush_early()
             for writer in writers.values():
-                writer.writer.finish()
-            tables = [
-                _lineage_for_bucket(ref, source, writers[ref].out, writers[ref].sample_ids)
-                for ref in sorted(writers)
-            ]
+                writer.finish()
+            previous = _existing_source_buckets(mds_root, source)
+            tables = []
+            for ref in sorted(writers):
+                out = writers[ref].out
+                index = _read_index(out)
+                if rewrite is not None and ref in previous and ref not in rewrite:
+                    _rename_shards(out, index, run_id)
+                    tables.append(_lineage_for_bucket(ref, source, index["shards"], writers[ref].sample_ids))
+                    atomic_write_bytes(
+                        os.path.join(out, INDEX_BASENAME),
+                        json.dumps(_link_kept_shards(ref.source_dir(mds_root, source), out, index), sort_keys=True).encode(),
+                    )
+                else:
+                    tables.append(_lineage_for_bucket(ref, source, index["shards"], writers[ref].sample_ids))
             lineage = pa.concat_tables(tables) if tables else LINEAGE_SCHEMA.empty_table()
             if pc.count_distinct(lineage["sample_id"]).as_py() != lineage.num_rows:
                 raise ValueError(f"source {source!r}: duplicate sample_id in the partition")
@@ -360,27 +459,31 @@ def write_partition(
                 shutil.rmtree(writer.out, ignore_errors=True)
             raise
 
-        if not writers and not allow_empty:
+        if not writers and not allow_empty and rewrite is None:
             raise ValueError(f"source {source!r}: no samples to export (pass allow_empty=True to remove it)")
-        previous = _existing_source_buckets(mds_root, source)
-        removed = sorted(set(previous) - set(writers))
+        if rewrite is None:
+            removed = sorted(set(previous) - set(writers))
+        else:
+            removed = sorted((set(previous) & set(rewrite)) - set(writers))
         journal = {
             "source": source,
             "run_id": run_id,
             "install": [ref.rel for ref in sorted(writers)],
             "remove": [ref.rel for ref in removed],
         }
-        path = journal_path(mds_root, source)
-        atomic_write_bytes(path, dumps_stable(journal))  # the commit point
-        _apply_journal(mds_root, journal)
-        os.remove(path)
-        _clean_transient(mds_root, source)
+        if journal["install"] or journal["remove"]:
+            path = journal_path(mds_root, source)
+            atomic_write_bytes(path, dumps_stable(journal))  # the commit point
+            _apply_journal(mds_root, journal)
+            os.remove(path)
+            _clean_transient(mds_root, source)
 
+    now_has = set(writers) if rewrite is None else (set(previous) - set(removed)) | set(writers)
     return PartitionExport(
         source=source,
         run_id=run_id,
         lineage=lineage,
-        buckets=sorted(writers),
+        buckets=sorted(now_has),
         removed_buckets=removed,
         samples_per_bucket={ref.rel: len(writers[ref].sample_ids) for ref in sorted(writers)},
         bytes_written=sum(w.bytes for w in writers.values()),
@@ -458,8 +561,13 @@ def write_partition_remote(
     run_id: str | None = None,
     allow_empty: bool = False,
     scratch_dir: str | None = None,
+    rewrite: set[BucketRef] | None = None,
+    parts: list[tuple[str, pa.Table]] | None = None,
 ) -> PartitionExport:
     """``write_partition`` for an object-store root: write in local scratch, then publish.
+
+    ``rewrite`` as for ``write_partition``: kept buckets get the new shards appended to their
+    published index (the old shard objects stay where they are, nothing is copied).
 
     The scratch copy needs room for the whole partition (its shards are uploaded after the
     partition is complete and checked); ``scratch_dir`` picks where (default: the system temp).
@@ -473,38 +581,49 @@ def write_partition_remote(
     root = locate(mds_root, storage_options)
     recover_remote_source(mds_root, source, storage_options)
     marker = root.child(COMMITS_DIR, running_marker_name(source, run_id))
-    write_bytes(marker, dumps_stable({"source": source, "run_id": run_id}))
-    try:
-        with tempfile.TemporaryDirectory(prefix=f"prx-mds-{source}-", dir=scratch_dir) as scratch:
-            export = write_partition(samples, mds_root=scratch, source=source, config=config, run_id=run_id, allow_empty=True)
-            if not export.buckets and not allow_empty:
-                raise ValueError(f"source {source!r}: no samples to export (pass allow_empty=True to remove it)")
-            previous = _remote_source_buckets(mds_root, source, storage_options)
+    sent = 0
+    with tempfile.TemporaryDirectory(prefix=f"prx-mds-{source}-", dir=scratch_dir) as scratch:
+        export = write_partition(
+            samples, mds_root=scratch, source=source, config=config, run_id=run_id, allow_empty=True, parts=parts
+        )
+        if not export.buckets and not allow_empty and rewrite is None:
+            raise ValueError(f"source {source!r}: no samples to export (pass allow_empty=True to remove it)")
+        previous = _remote_source_buckets(mds_root, source, storage_options)
+        if rewrite is None:
             removed = sorted(set(previous) - set(export.buckets))
-            sent = 0
-            for ref in export.buckets:
-                local_dir = ref.source_dir(scratch, source)
-                with open(os.path.join(local_dir, INDEX_BASENAME), "rb") as handle:
-                    index = json.loads(handle.read())
-                for info in index["shards"]:
-                    for key in ("raw_data", "zip_data"):
-                        if info.get(key):
-                            basename = info[key]["basename"]
-                            target = remote_object_name(run_id, basename)
-                            sent += upload_file(os.path.join(local_dir, basename), root.child(ref.rel, source, target))
-                            info[key]["basename"] = target
-                write_bytes(root.child(ref.rel, source, staged_index_name(run_id)), dumps_stable(index))
-            journal = {
-                "source": source,
-                "run_id": run_id,
-                "install": [ref.rel for ref in export.buckets],
-                "remove": [ref.rel for ref in removed],
-            }
-            write_bytes(root.child(COMMITS_DIR, f"{source}.json"), dumps_stable(journal))  # the commit point
-            _apply_remote_journal(root, journal)
-            _finish_remote_journal(root, journal)
-    finally:
-        delete_file(marker)
+        else:
+            removed = sorted((set(previous) & set(rewrite)) - set(export.buckets))
+        if export.buckets or removed:
+            write_bytes(marker, dumps_stable({"source": source, "run_id": run_id}))
+            try:
+                for ref in export.buckets:
+                    local_dir = ref.source_dir(scratch, source)
+                    with open(os.path.join(local_dir, INDEX_BASENAME), "rb") as handle:
+                        index = json.loads(handle.read())
+                    for info in index["shards"]:
+                        for key in ("raw_data", "zip_data"):
+                            if info.get(key):
+                                basename = info[key]["basename"]
+                                target = remote_object_name(run_id, basename)
+                                sent += upload_file(os.path.join(local_dir, basename), root.child(ref.rel, source, target))
+                                info[key]["basename"] = target
+                    if rewrite is not None and ref in previous and ref not in rewrite:
+                        current = try_read_bytes(root.child(ref.rel, source, INDEX_BASENAME))
+                        if current is None:
+                            raise RuntimeError(f"{ref.rel}/{source}/{INDEX_BASENAME} vanished while appending to it")
+                        index["shards"] = json.loads(current)["shards"] + index["shards"]
+                    write_bytes(root.child(ref.rel, source, staged_index_name(run_id)), dumps_stable(index))
+                journal = {
+                    "source": source,
+                    "run_id": run_id,
+                    "install": [ref.rel for ref in export.buckets],
+                    "remove": [ref.rel for ref in removed],
+                }
+                write_bytes(root.child(COMMITS_DIR, f"{source}.json"), dumps_stable(journal))  # the commit point
+                _apply_remote_journal(root, journal)
+                _finish_remote_journal(root, journal)
+            finally:
+                delete_file(marker)
 
     shards = export.lineage.column("shard").to_pylist()
     renamed = [f"{rel}/{remote_object_name(run_id, base)}" for rel, base in (s.rsplit("/", 1) for s in shards)]
@@ -516,7 +635,7 @@ def write_partition_remote(
         source=source,
         run_id=run_id,
         lineage=lineage,
-        buckets=export.buckets,
+        buckets=export.buckets if rewrite is None else sorted((set(previous) - set(removed)) | set(export.buckets)),
         removed_buckets=removed,
         samples_per_bucket=export.samples_per_bucket,
         bytes_written=export.bytes_written,

@@ -35,6 +35,7 @@ from prx_data.ingest.probe import probe_image
 from prx_data.ingest.readers import SourceUnavailable, read_source
 from prx_data.filters import sql_string
 from prx_data.lance_io import chunked, ensure_columns, open_table, storage_options_of
+from prx_data.locking import locks_table
 from prx_data.registry import RegisteredSource
 from prx_data.fingerprints import ingest_fingerprint
 from prx_data.schema import PHASH_COLUMNS, Status, raw_schema
@@ -344,6 +345,7 @@ def _row_batches(changes: Iterator[_Changes], schema: pa.Schema, spill: _Spill) 
             yield _batch(change.rows, schema)
 
 
+@locks_table("uri")
 def ingest_source(
     source: RegisteredSource,
     uri: str,

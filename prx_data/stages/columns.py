@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from prx_data.filters import sql_string
 from prx_data.lance_io import ensure_columns, open_table, update_columns
+from prx_data.locking import locks_table
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ def pending_rows(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str]) 
 Processor = Callable[[lance.LanceDataset, pa.Table], Iterable[pa.Table]]
 
 
+@locks_table()
 def run_column_stage(
     table_uri: str,
     stage: ColumnStage,

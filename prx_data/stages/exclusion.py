@@ -142,6 +142,21 @@ def _join_reasons(exports: pa.Table, tables: list[pa.Table], reason_of) -> pa.Ta
     return joined.select(SKIP_COLUMNS).cast(SKIP_SCHEMA).sort_by([("shard", "ascending"), ("index_in_shard", "ascending"), ("reason", "ascending")])
 
 
+def superseded_rows(paths: StoragePaths, sources: Iterable[str], options: dict | None = None) -> pa.Table:
+    """Old placements an incremental export replaced (``superseded``), from each source's table."""
+    tables = []
+    for source in sorted(sources):
+        ds = open_table(paths.superseded_table(source), options)
+        if ds is not None:
+            tables.append(ds.to_table(columns=["sample_id", "source", "shard", "index_in_shard"]))
+    if not tables or not sum(t.num_rows for t in tables):
+        return SKIP_SCHEMA.empty_table()
+    found = pa.concat_tables(tables)
+    found = found.append_column("reason", pa.array(["superseded"] * found.num_rows, pa.string()))
+    found = found.append_column("kept_sample_id", pa.nulls(found.num_rows, pa.string()))
+    return found.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
+
+
 def write_skip_lists(
     mds_root: str, skips: pa.Table, storage_options: dict | None = None, paths: StoragePaths | None = None
 ) -> SkiplistReport:
@@ -174,6 +189,7 @@ def compute_skips(
         dedup_rows(exports, dedup_config(bucket_cfg)),
         label_rows(exports, paths, priorities, exclude_labels, options),
         optout_rows(exports, optout_samples(paths, exports, priorities, options)),
+        superseded_rows(paths, priorities, options),
     ]
     return exports, pa.concat_tables(parts)
 

@@ -1,17 +1,35 @@
 """The export stage: bucket, resize, encode and write a source's usable rows as MDS shards,
 and record where every sample landed (or why it was dropped) in the source's exports table.
 
-Decoding and encoding run on Ray; the MDS writer runs in the driver and commits the whole
-partition at once (``export.mds_writer``), so a failed run leaves the previous export as it was.
+Incremental: each exported row records what its bytes were made from (``image_key``) and what
+its other columns hold (``meta_key``). A re-run compares them with the source table and
+- leaves unchanged rows where they are (no image work; a run where nothing changed writes
+  nothing at all),
+- appends new and changed rows as new shards of their buckets (``mds_writer``'s incremental
+  mode); a row whose caption / label changed but whose image did not is written with the
+  JPEG bytes of its old placement, never re-encoded,
+- records the old placement of every removed or changed row in the source's superseded table,
+  which ``skip_lists`` turns into ``superseded`` sidecars,
+- rewrites a bucket of the source (its live samples copied from the old shards, again without
+  image work) once superseded placements pass ``rewrite_share`` (10 %) of its samples.
+
+Decoding and encoding run on Ray; the MDS writer runs in the driver and commits the partition
+at once (``export.mds_writer``), so a failed run leaves the previous export as it was. The MDS
+commit comes first and the tables after it; a run killed in between leaves shards that no
+table knows, and the next run supersedes them (``_orphans``) before it writes anything.
 An object-store MDS root (``s3://``) is written in a local scratch folder and published with the
-same all-or-nothing promise (``write_partition_remote``: shards first, each bucket's source
-index last).
+same all-or-nothing promise (``write_partition_remote``).
 """
 
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
+import json
+import os
+import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -20,12 +38,21 @@ from datetime import datetime, timezone
 from typing import Literal
 
 import lance
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from prx_data.export.mds_writer import MdsWriterConfig, write_partition, write_partition_remote
+from prx_data.export.mds_writer import COMMITS_DIR, MdsWriterConfig, new_run_id, write_partition, write_partition_remote
+from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
+from prx_data.export.skiplist import REWRITE_SHARE
+from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop, assign
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
-from prx_data.schema import EXPORT_SCHEMA
+from prx_data.lance_io import open_table, storage_options_of
+from prx_data.locking import table_lock
+from prx_data.paths import superseded_uri
+from prx_data.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
+from prx_data.stages.columns import address_chunks, read_images
 from prx_data.stages.executors import make_processor
 from prx_data.storage_uri import is_remote
 
@@ -77,14 +104,30 @@ class ExportStats:
     removed_buckets: list[str] = field(default_factory=list)
     seconds: float = 0.0
     version: str = ""
+    encoded: int = 0  # rows decoded, resized and encoded this run (the image work)
+    reused: int = 0  # rows written with the bytes of their old placement (no image work)
+    kept: int = 0  # rows left where they were
+    superseded: int = 0  # old placements newly excluded ("superseded")
+    superseded_total: int = 0  # placements the superseded table holds after the run
+    rewritten_buckets: list[str] = field(default_factory=list)
+    changed: bool = True  # False: nothing to do, nothing was written
 
     @property
     def images_per_s(self) -> float:
-        return self.exported / self.seconds if self.seconds else 0.0
+        return self.encoded / self.seconds if self.seconds else 0.0
 
 
 def _drop_reason_code(reason: str) -> str:
     return reason.split(":", 1)[0]
+
+
+def _key(*parts) -> str:
+    return hashlib.blake2b(json.dumps(parts, default=str).encode(), digest_size=16).hexdigest()
+
+
+def _bucket_of(tier: int, bucket: str) -> BucketRef:
+    height, width = parse_bucket(bucket)
+    return BucketRef(int(tier), height, width)
 
 
 def export_source(
@@ -101,111 +144,337 @@ def export_source(
     storage_options: dict | None = None,
     progress=None,
     scratch_dir: str | None = None,
+    rewrite_share: float = REWRITE_SHARE,
+    write_workers: int = 1,
 ) -> ExportStats:
+    """Bring the source's export up to date with its table, doing only the work that changed.
+
+    Holds the source's table lock (``prx_data.locking``) for the whole run. ``write_workers``
+    > 1 (with ``executor='ray'``) splits the rows to encode into that many Ray tasks, each of
+    which encodes its rows and writes its own shards per bucket; the driver then merges their
+    indexes and commits once. The tasks write into ``<mds root>/_commits/`` (local roots) or
+    ``scratch_dir`` (object-store roots), so they must share that filesystem with the driver
+    (one node, or a shared volume).
+    """
+    with table_lock(table_uri, storage_options, purpose=f"export of {source}") as check:
+        return _export(
+            table_uri, source, mds_root=mds_root, exports_uri=exports_uri, bucket_cfg=bucket_cfg or BucketConfig(),
+            writer_cfg=writer_cfg or MdsWriterConfig(), executor=executor, chunk_rows=chunk_rows,
+            require_caption=require_caption, options=storage_options, progress=progress, scratch_dir=scratch_dir,
+            rewrite_share=rewrite_share, check=check, write_workers=write_workers,
+        )
+
+
+def _column(table: pa.Table, name: str) -> list:
+    return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+
+
+def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers) -> ExportStats:
     started = time.perf_counter()
-    bucket_cfg = bucket_cfg or BucketConfig()
     stats = ExportStats(source=source, version=export_version(bucket_cfg))
-    ds = lance.dataset(table_uri, storage_options=storage_options)
+    # The writer's columns decide the shard layout: a change must not append to old shards.
+    image_version = f"{stats.version}|{json.dumps(writer_cfg.columns(), sort_keys=True)}"
+    ds = lance.dataset(table_uri, storage_options=options)
     names = ds.schema.names
-    wanted = ["sample_id", "width", "height"] + [c for c in ("caption", "phash", "label", "caption_model") if c in names]
+    wanted = ["sample_id", "width", "height"] + [
+        c for c in ("image_sha256", "caption", "phash", "label", "caption_model") if c in names
+    ]
     rows = ds.to_table(columns=wanted, filter="status = 'ok'", with_row_address=True)
     n = rows.num_rows
-    drop = [None] * n
-    caption = rows.column("caption").to_pylist() if "caption" in wanted else [None] * n
+    ids = rows.column("sample_id").to_pylist()
+    caption, label, model = _column(rows, "caption"), _column(rows, "label"), _column(rows, "caption_model")
+    sha = _column(rows, "image_sha256")
     widths, heights = rows.column("width").to_pylist(), rows.column("height").to_pylist()
+    drop: list[str | None] = [None] * n
+    image_key = [_key(sha[i], widths[i], heights[i], image_version) if sha[i] else None for i in range(n)]
+    meta_key = [_key(caption[i], label[i], model[i]) for i in range(n)]
+    target: list[BucketRef | None] = [None] * n
     for i in range(n):
         if require_caption and not caption[i]:
             drop[i] = "no_caption"
             continue
-        target = assign(widths[i], heights[i], bucket_cfg)
-        if isinstance(target, Drop):
-            drop[i] = target.reason
-    todo = rows.filter(pa.array([d is None for d in drop]))
-    by_id = {sid: i for i, sid in enumerate(rows.column("sample_id").to_pylist())}
-    extras = {c: rows.column(c).to_pylist() for c in ("label", "caption_model") if c in wanted}
+        assigned = assign(widths[i], heights[i], bucket_cfg)
+        if isinstance(assigned, Drop):
+            drop[i] = assigned.reason
+        else:
+            target[i] = BucketRef(assigned.tier, assigned.height, assigned.width)
 
+    # What is published now, and what the tables say about it.
+    indexes = source_indexes(mds_root, source, options)
+    sizes = shard_sizes(indexes, source)
+    prev_ds = open_table(exports_uri, options)
+    prev_table = prev_ds.to_table() if prev_ds is not None else None
+    prev = {r["sample_id"]: r for r in prev_table.to_pylist()} if prev_table is not None else {}
+    sup_uri = superseded_uri(exports_uri)
+    sup_ds = open_table(sup_uri, options)
+    stored_sup = sup_ds.to_table().to_pylist() if sup_ds is not None else []
+    prev_sup = [r for r in stored_sup if r["shard"] in sizes]
+
+    def placed(record: dict | None) -> bool:
+        return bool(record and record.get("shard") and record["shard"] in sizes)
+
+    keep: list[int] = []
+    reuse: list[tuple[int, dict]] = []  # (row, old placement) written with the old bytes
+    encode: list[int] = []
+    new_sup: list[dict] = []
+    current = set()
+    for i in range(n):
+        if drop[i] is not None:
+            continue
+        current.add(ids[i])
+        p = prev.get(ids[i])
+        same_image = bool(p and image_key[i] and p.get("image_key") == image_key[i])
+        if placed(p) and same_image:
+            if p.get("meta_key") == meta_key[i]:
+                keep.append(i)
+            else:
+                reuse.append((i, p))
+                new_sup.append(p)
+        elif p and not p.get("shard") and same_image and p.get("drop_reason") and _drop_reason_code(p["drop_reason"]) != "no_caption":
+            drop[i] = p["drop_reason"]  # dropped when its bytes were decoded: still the same bytes
+        else:
+            encode.append(i)
+            if placed(p):
+                new_sup.append(p)
+    new_sup.extend(p for sid, p in prev.items() if sid not in current and placed(p))
+    new_sup.extend(_orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_dir))
+
+    # Maintenance: a bucket whose superseded share passes the threshold is rewritten.
+    total = Counter()
+    for shard, count in sizes.items():
+        total[shard.rsplit("/", 2)[0]] += count
+    superseded_in = Counter(r["shard"].rsplit("/", 2)[0] for r in (*prev_sup, *new_sup))
+    arriving = Counter(target[i].rel for i in encode) + Counter(p["shard"].rsplit("/", 2)[0] for _, p in reuse)
+    rewrite = {
+        _bucket_of(*rel.split("/"))
+        for rel, count in superseded_in.items()
+        if total[rel] and count / (total[rel] + arriving[rel]) > rewrite_share
+    }
+    rewrite_rels = {ref.rel for ref in rewrite}
+    if rewrite:
+        moved = [i for i in keep if prev[ids[i]]["shard"].rsplit("/", 2)[0] in rewrite_rels]
+        keep = [i for i in keep if prev[ids[i]]["shard"].rsplit("/", 2)[0] not in rewrite_rels]
+        reuse.extend((i, prev[ids[i]]) for i in moved)
+    sup_after = [r for r in (*prev_sup, *new_sup) if r["shard"].rsplit("/", 2)[0] not in rewrite_rels]
+
+    now = datetime.now(timezone.utc)
+    stats.kept, stats.reused, stats.encoded = len(keep), len(reuse), len(encode)
+    stats.rewritten_buckets = sorted(rewrite_rels)
+    stats.superseded = len(new_sup)
+    stats.superseded_total = len(sup_after)
+    late_drops: dict[str, str] = {}
+    export = None
+    if encode or reuse or rewrite:
+        check()  # a lost lease must not commit
+        export = _write(
+            ds, rows, source, mds_root=mds_root, options=options, writer_cfg=writer_cfg, bucket_cfg=bucket_cfg,
+            executor=executor, chunk_rows=chunk_rows, progress=progress, scratch_dir=scratch_dir, indexes=indexes,
+            reuse=reuse, encode=encode, caption=caption, label=label, model=model, rewrite=rewrite, late_drops=late_drops,
+            write_workers=write_workers if executor == "ray" else 1,
+        )
+    by_row = {sid: i for i, sid in enumerate(ids)}
+    for sid, reason in late_drops.items():
+        drop[by_row[sid]] = reason
+
+    table = _exports_table(source, stats.version, now, ids, rows, drop, image_key, meta_key, keep, prev, export)
+    changed = export is not None or bool(new_sup) or not _same_exports(prev_table, table)
+    if changed:
+        lance.write_dataset(table, exports_uri, mode="overwrite", storage_options=options)
+    if new_sup or len(sup_after) != len(stored_sup):
+        sup_table = pa.Table.from_pylist(
+            [{**{k: r.get(k) for k in SUPERSEDED_SCHEMA.names}, "source": source, "superseded_at": r.get("superseded_at") or now} for r in sup_after],
+            schema=SUPERSEDED_SCHEMA,
+        )
+        lance.write_dataset(sup_table, sup_uri, mode="overwrite", storage_options=options)
+    stats.changed = changed
+    placed_now = table.filter(pc.is_valid(table["shard"]))
+    stats.exported = placed_now.num_rows
+    stats.dropped = Counter(_drop_reason_code(d) for d in drop if d)
+    stats.per_bucket = dict(sorted(Counter(f"{t}/{b}" for t, b in zip(placed_now["tier"].to_pylist(), placed_now["bucket"].to_pylist())).items()))
+    if export is not None:
+        stats.bytes_written = export.bytes_written
+        stats.removed_buckets = [r.rel for r in export.removed_buckets]
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+def _orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_dir) -> list[dict]:
+    """Placements in published shards that no table knows: a run killed between its MDS commit
+    and its table writes. Their samples are written again by this run, so they are superseded."""
+    known: dict[str, set[int]] = {}
+    for record in (*prev.values(), *prev_sup):
+        if record.get("shard") in sizes:
+            known.setdefault(record["shard"], set()).add(int(record["index_in_shard"]))
+    unknown = [(shard, i) for shard, count in sizes.items() for i in range(count) if i not in known.get(shard, ())]
+    if not unknown:
+        return []
+    with tempfile.TemporaryDirectory(prefix=f"prx-orphans-{source}-", dir=scratch_dir) as scratch:
+        reader = ShardReader(mds_root, indexes, source, scratch, options)
+        found = []
+        for shard, index, sample in reader.read(unknown):
+            tier, bucket = shard.split("/")[:2]
+            found.append({"sample_id": sample["sample_id"], "tier": int(tier), "bucket": bucket, "shard": shard, "index_in_shard": index})
+    return found
+
+
+def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, executor, chunk_rows, progress, scratch_dir, indexes, reuse, encode, caption, label, model, rewrite, late_drops, write_workers):
+    ids = rows.column("sample_id").to_pylist()
+    extras = {"label": label, "caption_model": model}
     processor = make_processor(
         functools.partial(prepare_rows, bucket_cfg.model_dump_json()), executor=executor, chunk_rows=chunk_rows
     )
-    late_drops: dict[str, str] = {}
+    by_id = {sid: i for i, sid in enumerate(ids)}
+    todo = rows.take(pa.array(encode, pa.int64())).select(["sample_id", "_rowaddr"])
 
-    def samples() -> Iterator[dict]:
+    def meta(i: int) -> dict:
+        sample = {"caption": caption[i], "sample_id": ids[i]}
+        sample.update({name: values[i] for name, values in extras.items()})
+        return sample
+
+    def samples(scratch: str, encoded: bool = True) -> Iterator[dict]:
+        if reuse:
+            reader = ShardReader(mds_root, indexes, source, scratch, options)
+            row_of = {(p["shard"], int(p["index_in_shard"])): i for i, p in reuse}
+            for shard, index, old in reader.read(row_of):
+                i = row_of[(shard, index)]
+                if old["sample_id"] != ids[i]:
+                    raise RuntimeError(f"{shard}[{index}] holds {old['sample_id']}, the exports table says {ids[i]}")
+                ref = _bucket_of(*shard.split("/")[:2])
+                yield {
+                    "image": old["image"], "tier": ref.tier, "height": ref.height, "width": ref.width,
+                    "original_width": old["original_width"], "original_height": old["original_height"], **meta(i),
+                }
         done = 0
-        for result in processor(ds, todo.select(["sample_id", "_rowaddr"])):
+        for result in processor(ds, todo) if todo.num_rows and encoded else ():
             for rec in result.to_pylist():
                 i = by_id[rec["sample_id"]]
                 if rec["drop_reason"]:
                     late_drops[rec["sample_id"]] = rec["drop_reason"]
                     continue
-                sample = {
-                    "image": rec["jpeg"],
-                    "tier": rec["tier"],
-                    "height": rec["height"],
-                    "width": rec["width"],
-                    "original_width": rec["original_width"],
-                    "original_height": rec["original_height"],
-                    "caption": caption[i],
-                    "sample_id": rec["sample_id"],
+                yield {
+                    "image": rec["jpeg"], "tier": rec["tier"], "height": rec["height"], "width": rec["width"],
+                    "original_width": rec["original_width"], "original_height": rec["original_height"], **meta(i),
                 }
-                for name, values in extras.items():
-                    sample[name] = values[i]
-                yield sample
             done += result.num_rows
             if progress:
                 progress(done, todo.num_rows)
 
-    if is_remote(mds_root):
-        export = write_partition_remote(
-            samples(),
-            mds_root=mds_root,
-            source=source,
-            storage_options=storage_options,
-            config=writer_cfg,
-            allow_empty=True,
-            scratch_dir=scratch_dir,
+    if write_workers > 1 and len(encode) > 1:
+        return _write_parallel(
+            ds, source, todo, {ids[i]: meta(i) for i in encode}, samples, mds_root=mds_root, options=options,
+            writer_cfg=writer_cfg, bucket_cfg=bucket_cfg, chunk_rows=chunk_rows, scratch_dir=scratch_dir,
+            rewrite=rewrite, late_drops=late_drops, workers=min(write_workers, len(encode)), reuse=bool(reuse),
         )
+    with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
+        if is_remote(mds_root):
+            return write_partition_remote(
+                samples(scratch), mds_root=mds_root, source=source, storage_options=options, config=writer_cfg,
+                allow_empty=True, scratch_dir=scratch_dir, rewrite=rewrite,
+            )
+        return write_partition(samples(scratch), mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True, rewrite=rewrite)
+
+
+def _write_part(uri, version, options, bucket_cfg_json, writer_cfg_json, root, source, todo: pa.Table, meta: dict, chunk_rows: int):
+    """One parallel writer (a Ray task): encode its rows and write its own shards under ``root``."""
+    ds = lance.dataset(uri, version=version, storage_options=options)
+    late: dict[str, str] = {}
+
+    def samples() -> Iterator[dict]:
+        for chunk in address_chunks(todo, chunk_rows):
+            images = read_images(ds, chunk.column("_rowaddr").to_pylist())
+            for rec in prepare_rows(bucket_cfg_json, chunk.column("sample_id").to_pylist(), images, chunk).to_pylist():
+                if rec["drop_reason"]:
+                    late[rec["sample_id"]] = rec["drop_reason"]
+                    continue
+                yield {
+                    "image": rec["jpeg"], "tier": rec["tier"], "height": rec["height"], "width": rec["width"],
+                    "original_width": rec["original_width"], "original_height": rec["original_height"], **meta[rec["sample_id"]],
+                }
+
+    config = MdsWriterConfig.model_validate_json(writer_cfg_json)
+    export = write_partition(samples(), mds_root=root, source=source, config=config, allow_empty=True)
+    return export.lineage, late
+
+
+def _write_parallel(ds, source, todo, meta, samples, *, mds_root, options, writer_cfg, bucket_cfg, chunk_rows, scratch_dir, rewrite, late_drops, workers, reuse):
+    import ray
+
+    if not ray.is_initialized():
+        raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource")
+    remote = is_remote(mds_root)
+    if remote:
+        parts_root = tempfile.mkdtemp(prefix=f"prx-parts-{source}-", dir=scratch_dir)
     else:
-        export = write_partition(samples(), mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True)
-    for sid, reason in late_drops.items():
-        drop[by_id[sid]] = reason
+        # Same filesystem as the tree, so the merge moves shards instead of copying them.
+        for stale in glob.glob(os.path.join(glob.escape(mds_root), COMMITS_DIR, f"{source}.parts-*")):
+            shutil.rmtree(stale, ignore_errors=True)  # a killed run's; we hold the source's lock
+        parts_root = os.path.join(mds_root, COMMITS_DIR, f"{source}.parts-{new_run_id()}")
+        os.makedirs(parts_root)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(_write_part)
+        options_of = storage_options_of(ds)
+        refs = []
+        for k, group in enumerate(np.array_split(np.arange(todo.num_rows), workers), start=1):
+            chunk = todo.take(pa.array(group, pa.int64()))
+            part_meta = {sid: meta[sid] for sid in chunk.column("sample_id").to_pylist()}
+            refs.append(task.remote(
+                ds.uri, ds.version, options_of, bucket_cfg.model_dump_json(), writer_cfg.model_dump_json(),
+                os.path.join(parts_root, f"p{k}"), source, chunk, part_meta, chunk_rows,
+            ))
+        parts = []
+        with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
+            if reuse:  # the driver writes the re-used bytes while the tasks encode
+                own = write_partition(samples(scratch, encoded=False), mds_root=os.path.join(parts_root, "p0"), source=source, config=writer_cfg, allow_empty=True)
+                parts.append((os.path.join(parts_root, "p0"), own.lineage))
+        try:
+            results = ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            raise (exc.cause or exc) from None
+        for k, (lineage, late) in enumerate(results, start=1):
+            parts.append((os.path.join(parts_root, f"p{k}"), lineage))
+            late_drops.update(late)
+        if remote:
+            return write_partition_remote(
+                [], mds_root=mds_root, source=source, storage_options=options, config=writer_cfg, allow_empty=True,
+                scratch_dir=scratch_dir, rewrite=rewrite, parts=parts,
+            )
+        return write_partition([], mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True, rewrite=rewrite, parts=parts)
+    finally:
+        shutil.rmtree(parts_root, ignore_errors=True)
 
-    _write_exports_table(exports_uri, source, export.lineage, rows, drop, stats.version, storage_options)
-    stats.exported = export.lineage.num_rows
-    stats.dropped = Counter(_drop_reason_code(d) for d in drop if d)
-    stats.per_bucket = dict(sorted(export.samples_per_bucket.items()))
-    stats.bytes_written = export.bytes_written
-    stats.removed_buckets = [r.rel for r in export.removed_buckets]
-    stats.seconds = time.perf_counter() - started
-    return stats
 
+def _exports_table(source, version, now, ids, rows, drop, image_key, meta_key, keep, prev, export) -> pa.Table:
+    phash = _column(rows, "phash")
+    out: dict[str, list] = {name: [] for name in EXPORT_SCHEMA.names}
 
-def _write_exports_table(uri: str, source: str, lineage: pa.Table, rows: pa.Table, drop: list, version: str, options: dict | None) -> None:
-    now = datetime.now(timezone.utc)
-    phash = dict(zip(rows.column("sample_id").to_pylist(), rows.column("phash").to_pylist())) if "phash" in rows.column_names else {}
-    exported = {
-        "sample_id": lineage.column("sample_id").to_pylist(),
-        "tier": lineage.column("tier").to_pylist(),
-        "bucket": lineage.column("bucket").to_pylist(),
-        "shard": lineage.column("shard").to_pylist(),
-        "index_in_shard": lineage.column("index_in_shard").to_pylist(),
-        "drop_reason": [None] * lineage.num_rows,
-    }
-    ids = rows.column("sample_id").to_pylist()
-    for sid, reason in zip(ids, drop):
+    def add(i, tier, bucket, shard, index, reason, exported_at):
+        for name, value in (
+            ("sample_id", ids[i]), ("source", source), ("tier", tier), ("bucket", bucket), ("shard", shard),
+            ("index_in_shard", index), ("phash", phash[i]), ("drop_reason", reason), ("export_version", version),
+            ("exported_at", exported_at), ("image_key", image_key[i]), ("meta_key", meta_key[i]),
+        ):
+            out[name].append(value)
+
+    by_row = {sid: i for i, sid in enumerate(ids)}
+    for i in keep:
+        p = prev[ids[i]]
+        add(i, p["tier"], p["bucket"], p["shard"], p["index_in_shard"], None, p.get("exported_at") or now)
+    if export is not None:
+        for r in export.lineage.to_pylist():
+            add(by_row[r["sample_id"]], r["tier"], r["bucket"], r["shard"], r["index_in_shard"], None, now)
+    for i, reason in enumerate(drop):
         if reason:
-            for key, value in (("sample_id", sid), ("tier", None), ("bucket", None), ("shard", None), ("index_in_shard", None), ("drop_reason", reason)):
-                exported[key].append(value)
-    count = len(exported["sample_id"])
-    table = pa.table(
-        {
-            **exported,
-            "source": [source] * count,
-            "phash": [phash.get(s) for s in exported["sample_id"]],
-            "export_version": [version] * count,
-            "exported_at": [now] * count,
-        }
-    ).select(EXPORT_SCHEMA.names).cast(EXPORT_SCHEMA)
-    lance.write_dataset(table, uri, mode="overwrite", storage_options=options)
+            p = prev.get(ids[i])
+            same = p is not None and p.get("drop_reason") == reason
+            add(i, None, None, None, None, reason, (p.get("exported_at") or now) if same else now)
+    return pa.table(out).select(EXPORT_SCHEMA.names).cast(EXPORT_SCHEMA).sort_by("sample_id")
+
+
+def _same_exports(prev: pa.Table | None, new: pa.Table) -> bool:
+    if prev is None or prev.schema.names != new.schema.names:
+        return False
+    columns = [c for c in new.schema.names if c != "exported_at"]
+    return prev.select(columns).sort_by("sample_id").equals(new.select(columns).sort_by("sample_id"))
 
 
 __all__: Iterable[str] = ["ExportStats", "export_source", "export_version", "prepare_rows"]

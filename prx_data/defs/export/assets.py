@@ -17,6 +17,9 @@ from prx_data.stages.export_stage import export_source
 class ExportRunConfig(dg.Config):
     executor: str = "ray"
     chunk_rows: int = 32
+    # Ray tasks that each encode a share of the rows and write their own shards (1: one writer
+    # in the run process); they must share a filesystem with it (see export_source).
+    write_workers: int = 1
 
 
 @dg.asset(
@@ -29,8 +32,10 @@ class ExportRunConfig(dg.Config):
     automation_condition=PER_SOURCE,
     retry_policy=TRANSIENT_RETRY,
     description="Buckets, resizes (Lanczos), encodes (JPEG q92) and writes the source's usable rows "
-    "as MDS shards under <mds root>/<tier>/<HxW>/<source>/, replacing its previous export in one "
-    "commit; records each sample's shard and index (or drop reason) in the exports table.",
+    "as MDS shards under <mds root>/<tier>/<HxW>/<source>/, incrementally: new and changed rows are "
+    "appended as new shards in one commit (a changed caption re-uses the encoded bytes), old "
+    "placements are skipped as 'superseded', and a bucket is rewritten once they pass 10 %; a run "
+    "with nothing new does no image work. Records each sample's shard and index (or drop reason).",
 )
 def mds_shards(
     context: dg.AssetExecutionContext,
@@ -49,6 +54,7 @@ def mds_shards(
         writer_cfg=export.writer_config(),
         executor=config.executor,
         chunk_rows=config.chunk_rows,
+        write_workers=config.write_workers,
         require_caption=export.require_caption,
         storage_options=storage.options,
         progress=ProgressLogger(context.log, "exported"),
@@ -61,6 +67,13 @@ def mds_shards(
             "bytes_written": stats.bytes_written,
             "removed_buckets": dg.MetadataValue.json(stats.removed_buckets),
             "images_per_s": round(stats.images_per_s, 1),
+            "encoded": stats.encoded,
+            "reused_bytes": stats.reused,
+            "kept": stats.kept,
+            "superseded": stats.superseded,
+            "superseded_total": stats.superseded_total,
+            "rewritten_buckets": dg.MetadataValue.json(stats.rewritten_buckets),
+            "changed": stats.changed,
             "export_version": stats.version,
             "exports_table": dg.MetadataValue.path(storage.paths.exports_table(source)),
         }
