@@ -34,7 +34,10 @@ SKIP_SCHEMA = pa.schema(
 
 def dedup_config(bucket_cfg: BucketConfig) -> DedupConfig:
     """The dedup grid is the bucketing grid: same ratios, same range."""
-    return DedupConfig(num_aspect_ratios=bucket_cfg.shapes_per_tier, min_aspect=bucket_cfg.ar_min, max_aspect=bucket_cfg.ar_max)
+    from prx_data.settings import get_settings
+
+    return DedupConfig(num_aspect_ratios=bucket_cfg.shapes_per_tier, min_aspect=bucket_cfg.ar_min, max_aspect=bucket_cfg.ar_max,
+                       radius=get_settings().dedup_radius)
 
 
 def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None) -> pa.Table:
