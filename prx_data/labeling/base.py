@@ -27,6 +27,8 @@ class LabelErrorCode:
 class LabelResult:
     label: str | None = None
     error: str | None = None
+    # How sure the backend is of ``label`` (0..1), where it can say; stored as ``label_score``.
+    score: float | None = None
 
     def __post_init__(self) -> None:
         if (self.label is None) == (self.error is None):
