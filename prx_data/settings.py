@@ -37,8 +37,10 @@ class Settings(BaseModel):
     kuberay_spec: str | None = None
     startup_checks: bool = True
     rows_per_fragment: int = 1_000_000
-    # Dedup radius k: phashes within this Hamming distance are duplicates (0: exact, as PRX).
-    dedup_radius: int = Field(0, ge=0, le=32)
+    # Dedup radius k: phashes within this Hamming distance are duplicates. 0 is PRX's exact
+    # rule; 2 is the smallest radius that keeps >= 98 % of re-encodes and half-size copies with
+    # no false positive in benchmarks/bench_near_dup.py (docs/dedup.md).
+    dedup_radius: int = Field(2, ge=0, le=32)
     # Backend configs (see prx_data/captioning/config.py, prx_data/labeling/config.py).
     captioner: dict = Field(default_factory=lambda: {"backend": "source"})
     classifier: dict = Field(default_factory=lambda: {"backend": "minilm"})
@@ -121,7 +123,7 @@ def load_settings(env: dict | None = None) -> Settings:
         kuberay_spec=env.get("PRX_KUBERAY_SPEC") or None,
         startup_checks=env.get("PRX_STARTUP_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
         rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
-        dedup_radius=int(env.get("PRX_DEDUP_RADIUS", 0)),
+        dedup_radius=int(env.get("PRX_DEDUP_RADIUS", 2)),
         captioner=_json_env(env, "PRX_CAPTIONER", {"backend": "source"}),
         classifier=_json_env(env, "PRX_CLASSIFIER", {"backend": "minilm"}),
     )

@@ -159,3 +159,22 @@ def test_dedup_radius_matches_brute_force_groups() -> None:
         index = {f"s{i}": i for i in range(len(values))}
         for s, k in zip(dups["sample_id"].to_pylist(), dups["kept_sample_id"].to_pylist()):
             assert clusters[index[s]] == clusters[index[k]]
+
+
+def test_dedup_radius_setting(monkeypatch) -> None:
+    from prx_data.imaging.buckets import BucketConfig
+    from prx_data.settings import get_settings, load_settings
+    from prx_data.stages.exclusion import dedup_config
+
+    base = {"PRX_DATA_ROOT": "/tmp/prx-radius"}
+    assert load_settings(base).dedup_radius == 2  # chosen from benchmarks/bench_near_dup.py
+    assert load_settings({**base, "PRX_DEDUP_RADIUS": "0"}).dedup_radius == 0
+    with pytest.raises(ValueError):
+        load_settings({**base, "PRX_DEDUP_RADIUS": "40"})
+    monkeypatch.setenv("PRX_DEDUP_RADIUS", "3")
+    get_settings.cache_clear()
+    try:
+        assert dedup_config(BucketConfig()).radius == 3
+    finally:
+        monkeypatch.delenv("PRX_DEDUP_RADIUS")
+        get_settings.cache_clear()
