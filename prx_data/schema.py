@@ -85,6 +85,8 @@ LABEL_COLUMNS = pa.schema(
         pa.field("label_model", pa.string()),
         pa.field("label_version", pa.string()),
         pa.field("label_error", pa.string()),
+        # The backend's confidence in ``label`` (0..1), null where it gives none (LLM backends).
+        pa.field("label_score", pa.float32()),
     ]
 )
 

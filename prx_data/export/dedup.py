@@ -32,6 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
+from prx_data.imaging.hash_index import MAX_RADIUS, cluster_ids
+
 DEDUP_REASON = "dedup"
 
 
@@ -40,6 +42,9 @@ class DedupConfig(BaseModel):
     min_aspect: float = Field(0.5, gt=0, description="Smallest width/height of the bucket grid.")
     max_aspect: float = Field(2.0, gt=0, description="Largest width/height of the bucket grid.")
     multiple: int = Field(16, ge=1, description="Shape sides are multiples of this (bucketing).")
+    # Near duplicates: phashes within this Hamming distance (transitively) form one group.
+    # 0 is PRX's exact rule; see docs/dedup.md for how to choose it.
+    radius: int = Field(0, ge=0, le=MAX_RADIUS, description="Hamming radius k of a duplicate.")
 
 
 def aspect_ratio_index(height: np.ndarray, width: np.ndarray, config: DedupConfig | None = None) -> np.ndarray:
@@ -168,6 +173,13 @@ def find_duplicates(table: pa.Table, config: DedupConfig | None = None) -> pa.Ta
 
     ar = _ar_keys(table, config)
     degenerate, phash = _content_keys(table)
+    if config.radius:
+        # Each hash stands for its near-duplicate cluster: the exact grouping below then groups
+        # clusters. Degenerate rows are keyed by content, never clustered by phash.
+        perceptual = np.flatnonzero(~degenerate)
+        hashes = phash[perceptual]
+        phash = phash.copy()
+        phash[perceptual] = hashes[cluster_ids(hashes, config.radius, groups=ar[perceptual])]
     tier = _int_column(table, "tier")
     priority = _int_column(table, "source_priority")
     # Dense rank of the string id turns the tie-break into an integer key for lexsort.

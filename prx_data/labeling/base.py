@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from prx_data.schema import LABELS
@@ -27,6 +27,8 @@ class LabelErrorCode:
 class LabelResult:
     label: str | None = None
     error: str | None = None
+    # How sure the backend is of ``label`` (0..1), where it can say; stored as ``label_score``.
+    score: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.label is None) == (self.error is None):

@@ -13,14 +13,26 @@ from prx_data.labeling.base import Classifier, LabelResult
 from prx_data.schema import LABEL_COLUMNS
 
 LABEL_TABLE_SCHEMA = pa.schema([pa.field("sample_id", pa.string(), nullable=False), *LABEL_COLUMNS])
+_SCORE = "label_score"
 
 
 def label_results_table(
     sample_ids: Sequence[str], results: Sequence[LabelResult], model_id: str, label_version: str
 ) -> pa.Table:
-    return results_table(
-        LABEL, LABEL_TABLE_SCHEMA, sample_ids, [r.label for r in results], [r.error for r in results], model_id, label_version
+    base_schema = LABEL_TABLE_SCHEMA.remove(LABEL_TABLE_SCHEMA.get_field_index(_SCORE))
+    table = results_table(
+        LABEL, base_schema, sample_ids, [r.label for r in results], [r.error for r in results], model_id, label_version
     )
+    return with_label_score(table, [r.score for r in results])
+
+
+def with_label_score(table: pa.Table, scores: Sequence[float | None] | None = None) -> pa.Table:
+    """``table`` with a ``label_score`` column (all null when a backend gives no score)."""
+    field = LABEL_TABLE_SCHEMA.field(_SCORE)
+    if _SCORE in table.column_names:
+        return table
+    values = pa.array(scores if scores is not None else [None] * table.num_rows, field.type)
+    return table.append_column(field, values)
 
 
 def label_table(classifier: Classifier, batch: pa.Table | pa.RecordBatch) -> pa.Table:

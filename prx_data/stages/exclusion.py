@@ -34,11 +34,14 @@ SKIP_SCHEMA = pa.schema(
 
 def dedup_config(bucket_cfg: BucketConfig) -> DedupConfig:
     """The dedup grid is the bucketing grid: same ratios, same range."""
+    from prx_data.settings import get_settings
+
     return DedupConfig(
         num_aspect_ratios=bucket_cfg.shapes_per_tier,
         min_aspect=bucket_cfg.ar_min,
         max_aspect=bucket_cfg.ar_max,
         multiple=bucket_cfg.multiple,
+        radius=get_settings().dedup_radius,
     )
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
-from prx_data.labeling.columns import label_results_table
+from prx_data.labeling.columns import label_results_table, with_label_score
 from prx_data.labeling.config import ClassifierConfig, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.labeling.factory import make_classifier, parse_classifier_config
 from prx_data.labeling.minilm import MINILM_LABEL_VERSION
@@ -65,7 +65,7 @@ def vllm_label_processor(config: VLLMClassifierConfig, chunk_rows: int = 1024) -
         captions = ds._take_rows(todo.column("_rowaddr").to_pylist(), columns=["sample_id", "caption"])
         rows = ray.data.from_arrow(captions)
         for batch in label_dataset_vllm(rows, config).iter_batches(batch_size=config.batch_size, batch_format="pyarrow"):
-            yield batch
+            yield with_label_score(batch)
 
     return run
 

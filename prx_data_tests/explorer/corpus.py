@@ -2,10 +2,12 @@
 
 The demo corpus goes through ingest, captions (the ``source`` backend), labels (MiniLM), phash,
 export, the merged index and skip lists, all in this process (executor ``local``: no Ray, no
-Dagster). Two things are then done on purpose so the explorer has something to tell apart:
+Dagster). Three things are then done on purpose so the explorer has something to tell apart:
 
 - one photo gets a model caption unlike its source caption (as a VLM re-caption would), so a
   page can show both;
+- one duplicate photo is labelled ``nsfw`` (as a stricter classifier might), so a sample is
+  skipped for two reasons (the demo holds no nsfw picture, and the CPU labels keep it visual);
 - ``photos`` gets an INVERTED index on ``caption``; the other tables have none, so a search runs
   full-text on one source and substring on the rest.
 """
@@ -26,6 +28,7 @@ MODEL_CAPTION = "A steaming espresso cup on an oak table beside a folded newspap
 CAPTION_MODEL = "test-vlm-7b"
 PROMPT_VERSION = "prompt-v7"
 FTS_SOURCE = "photos"
+NSFW_LABELLED = ("web", "web-0002")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ def build(root: Path) -> ExploredCorpus:
         if name == RECAPTIONED[0]:
             _recaption(uri, RECAPTIONED[1], update_columns)
         compute_labels(uri, {"backend": "minilm"}, executor="local")
+        if name == NSFW_LABELLED[0]:
+            _set_columns(uri, NSFW_LABELLED[1], {"label": "nsfw"}, update_columns)
         compute_phashes(uri, executor="local")
         export_source(uri, name, mds_root=paths.mds_root, exports_uri=paths.exports_table(name), executor="local")
         t = lance.dataset(uri).to_table(columns=["sample_id", "source_key"])
@@ -74,6 +79,12 @@ def build(root: Path) -> ExploredCorpus:
     write_skip_lists(paths.mds_root, skips)
     lance.dataset(paths.raw_table(FTS_SOURCE)).create_scalar_index("caption", "INVERTED")
     return ExploredCorpus(root, settings, ids)
+
+
+def _set_columns(uri: str, key: str, values: dict, update_columns) -> None:
+    ds = lance.dataset(uri)
+    sid = ds.to_table(columns=["sample_id"], filter=f"source_key = '{key}'").column("sample_id")[0].as_py()
+    update_columns(ds, pa.table({"sample_id": [sid], **{k: [v] for k, v in values.items()}}))
 
 
 def _recaption(uri: str, key: str, update_columns) -> None:
