@@ -20,7 +20,8 @@ from prx_data.paths import StoragePaths
 ROW_COLUMNS = (
     "sample_id", "source", "source_key", "status", "error", "source_url", "license", "image_format",
     "width", "height", "source_caption", "caption", "caption_model", "caption_prompt_version", "caption_error",
-    "label", "label_model", "label_version", "label_error", "phash", "phash_version", "ingested_at",
+    "label", "label_model", "label_version", "label_error", "label_score", "phash", "phash_version",
+    "phash_degenerate", "image_sha256", "ingested_at",
     # The run that wrote each derived column group (stages.columns.run_id_column).
     "phash_run_id", "caption_run_id", "label_run_id",
 )
@@ -190,10 +191,13 @@ def format_record(record: LineageRecord) -> str:
     if "caption" in row:
         lines.append(f"  caption    {row.get('caption')!r} [model={row.get('caption_model')} prompt={row.get('caption_prompt_version')}{made_by('caption')}]" + (f" error={row['caption_error']}" if row.get("caption_error") else ""))
     if "label" in row:
-        lines.append(f"  label      {row.get('label')} [model={row.get('label_model')} version={row.get('label_version')}{made_by('label')}]")
+        score = f" score={row['label_score']:.2f}" if row.get("label_score") is not None else ""
+        lines.append(f"  label      {row.get('label')}{score} [model={row.get('label_model')} version={row.get('label_version')}{made_by('label')}]")
     if "phash" in row:
         phash = row.get("phash")
         lines.append(f"  phash      {phash & 0xFFFFFFFFFFFFFFFF:016x} [{row.get('phash_version')}{made_by('phash')}]" if phash is not None else "  phash      -")
+        if row.get("phash_degenerate"):
+            lines.append(f"  identity   flat image: matched by content key sha256={row.get('image_sha256')}, never by phash")
     if not record.placements:
         lines.append("  export     not exported yet")
     for p in record.placements:

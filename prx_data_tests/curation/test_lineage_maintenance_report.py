@@ -29,8 +29,11 @@ def test_lineage_cli_by_key_url_image_and_bad_queries(data_root, capsys):
     assert placement["shard"] or placement["drop_reason"]
     assert record["row"]["caption_model"] == "source" and record["row"]["phash_version"]
 
+    assert record["row"]["label"] and 0.5 <= record["row"]["label_score"] <= 1.0
+
     assert main(["lineage", "--url", web["source_url"]]) == 0
-    assert web["sample_id"] in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert web["sample_id"] in text and " score=" in text  # the label's score is shown
 
     astronaut = data_root / "photos" / "landscape" / "astronaut.jpg"
     assert main(["lineage", "--image", str(astronaut), "--json"]) == 0
