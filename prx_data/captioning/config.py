@@ -32,6 +32,8 @@ class CaptionSampling(_Config):
     # Qwen's recommended setting for the VL Instruct models: without it a sampled caption can
     # loop on a phrase until max_tokens and end `truncated`.
     presence_penalty: float = Field(1.5, ge=-2, le=2)
+    # Strings that end a caption early (none in production; tests with random weights use one).
+    stop: tuple[str, ...] = ()
     seed: int | None = None
 
     def openai_params(self) -> dict[str, Any]:
@@ -45,6 +47,8 @@ class CaptionSampling(_Config):
             params["top_k"] = self.top_k  # vLLM extension of the OpenAI schema
         if self.seed is not None:
             params["seed"] = self.seed
+        if self.stop:
+            params["stop"] = list(self.stop)
         return params
 
 

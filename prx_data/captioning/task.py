@@ -47,6 +47,8 @@ def sampling_params(sampling: CaptionSampling, **extra: Any) -> dict[str, Any]:
         params["top_k"] = sampling.top_k
     if sampling.seed is not None:
         params["seed"] = sampling.seed
+    if sampling.stop:
+        params["stop"] = list(sampling.stop)
     params.update(extra)
     return params
 
