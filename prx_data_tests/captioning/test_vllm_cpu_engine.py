@@ -38,8 +38,12 @@ SOURCE = "cpu_vllm"
 RAW, CAP, LAB = dg.AssetKey("raw_samples"), dg.AssetKey("captions"), dg.AssetKey("caption_labels")
 
 
+# Read at import: the data_root fixture clears every PRX_* variable for the test's settings.
+_VLLM_CPU_PYTHON = os.environ.get("PRX_VLLM_CPU_PYTHON")
+
+
 def vllm_python() -> str:
-    value = os.environ.get("PRX_VLLM_CPU_PYTHON")
+    value = _VLLM_CPU_PYTHON
     if not value:
         if os.environ.get("CI"):
             pytest.fail("PRX_VLLM_CPU_PYTHON is not set in CI: run the suite through scripts/test.sh")

@@ -182,6 +182,9 @@ def build_tiny_qwen3_vl(path: Path, seed: int = 0) -> Path:
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
     )
+    # vLLM 0.29's CPU platform checks the language model's sub-config for an architecture
+    # (architectures[0]); without one it fails with IndexError at engine start.
+    config.text_config.architectures = ["Qwen3ForCausalLM"]
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config)
     model.config.eos_token_id = ids["<|im_end|>"]
