@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prx_data.captioning.chat_http import ChatServerConfig
 from prx_data.captioning.images import ImageBudget
@@ -105,6 +105,18 @@ class VLLMCaptionerConfig(VLLMStageConfig):
     # Also emit the label (visual/text/nsfw) in the same request, after the caption, by
     # structured output; the text-only label pass can then be skipped (classifier "fused").
     fused_label: bool = False
+
+    @field_validator("model_source")
+    @classmethod
+    def _local_model(cls, value: str) -> str:
+        # Ray 2.60's multimodal stage hands model_source to vLLM's ModelConfig unchanged (only
+        # the engine stage downloads object-storage URIs), so a remote URI fails every batch.
+        if "://" in value:
+            raise ValueError(
+                f"model_source {value!r}: the multimodal stage needs a local checkpoint directory on "
+                "the workers (bake it into the worker image or sync it to a shared volume)"
+            )
+        return value
 
     def budget_for(self, source: str | None) -> ImageBudget:
         return self.text_heavy_image if source in self.text_heavy_sources else self.image

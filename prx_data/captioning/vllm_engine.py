@@ -50,7 +50,9 @@ class VLLMStageConfig(BaseModel):
     enable_prefix_caching: bool = True  # the system prompt is the same for every row
     accelerator_type: str | None = None
     # Ray's CPU stages (multimodal prepare, chat template, tokenize): actors per stage (an int
-    # n autoscales 1..n) and CPUs each; one actor per stage starves a fast GPU.
+    # n autoscales 1..n) and CPUs each; one actor per stage starves a fast GPU. The CPUs also
+    # apply to our read, preprocess and postprocess tasks: on a small node whole-CPU tasks next
+    # to the engine and the stage actors would never be scheduled.
     cpu_stage_concurrency: int | tuple[int, int] = (1, 4)
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
     # CPU device only: KV cache size in GiB (vLLM reads VLLM_CPU_KVCACHE_SPACE).
@@ -155,10 +157,13 @@ def build_processor(task: VLMTask, cfg: VLLMStageConfig, *, engine: dict[str, An
     """A ``ray.data.llm`` Processor for ``task``; call it on a dataset of input rows."""
     from ray.data.llm import build_processor as ray_build_processor
 
+    cpus = {"num_cpus": cfg.cpu_stage_num_cpus}
     processor = ray_build_processor(
         processor_config(cfg, engine=engine, multimodal=multimodal, chat_template_kwargs=chat_template_kwargs),
         preprocess=functools.partial(preprocess, task=task),
         postprocess=functools.partial(postprocess, task=task, max_tokens=max_tokens),
+        preprocess_map_kwargs=cpus,
+        postprocess_map_kwargs=cpus,
     )
     resources = stage_resources(cfg.worker_env)
     if resources:
@@ -171,4 +176,4 @@ def build_processor(task: VLMTask, cfg: VLLMStageConfig, *, engine: dict[str, An
 def run_task(ds: "ray.data.Dataset", task: VLMTask, cfg: VLLMStageConfig, **build: Any) -> "ray.data.Dataset":
     """Lazily run ``task`` over ``ds``; nothing runs until the result is consumed."""
     processor = build_processor(task, cfg, **build)
-    return processor(ds).map(functools.partial(finalize, task=task))
+    return processor(ds).map(functools.partial(finalize, task=task), num_cpus=cfg.cpu_stage_num_cpus)

@@ -103,7 +103,8 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
         if not chunks:
             return
         rows = ray.data.from_items(chunks).flat_map(
-            functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds))
+            functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
+            num_cpus=config.cpu_stage_num_cpus,
         )
         for batch in caption_dataset_vllm(rows, config).iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
             yield batch
