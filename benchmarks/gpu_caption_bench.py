@@ -21,6 +21,9 @@ import statistics
 import sys
 import time
 from collections import Counter
+
+sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
+from gpu_profile_args import add_profile_args, overrides, print_profile  # noqa: E402
 from pathlib import Path
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp"}
@@ -34,14 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-id", default="Qwen/Qwen3-VL-8B-Instruct")
     p.add_argument("--images", help="folder of images (searched recursively)")
     p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--replicas", type=int, default=None, help="default: number of GPUs")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-num-seqs", type=int, default=128)
-    p.add_argument("--max-model-len", type=int, default=8192)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--max-pixels", type=int, default=1024 * 32 * 32)
-    p.add_argument("--worker-env", choices=["none", "pip", "image"], default="none")
     p.add_argument("--show", type=int, default=3, help="print this many captions")
+    add_profile_args(p)
     return p.parse_args(argv)
 
 
@@ -106,13 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         model_source=args.model,
         model_id=args.model_id,
         replicas=replicas,
-        batch_size=args.batch_size,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
         image=ImageBudget(max_pixels=args.max_pixels),
         worker_env=WorkerEnv(mode=args.worker_env),
+        **overrides(args),
     )
+    from prx_data.captioning.vllm_ray import caption_engine_kwargs
+
+    print_profile(cfg, caption_engine_kwargs(cfg))
     rows = load_rows(args)
     ray.init(ignore_reinit_error=True)
     if not ray.cluster_resources().get("GPU"):
@@ -135,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {args.model_id} | {replicas} replica(s) | {n} images")
     print(f"end to end   : {n / total:8.2f} images/s ({total:.1f} s, engine start included)")
     print(f"steady state : {steady:8.2f} images/s per {replicas} GPU(s) "
-          f"= {steady / replicas:.2f} images/s/GPU (reference ~20 on an H200)")
+          f"= {steady / replicas:.2f} images/s/GPU (PRX ~20 on an H200; target >= 30)")
     median = statistics.median(words) if words else "n/a"
     print(f"captions ok  : {len(captions)}/{n}; median words {median}")
     print(f"errors       : {dict(errors) or 'none'}")

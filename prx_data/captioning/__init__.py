@@ -7,7 +7,9 @@
 - ``source`` / ``openai_backend`` / ``transformers_backend`` / ``vllm_ray``: the backends
 - ``prompt``: the prompt and ``CAPTION_PROMPT_VERSION``; ``quality``: the guards
 - ``images``: pixel budget and data URLs; ``chat_http``: OpenAI-compatible client
-- ``resume``: ``needs_caption``; ``columns``: results as ``CAPTION_COLUMNS``
+- ``vlm``: the task abstraction captions and labels share; ``task``: the caption tasks;
+  ``vllm_engine``: the shared vLLM-on-Ray path and its H200 settings
+- ``resume``: the column names a VLM stage writes; ``columns``: results as ``CAPTION_COLUMNS``
 - ``gpu_env``: the GPU workers' Ray runtime_env
 
 Nothing is imported here, so importing the package costs nothing and never pulls in torch.

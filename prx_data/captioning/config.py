@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from prx_data.captioning.chat_http import ChatServerConfig
-from prx_data.captioning.gpu_env import WorkerEnv
 from prx_data.captioning.images import ImageBudget
 from prx_data.captioning.quality import CaptionGuards
+from prx_data.captioning.vllm_engine import VLLMStageConfig
 
 QWEN3_VL_8B = "Qwen/Qwen3-VL-8B-Instruct"
 
@@ -29,6 +29,11 @@ class CaptionSampling(_Config):
     top_k: int | None = 20
     # 200 words is ~270 tokens; the headroom lets the length guard, not the cut, judge length.
     max_tokens: int = Field(512, ge=1)
+    # Qwen's recommended setting for the VL Instruct models: without it a sampled caption can
+    # loop on a phrase until max_tokens and end `truncated`.
+    presence_penalty: float = Field(1.5, ge=-2, le=2)
+    # Strings that end a caption early (none in production; tests with random weights use one).
+    stop: tuple[str, ...] = ()
     seed: int | None = None
 
     def openai_params(self) -> dict[str, Any]:
@@ -36,11 +41,14 @@ class CaptionSampling(_Config):
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
+            "presence_penalty": self.presence_penalty,
         }
         if self.top_k is not None:
             params["top_k"] = self.top_k  # vLLM extension of the OpenAI schema
         if self.seed is not None:
             params["seed"] = self.seed
+        if self.stop:
+            params["stop"] = list(self.stop)
         return params
 
 
@@ -74,25 +82,47 @@ class TransformersCaptionerConfig(_Config):
     guards: CaptionGuards = CaptionGuards()
 
 
-class VLLMCaptionerConfig(_Config):
+class VLLMCaptionerConfig(VLLMStageConfig):
+    """Qwen3-VL in vLLM on Ray; the defaults are the H200 profile (docs/gpu.md)."""
+
     backend: Literal["vllm"] = "vllm"
     # A local directory or object-storage URI in production; HF ids only resolve from a cache
     # because HF_HUB_OFFLINE=1 on the workers.
     model_source: str = QWEN3_VL_8B
     model_id: str = Field(QWEN3_VL_8B, description="Recorded in caption_model")
-    replicas: int = Field(1, ge=1, description="vLLM engine replicas (one GPU each)")
-    batch_size: int = Field(32, ge=1)
-    max_concurrent_batches: int = Field(8, ge=1)
-    max_model_len: int = Field(8192, ge=256)
-    max_num_seqs: int = Field(128, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    enable_prefix_caching: bool = True
-    accelerator_type: str | None = None
-    extra_engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    batch_size: int = Field(64, ge=1)
+    max_num_batched_tokens: int = Field(16384, ge=256)
+    max_num_seqs: int = Field(512, ge=1)
+    # Image (<= 1024 tokens, 2560 for text-heavy sources) + prompt (~350) + caption (<= 512).
+    max_model_len: int = Field(4096, ge=256)
     sampling: CaptionSampling = CaptionSampling()
     image: ImageBudget = ImageBudget()
+    # Sources whose images are mostly text (documents, slides, screenshots) get a larger
+    # image-token budget so the transcription can read small print.
+    text_heavy_sources: tuple[str, ...] = ()
+    text_heavy_image: ImageBudget = ImageBudget(min_pixels=256 * 32 * 32, max_pixels=2560 * 32 * 32)
     guards: CaptionGuards = CaptionGuards()
-    worker_env: WorkerEnv = WorkerEnv()
+    # Also emit the label (visual/text/nsfw) in the same request, after the caption, by
+    # structured output; the text-only label pass can then be skipped (classifier "fused").
+    fused_label: bool = False
+
+    @field_validator("model_source")
+    @classmethod
+    def _local_model(cls, value: str) -> str:
+        # Ray 2.60's multimodal stage hands model_source to vLLM's ModelConfig unchanged (only
+        # the engine stage downloads object-storage URIs), so a remote URI fails every batch.
+        if "://" in value:
+            raise ValueError(
+                f"model_source {value!r}: the multimodal stage needs a local checkpoint directory on "
+                "the workers (bake it into the worker image or sync it to a shared volume)"
+            )
+        return value
+
+    def budget_for(self, source: str | None) -> ImageBudget:
+        return self.text_heavy_image if source in self.text_heavy_sources else self.image
+
+    def widest_budget(self) -> ImageBudget:
+        return self.text_heavy_image if self.text_heavy_sources else self.image
 
 
 CaptionerConfig = Annotated[

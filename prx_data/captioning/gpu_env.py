@@ -1,24 +1,32 @@
-"""The Ray ``runtime_env`` of the GPU workers that run vLLM.
+"""The Ray ``runtime_env`` of the workers that run vLLM, and the check that an environment can.
 
 vLLM (transformers 5) cannot live in the Dagster code location's environment (mosaicml-streaming
-caps transformers < 5), so the vLLM stages run in their own environment, either
-- ``pip``: a Ray runtime_env built from ``deployments/gpu-worker/requirements.txt``;
-- ``image``: a container image that already holds that environment (``image_uri``);
-- ``none``: the current environment already is the GPU environment (a benchmark run from
-  inside it, or a KubeRay GPU worker group whose image has it).
+caps transformers < 5), so the vLLM stages (multimodal prepare, chat template, tokenize, engine)
+run in their own environment (``deployments/gpu-worker/requirements.txt``), chosen by ``mode``:
+
+- ``none`` (default): the workers that run the stages already are that environment: the KubeRay
+  GPU worker group built from the baked image ``deployments/gpu-worker/Dockerfile``. With
+  ``node_resource`` set, the stages only go to nodes that advertise that custom resource.
+- ``python``: an interpreter of that environment present on every node that runs the stages
+  (Ray's ``py_executable``): the baked image's ``/opt/gpu-env/bin/python`` beside another
+  default Python, or the CPU test environment of ``scripts/vllm_cpu_env.sh``.
+- ``image``: a container image that holds it (``image_uri``; the nodes need podman).
+- ``pip``: Ray builds a virtualenv from the requirements on every node the first time. Slow
+  (~4 GB per node, past Ray's setup timeout on a slow index) and needs the package index: only
+  for a single box that cannot use the image.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_REQUIREMENTS = (
-    Path(__file__).resolve().parents[2] / "deployments" / "gpu-worker" / "requirements.txt"
-)
+GPU_WORKER_DIR = Path(__file__).resolve().parents[2] / "deployments" / "gpu-worker"
+DEFAULT_REQUIREMENTS = GPU_WORKER_DIR / "requirements.txt"
 
 # Propagated from the driver when set there; the defaults keep workers off the model hub, which
 # must never be reached at run time (models come from a local path or object storage).
@@ -28,19 +36,30 @@ PROPAGATED_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME":
 class WorkerEnv(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: Literal["pip", "image", "none"] = "pip"
+    mode: Literal["none", "python", "image", "pip"] = "none"
+    python: str | None = Field(None, description="mode 'python': the environment's interpreter")
     requirements_path: str | None = Field(
-        None, description="pip requirements file; defaults to deployments/gpu-worker/"
+        None, description="mode 'pip': requirements file; defaults to deployments/gpu-worker/"
     )
     image_uri: str | None = None
+    # A custom Ray resource the nodes holding the environment advertise (e.g. rayStartParams
+    # resources '{"prx_vllm": 1000}'): the vLLM stages ask for a sliver of it, so Ray Data never
+    # puts a tokenizer or multimodal actor on a node without vLLM.
+    node_resource: str | None = None
     env_vars: dict[str, str] = Field(default_factory=dict)
 
 
 def read_requirements(path: str | os.PathLike) -> list[str]:
+    """Requirement lines of ``path``, with ``-r other.txt`` includes expanded (relative to it)."""
+    path = Path(path)
     lines = []
-    for raw in Path(path).read_text().splitlines():
+    for raw in path.read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
-        if line:
+        if not line:
+            continue
+        if line.startswith(("-r ", "--requirement ")):
+            lines.extend(read_requirements(path.parent / line.split(None, 1)[1]))
+        else:
             lines.append(line)
     return lines
 
@@ -57,11 +76,15 @@ def worker_env_vars(extra: dict[str, str] | None = None, environ: dict | None = 
 
 
 def gpu_runtime_env(config: WorkerEnv, environ: dict | None = None) -> dict[str, Any]:
-    """The ``runtime_env`` for the vLLM stages (env vars only in mode ``none``)."""
+    """The ``runtime_env`` for the vLLM stages."""
+    # Env vars in every mode: workers started by a cluster do not see the driver's.
     env_vars = worker_env_vars(config.env_vars, environ)
     if config.mode == "none":
-        # Still worth passing env vars: workers started by a cluster do not see the driver's.
         return {"env_vars": env_vars}
+    if config.mode == "python":
+        if not config.python:
+            raise ValueError("WorkerEnv(mode='python') needs python (the environment's interpreter)")
+        return {"py_executable": config.python, "env_vars": env_vars}
     if config.mode == "image":
         if not config.image_uri:
             raise ValueError("WorkerEnv(mode='image') needs image_uri")
@@ -70,7 +93,7 @@ def gpu_runtime_env(config: WorkerEnv, environ: dict | None = None) -> dict[str,
     if not path.is_file():
         raise FileNotFoundError(
             f"GPU worker requirements not found at {path}; set WorkerEnv.requirements_path, "
-            "or use mode='image' with a worker image (see deployments/gpu-worker/README.md)"
+            "or use the worker image (see deployments/gpu-worker/README.md)"
         )
     # pip_check off: the GPU env deliberately disagrees with the base env's pins (transformers).
     return {
@@ -79,25 +102,63 @@ def gpu_runtime_env(config: WorkerEnv, environ: dict | None = None) -> dict[str,
     }
 
 
-def gpu_environment_problems() -> list[str]:
-    """Why this process cannot run the vLLM stages itself (empty when it can).
+def stage_resources(config: WorkerEnv) -> dict[str, float]:
+    """Extra Ray resources each vLLM stage actor asks for (see ``WorkerEnv.node_resource``)."""
+    return {config.node_resource: 0.001} if config.node_resource else {}
 
-    For scripts that run vLLM in the current environment (benchmarks, ``mode='none'``): they
-    should stop with these reasons rather than fail deep inside a Ray actor.
-    """
+
+# What the vLLM stages import, each with the reason it is needed: an environment that lacks one
+# fails deep inside a Ray actor, minutes into a run.
+REQUIRED_IMPORTS = {
+    "vllm": "the engine",
+    "vllm.entrypoints.chat_utils": "Ray 2.60's multimodal stage (removed in vLLM 0.32: pin vllm==0.29.0)",
+    "vllm.v1.metrics.ray_wrappers": "the engine's Ray metrics logger",
+    "ray.serve": "vLLM's Ray metrics logger (install ray[data,serve]==2.60.0)",
+    "ray.data.llm": "the Ray Data LLM processor",
+    "transformers": "chat template and tokenizer stages",
+    "lance": "image reads from the Lance table (install pylance)",
+    "PIL": "image preparation",
+}
+
+
+def gpu_environment_problems(*, require_gpu: bool = True) -> list[str]:
+    """Why this environment cannot run the vLLM stages (empty when it can): one line per missing
+    import, naming it and what needs it, and whether a CUDA GPU is visible."""
     problems = []
-    try:
-        import vllm  # noqa: F401
-    except Exception as exc:  # ImportError, or a broken CUDA build failing at import
-        problems.append(
-            f"vLLM is not importable here ({type(exc).__name__}: {exc}). Run from the GPU worker "
-            "environment: pip install -r deployments/gpu-worker/requirements.txt in a separate venv"
-        )
-    try:
-        import torch
+    for module, why in REQUIRED_IMPORTS.items():
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # ImportError, or a broken CUDA build failing at import
+            problems.append(f"cannot import {module} ({type(exc).__name__}: {exc}); needed by {why}")
+    if require_gpu:
+        try:
+            import torch
 
-        if not torch.cuda.is_available():
-            problems.append("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
-    except Exception as exc:
-        problems.append(f"torch is not importable ({type(exc).__name__}: {exc})")
+            if not torch.cuda.is_available():
+                problems.append(
+                    "no CUDA GPU is visible to torch (torch.cuda.is_available() is False); PyPI's "
+                    "torch for vLLM 0.29 is a CUDA 13 build: the host needs NVIDIA driver 580+"
+                )
+        except Exception as exc:
+            problems.append(f"cannot import torch ({type(exc).__name__}: {exc})")
     return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m prx_data.captioning.gpu_env [--cpu]``: print the problems, exit 1 if any."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    problems = gpu_environment_problems(require_gpu="--cpu" not in argv)
+    for line in problems:
+        print(f"MISSING: {line}")
+    if not problems:
+        import ray
+        import vllm
+
+        print(f"ok: vllm {vllm.__version__}, ray {ray.__version__}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -74,11 +74,25 @@ def load_for_captioning(data: bytes, budget: ImageBudget) -> Image.Image:
         # faster on large photos, and the VLM cannot see the difference at this budget. The
         # size is computed before EXIF rotation, which only swaps the sides.
         image.draft("RGB", fit_size(*image.size, budget))
-    image = ImageOps.exif_transpose(image).convert("RGB")
+    image = to_rgb_on_white(ImageOps.exif_transpose(image))
     size = fit_size(*image.size, budget)
     if size != image.size:
         image = image.resize(size, Image.Resampling.BICUBIC)
     return image
+
+
+def to_rgb_on_white(image: Image.Image) -> Image.Image:
+    """RGB with transparent areas composited on white. A plain ``convert("RGB")`` drops the
+    alpha channel, so a transparent background becomes whatever colour the hidden pixels hold
+    (usually black), and the VLM describes a black background that is not there."""
+    has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
+        image.mode == "P" and "transparency" in image.info
+    )
+    if not has_alpha:
+        return image.convert("RGB")
+    rgba = image.convert("RGBA")
+    white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    return Image.alpha_composite(white, rgba).convert("RGB")
 
 
 def to_data_url(image: Image.Image, quality: int = 90) -> str:

@@ -1,17 +1,19 @@
-"""The ``openai`` backend: an OpenAI-compatible chat-completions server (``vllm serve``)."""
+"""The ``openai`` backend: an OpenAI-compatible chat-completions server (``vllm serve``).
+
+The request and the judgement are the caption task's (:class:`CaptionTask`), the same as for
+the vLLM-on-Ray backend; only the transport differs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from prx_data.captioning.base import BaseCaptioner, CaptionResult, CaptionRow, with_detail
-from prx_data.captioning.base import CaptionErrorCode as E
+from prx_data.captioning.base import BaseCaptioner, CaptionResult, CaptionRow
 from prx_data.captioning.chat_http import LazyChatClient
 from prx_data.captioning.config import OpenAICaptionerConfig
-from prx_data.captioning.images import image_data_url
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, caption_messages
-from prx_data.captioning.quality import judge_caption
+from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
+from prx_data.captioning.task import CaptionTask
+from prx_data.captioning.vlm import PrepError
 
 
 class OpenAICaptioner(LazyChatClient, BaseCaptioner):
@@ -20,14 +22,15 @@ class OpenAICaptioner(LazyChatClient, BaseCaptioner):
     def __init__(self, config: OpenAICaptionerConfig) -> None:
         self.config = config
         self.model_id = config.model_id or config.server.model
+        self.task = CaptionTask(self.model_id, sampling=config.sampling, image=config.image, guards=config.guards)
 
     def _body(self, image: bytes | None) -> dict | CaptionResult:
         cfg = self.config
         try:
-            url = image_data_url(image, cfg.image)
-        except Exception as exc:  # undecodable bytes are this row's problem only
-            return CaptionResult(error=with_detail(E.BAD_IMAGE, repr(exc)))
-        return {"messages": caption_messages(url), **cfg.sampling.openai_params(), **cfg.extra_body}
+            req = self.task.request({"image": image})
+        except PrepError as exc:  # undecodable bytes are this row's problem only
+            return CaptionResult(error=exc.code)
+        return {"messages": req.messages, **cfg.sampling.openai_params(), **cfg.extra_body}
 
     def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
         # Decoding and resizing release the GIL, so threads keep a busy server fed.
@@ -43,8 +46,6 @@ class OpenAICaptioner(LazyChatClient, BaseCaptioner):
             elif reply.error is not None:
                 results.append(CaptionResult(error=reply.error))
             else:
-                guards = self.config.guards
-                results.append(
-                    judge_caption(reply.text, finish_reason=reply.finish_reason, guards=guards)
-                )
+                judged = self.task.judge(reply.text, reply.finish_reason)
+                results.append(CaptionResult(caption=judged.value, error=judged.error))
         return results

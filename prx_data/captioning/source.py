@@ -1,7 +1,7 @@
 """The ``source`` backend: keep the caption the source dataset shipped.
 
 Recorded honestly as ``caption_model="source"`` so these rows are re-captioned when a VLM
-backend runs later (they are another model for :func:`needs_caption`).
+backend runs later (another model, so the caption stage's pending filter picks them).
 """
 
 from __future__ import annotations

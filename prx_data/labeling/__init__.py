@@ -4,5 +4,5 @@
 - ``config`` / ``factory``: one config per backend, ``make_classifier(config)``
 - ``minilm`` (CPU default), ``openai_backend``, ``vllm_ray`` (Qwen3-8B on Ray GPU workers)
 - ``prompt``: the LLM label prompt, ``LABEL_PROMPT_VERSION``, ``parse_label``
-- ``resume``: ``needs_label``; ``columns``: results as ``LABEL_COLUMNS``
+- ``task``: the label task of the shared VLM stage; ``columns``: results as ``LABEL_COLUMNS``
 """

@@ -7,9 +7,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from prx_data.captioning.chat_http import ChatServerConfig
-from prx_data.captioning.gpu_env import WorkerEnv
+from prx_data.captioning.vllm_engine import VLLMStageConfig
 
 QWEN3_8B = "Qwen/Qwen3-8B"
+QWEN3_VL_8B = "Qwen/Qwen3-VL-8B-Instruct"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -40,25 +41,33 @@ class OpenAIClassifierConfig(_Config):
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
 
-class VLLMClassifierConfig(_Config):
+class VLLMClassifierConfig(VLLMStageConfig):
+    """Qwen3-8B in vLLM on Ray, text only; the defaults are the H200 profile (docs/gpu.md)."""
+
     backend: Literal["vllm"] = "vllm"
     model_source: str = QWEN3_8B
     model_id: str = Field(QWEN3_8B, description="Recorded in label_model")
-    replicas: int = Field(1, ge=1)
-    batch_size: int = Field(256, ge=1)
+    batch_size: int = Field(512, ge=1)
     max_concurrent_batches: int = Field(4, ge=1)
-    # Captions are <= ~600 tokens; the prompt adds ~200.
+    # Label prompts are short (~350 tokens + the caption), outputs 1-3 tokens: large steps.
+    max_num_batched_tokens: int = Field(32768, ge=256)
+    max_num_seqs: int = Field(1024, ge=1)
     max_model_len: int = Field(2048, ge=256)
-    max_num_seqs: int = Field(512, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    enable_prefix_caching: bool = True
-    accelerator_type: str | None = None
     max_tokens: int = Field(3, ge=1, le=8)
-    extra_engine_kwargs: dict[str, Any] = Field(default_factory=dict)
-    worker_env: WorkerEnv = WorkerEnv()
+    # Pending captions are read and sent in chunks of this many rows (never all in one block).
+    chunk_rows: int = Field(8192, ge=1)
+
+
+class FusedClassifierConfig(_Config):
+    """Labels come from the captioner (``VLLMCaptionerConfig.fused_label``): the label stage runs
+    no model. It only marks captioned rows that have no fused label (captioned before the
+    switch) with ``label_error='no_fused_label'``; re-caption them to label them."""
+
+    backend: Literal["fused"] = "fused"
+    model_id: str = Field(QWEN3_VL_8B, description="The captioner's model_id")
 
 
 ClassifierConfig = Annotated[
-    Union[MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig],
+    Union[MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig, FusedClassifierConfig],
     Field(discriminator="backend"),
 ]

@@ -39,4 +39,7 @@ def make_classifier(config: dict[str, Any] | ClassifierConfig) -> BaseClassifier
         from prx_data.labeling.vllm_ray import VLLMClassifier
 
         return VLLMClassifier(config)
+    if getattr(config, "backend", None) == "fused":
+        raise TypeError("the 'fused' label backend runs no model: the captioner writes the labels "
+                        "(VLLMCaptionerConfig.fused_label)")
     raise TypeError(f"unknown classifier config {type(config).__name__}")

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prx_data.captioning.base import with_detail
 from prx_data.captioning.chat_http import LazyChatClient
 from prx_data.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.labeling.config import OpenAIClassifierConfig
-from prx_data.labeling.prompt import LABEL_PROMPT_VERSION, label_messages, parse_label
+from prx_data.labeling.prompt import LABEL_PROMPT_VERSION
+from prx_data.labeling.task import LabelTask
 from prx_data.schema import LABELS
 
 
@@ -31,6 +31,7 @@ class OpenAIClassifier(LazyChatClient, BaseClassifier):
     def __init__(self, config: OpenAIClassifierConfig) -> None:
         self.config = config
         self.model_id = config.model_id or config.server.model
+        self.task = LabelTask(self.model_id, config.max_tokens)
 
     def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
         cfg = self.config
@@ -39,7 +40,7 @@ class OpenAIClassifier(LazyChatClient, BaseClassifier):
             None
             if caption is None or not caption.strip()
             else {
-                "messages": label_messages(caption),
+                "messages": self.task.request({"caption": caption}).messages,
                 "max_tokens": cfg.max_tokens,
                 "temperature": 0.0,
                 **extra,
@@ -53,12 +54,6 @@ class OpenAIClassifier(LazyChatClient, BaseClassifier):
             elif reply.error is not None:
                 results.append(LabelResult(error=reply.error))
             else:
-                results.append(_to_result(reply.text))
+                judged = self.task.judge(reply.text, reply.finish_reason)
+                results.append(LabelResult(label=judged.value, error=judged.error))
         return results
-
-
-def _to_result(text: str | None) -> LabelResult:
-    label = parse_label(text)
-    if label is None:
-        return LabelResult(error=with_detail(LabelErrorCode.INVALID_LABEL, repr(text)))
-    return LabelResult(label=label)

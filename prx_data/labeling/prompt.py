@@ -11,10 +11,7 @@ import string
 
 from prx_data.schema import LABELS
 
-SYSTEM_PROMPT = """\
-You sort the captions of a text-to-image training set. You read only the caption of an image, \
-never the image itself. Answer with exactly one word: visual, text or nsfw.
-
+LABEL_RULES = """\
 nsfw: the image shows nudity, sexual activity or sexually explicit content, or graphic \
 violence, gore or dead bodies.
 text: the image is mainly text or a document: a page, a scanned document, a receipt or form, a \
@@ -25,6 +22,12 @@ places, objects and scenes, including ones with some text in them (a logo, a sho
 product label, a watermark).
 
 If nsfw applies, answer nsfw even when text applies too."""
+
+SYSTEM_PROMPT = (
+    "You sort the captions of a text-to-image training set. You read only the caption of an "
+    "image, never the image itself. Answer with exactly one word: visual, text or nsfw.\n\n"
+    + LABEL_RULES
+)
 
 USER_TEMPLATE = "Caption: {caption}\n\nLabel:"
 

@@ -24,11 +24,11 @@ from prx_data.captioning.config import (
     VLLMCaptionerConfig,
 )
 from prx_data.captioning.factory import make_captioner, parse_captioner_config
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
+from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, FUSED_PROMPT_VERSION
 from prx_data.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
 from prx_data.lance_io import storage_options_of
 from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
-from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_images, run_column_stage
+from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
 from prx_data.stages.executors import make_processor
 
 
@@ -43,12 +43,20 @@ def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
 
         return config.model_id or str(Path(config.model_path)), CAPTION_PROMPT_VERSION
     if isinstance(config, VLLMCaptionerConfig):
-        return config.model_id, CAPTION_PROMPT_VERSION
+        return config.model_id, FUSED_PROMPT_VERSION if config.fused_label else CAPTION_PROMPT_VERSION
     raise TypeError(type(config).__name__)
 
 
 def caption_stage(config: CaptionerConfig) -> ColumnStage:
     model_id, prompt_version = caption_identity(config)
+    if isinstance(config, VLLMCaptionerConfig) and config.fused_label:
+        # The fused request writes the label with the caption: nothing to invalidate.
+        return ColumnStage(
+            name="caption",
+            columns=pa.schema([*CAPTION_COLUMNS, *LABEL_COLUMNS]),
+            current={"caption_model": model_id, "caption_prompt_version": prompt_version},
+            redo_also="caption_error IS NOT NULL",
+        )
     return ColumnStage(
         name="caption",
         columns=CAPTION_COLUMNS,
@@ -75,11 +83,13 @@ def caption_rows(config_json: str, sample_ids: list[str], images: list[bytes | N
 def _read_chunk(item: dict, *, uri: str, version: int, options: dict | None) -> list[dict]:
     ds = lance.dataset(uri, version=version, storage_options=options)
     images = read_images(ds, item["addresses"])
-    return [{"sample_id": sid, "image": img} for sid, img in zip(item["sample_ids"], images)]
+    sources = read_rows(ds, item["addresses"], ["source"]).column("source").to_pylist()
+    return [{"sample_id": sid, "image": img, "source": src} for sid, img, src in zip(item["sample_ids"], images, sources)]
 
 
 def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Processor:
-    """Rows -> Ray Data (read images on CPU workers) -> vLLM replicas -> result batches."""
+    """Rows -> Ray Data (read images on CPU workers) -> vLLM replicas -> result batches of
+    ``staging_rows`` (one staging fragment each)."""
 
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
@@ -93,9 +103,10 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
         if not chunks:
             return
         rows = ray.data.from_items(chunks).flat_map(
-            functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds))
+            functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
+            num_cpus=config.cpu_stage_num_cpus,
         )
-        for batch in caption_dataset_vllm(rows, config).iter_batches(batch_size=config.batch_size, batch_format="pyarrow"):
+        for batch in caption_dataset_vllm(rows, config).iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
             yield batch
 
     return run

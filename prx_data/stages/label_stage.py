@@ -10,14 +10,18 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
+from prx_data.lance_io import storage_options_of
+from prx_data.labeling.base import LabelResult
 from prx_data.labeling.columns import label_results_table, with_label_score
-from prx_data.labeling.config import ClassifierConfig, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
+from prx_data.labeling.config import ClassifierConfig, FusedClassifierConfig, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.labeling.factory import make_classifier, parse_classifier_config
 from prx_data.labeling.minilm import MINILM_LABEL_VERSION
 from prx_data.labeling.prompt import LABEL_PROMPT_VERSION
 from prx_data.schema import LABEL_COLUMNS
-from prx_data.stages.columns import ColumnStage, Processor, StageStats, run_column_stage
+from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
 from prx_data.stages.executors import make_processor
+
+NO_FUSED_LABEL = "no_fused_label"
 
 
 def label_identity(config: ClassifierConfig) -> tuple[str, str]:
@@ -29,6 +33,10 @@ def label_identity(config: ClassifierConfig) -> tuple[str, str]:
         return config.model_id or config.server.model, LABEL_PROMPT_VERSION
     if isinstance(config, VLLMClassifierConfig):
         return config.model_id, LABEL_PROMPT_VERSION
+    if isinstance(config, FusedClassifierConfig):
+        from prx_data.captioning.task import FUSED_LABEL_VERSION
+
+        return config.model_id, FUSED_LABEL_VERSION
     raise TypeError(type(config).__name__)
 
 
@@ -54,18 +62,42 @@ def label_rows(config_json: str, sample_ids: list[str], _images: list, rows: pa.
     return label_results_table(sample_ids, results, classifier.model_id, classifier.label_version)
 
 
-def vllm_label_processor(config: VLLMClassifierConfig, chunk_rows: int = 1024) -> Processor:
+def _read_captions(item: dict, *, uri: str, version: int, options: dict | None) -> list[dict]:
+    ds = lance.dataset(uri, version=version, storage_options=options)
+    return read_rows(ds, item["addresses"], ["sample_id", "caption"]).to_pylist()
+
+
+def vllm_label_processor(config: VLLMClassifierConfig) -> Processor:
+    """Pending captions stream to the engine in chunks of ``chunk_rows`` read on Ray workers
+    (never all in one driver block); results come back ``staging_rows`` at a time."""
+
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
 
         from prx_data.labeling.vllm_ray import label_dataset_vllm
 
-        if todo.num_rows == 0:
+        chunks = [{"addresses": c.column("_rowaddr").to_pylist()} for c in address_chunks(todo, config.chunk_rows)]
+        if not chunks:
             return
-        captions = ds._take_rows(todo.column("_rowaddr").to_pylist(), columns=["sample_id", "caption"])
-        rows = ray.data.from_arrow(captions)
-        for batch in label_dataset_vllm(rows, config).iter_batches(batch_size=config.batch_size, batch_format="pyarrow"):
+        rows = ray.data.from_items(chunks).flat_map(
+            functools.partial(_read_captions, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
+            num_cpus=config.cpu_stage_num_cpus,
+        )
+        for batch in label_dataset_vllm(rows, config).iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
             yield with_label_score(batch)
+
+    return run
+
+
+def fused_label_processor(config: FusedClassifierConfig) -> Processor:
+    """No model: rows still pending were captioned without the fused label."""
+
+    def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+        from prx_data.captioning.task import FUSED_LABEL_VERSION
+
+        if todo.num_rows:
+            n = todo.num_rows
+            yield label_results_table(todo.column("sample_id").to_pylist(), [LabelResult(error=NO_FUSED_LABEL)] * n, config.model_id, FUSED_LABEL_VERSION)
 
     return run
 
@@ -83,7 +115,9 @@ def compute_labels(
     config = parse_classifier_config(config)
     stage = label_stage(config)
     if isinstance(config, VLLMClassifierConfig):
-        processor = vllm_label_processor(config, chunk_rows)
+        processor = vllm_label_processor(config)
+    elif isinstance(config, FusedClassifierConfig):
+        processor = fused_label_processor(config)
     else:
         fn = functools.partial(label_rows, config.model_dump_json())
         processor = make_processor(fn, columns=["caption"], with_images=False, executor=executor, chunk_rows=chunk_rows)

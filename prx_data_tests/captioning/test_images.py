@@ -57,3 +57,31 @@ def test_undecodable_input_raises(data):
 def test_budget_validation():
     with pytest.raises(ValidationError):
         ImageBudget(min_pixels=10_000, max_pixels=100)
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "P"])
+def test_transparent_areas_become_white_not_black(mode):
+    """A logo on a transparent background: the VLM must see white around it, not black."""
+    image = Image.new("RGBA", (128, 128), (0, 0, 0, 0))  # transparent, hidden colour black
+    image.paste((200, 20, 20, 255), (32, 32, 96, 96))
+    if mode == "LA":
+        image = image.convert("LA")
+    elif mode == "P":  # a palette whose index 0 is transparent
+        image = Image.new("P", (128, 128), 0)
+        image.putpalette([0, 0, 0, 200, 20, 20] + [0] * 762)
+        image.paste(1, (32, 32, 96, 96))
+        image.info["transparency"] = 0
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    out = load_for_captioning(buffer.getvalue(), ImageBudget(min_pixels=32 * 32, max_pixels=128 * 128))
+    assert out.mode == "RGB"
+    corner, centre = out.getpixel((2, 2)), out.getpixel((64, 64))
+    assert min(corner) >= 250  # was the transparent area
+    assert max(centre) <= 210  # the opaque shape kept
+
+
+def test_remote_model_sources_are_refused_for_captions():
+    from prx_data.captioning.config import VLLMCaptionerConfig
+
+    with pytest.raises(ValidationError, match="local checkpoint"):
+        VLLMCaptionerConfig(model_source="s3://models/Qwen3-VL-8B-Instruct")

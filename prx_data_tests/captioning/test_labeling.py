@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -16,14 +15,8 @@ from prx_data.labeling.columns import LABEL_TABLE_SCHEMA, label_table
 from prx_data.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.labeling.factory import make_classifier
 from prx_data.labeling.prompt import LABEL_PROMPT_VERSION, SYSTEM_PROMPT, parse_label
-from prx_data.labeling.resume import needs_label
-from prx_data.labeling.vllm_ray import (
-    PREP_ERROR,
-    finalize_label_row,
-    label_postprocess,
-    label_preprocess,
-    vllm_label_processor_config,
-)
+from prx_data.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
+from prx_data.labeling.task import NO_THINKING, LabelTask
 from prx_data.schema import LABEL_COLUMNS, LABELS
 from prx_data_tests.captioning.fake_openai import FakeChatServer
 
@@ -137,35 +130,51 @@ def test_openai_backend_errors_per_row_and_when_down():
 
 
 def test_vllm_label_preprocess_and_postprocess():
-    row = label_preprocess({"sample_id": "a", "caption": "A dog."}, max_tokens=3)
-    assert row[PREP_ERROR] is None
+    task = LabelTask("qwen3-8b", max_tokens=3)
+    row = preprocess({"sample_id": "a", "caption": "A dog."}, task=task)
+    assert row[PREP_ERROR] is None and row["caption"] is None  # the input does not travel on
     assert row["messages"][0]["content"] == SYSTEM_PROMPT
     assert "A dog." in row["messages"][1]["content"]
     assert row["sampling_params"] == {
         "temperature": 0.0, "max_tokens": 3, "structured_outputs": {"choice": ["visual", "text", "nsfw"]}}
-    empty = label_preprocess({"sample_id": "b", "caption": None}, max_tokens=3)
+    empty = preprocess({"sample_id": "b", "caption": None}, task=task)
     assert empty[PREP_ERROR] == "no_caption"
+    # The placeholder keeps the request's shape (one Arrow type for the column).
+    assert empty["sampling_params"].keys() == row["sampling_params"].keys()
 
     def post(**r):
-        return label_postprocess(r, model_id="qwen3-8b")
+        return postprocess(r, task=task, max_tokens=3)
 
     assert post(sample_id="a", generated_text="text") == {
         "sample_id": "a", "label": "text", "label_model": "qwen3-8b",
         "label_version": LABEL_PROMPT_VERSION, "label_error": None}
     assert error_code(post(sample_id="a", generated_text="vis")["label_error"]) == "invalid_label"
     assert post(sample_id="b", generated_text="", prep_error="no_caption")["label_error"] == "no_caption"
-    failed = finalize_label_row({"sample_id": "c", "__inference_error__": "OOM"}, model_id="m")
+    failed = finalize({"sample_id": "c", "__inference_error__": "OOM"}, task=task)
     assert failed["label"] is None and failed["label_error"] == "inference_error: OOM"
 
 
 def test_vllm_label_engine_config():
-    cfg = VLLMClassifierConfig(replicas=4, batch_size=512)
-    pc = vllm_label_processor_config(cfg)
+    from prx_data.captioning.vllm_engine import engine_kwargs
+
+    cfg = VLLMClassifierConfig(replicas=4, batch_size=512, cpu_stage_concurrency=6)
+    pc = processor_config(cfg, engine=engine_kwargs(cfg), multimodal=False, chat_template_kwargs=NO_THINKING)
     assert pc.model_source == "Qwen/Qwen3-8B" and pc.concurrency == 4 and pc.batch_size == 512
-    assert pc.engine_kwargs["enable_prefix_caching"] is True
-    assert pc.chat_template_stage == {"chat_template_kwargs": {"enable_thinking": False}}
-    assert pc.prepare_multimodal_stage is False  # text only
+    kw = pc.engine_kwargs
+    assert kw["enable_prefix_caching"] is True and kw["max_num_batched_tokens"] == 32768
+    assert kw["quantization"] == "fp8" and kw["kv_cache_dtype"] == "fp8"
+    assert pc.chat_template_stage["chat_template_kwargs"] == {"enable_thinking": False}
+    assert pc.chat_template_stage["concurrency"] == 6 and pc.tokenize_stage["concurrency"] == 6
+    assert pc.prepare_multimodal_stage["enabled"] is False  # text only
+    assert pc.detokenize_stage == {"enabled": False}  # vLLM already returns the text
     assert pc.runtime_env["env_vars"]["HF_HUB_OFFLINE"] == "1"
+    # CPU device: no GPU-only settings, one CPU bundle for the engine.
+    cpu = VLLMClassifierConfig(device="cpu")
+    kw = engine_kwargs(cpu)
+    assert "quantization" not in kw and "kv_cache_dtype" not in kw and "gpu_memory_utilization" not in kw
+    pc = processor_config(cpu, engine=kw, multimodal=False)
+    assert [(b["CPU"], b.get("GPU", 0)) for b in pc.placement_group_config["bundles"]] == [(1, 0)]
+    assert pc.runtime_env["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
 def test_builds_the_label_processor_and_lazy_dataset(ray_local, tmp_path):
@@ -178,7 +187,7 @@ def test_builds_the_label_processor_and_lazy_dataset(ray_local, tmp_path):
     assert clf.model_id == "Qwen/Qwen3-8B"
 
 
-def test_label_table_and_needs_label():
+def test_label_table():
     class Fixed:
         model_id, label_version = "m", "v1"
 
@@ -188,6 +197,5 @@ def test_label_table_and_needs_label():
 
     out = label_table(Fixed(), pa.table({"sample_id": ["a", "b"], "caption": ["A dog.", None]}))
     assert out.schema == LABEL_TABLE_SCHEMA and out.schema.names[1:] == LABEL_COLUMNS.names
-    mask = needs_label(out, "m", "v1")
-    np.testing.assert_array_equal(mask, [False, True])  # the error row is redone
-    assert needs_label(out.to_pylist()[0], "m", "v2") is True  # new label version
+    assert out.column("label").to_pylist() == ["visual", None]
+    assert out.column("label_error").to_pylist() == [None, "no_caption"]

@@ -42,7 +42,8 @@ def test_captions_images_through_the_protocol():
     assert [r.caption.split()[2] for r in results] == colours
     body = server.requests[0]
     assert body["model"] == "qwen3-vl"
-    assert body["messages"][0]["content"] == SYSTEM_PROMPT
+    assert body["messages"][0]["content"] == [{"type": "text", "text": SYSTEM_PROMPT}]
+    assert body["presence_penalty"] == 1.5  # repetition loops end truncated without it
     assert body["max_tokens"] == 512 and body["top_k"] == 20
     image = request_image(body)
     assert BUDGET.min_pixels <= image.width * image.height <= BUDGET.max_pixels

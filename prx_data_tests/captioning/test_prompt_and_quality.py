@@ -17,6 +17,14 @@ def test_prompt_asks_for_what_the_recipe_needs():
         assert needle in text, needle
 
 
+def test_prompt_asks_for_the_medium_without_forbidding_it():
+    """The medium (photograph, illustration...) is asked for; what is forbidden is opening with
+    "The image shows" -- not naming the kind of image."""
+    text = prompt.SYSTEM_PROMPT.lower()
+    assert "medium (photograph" in text and "the image shows" in text
+    assert "mention that this is an image, a photo" not in text
+
+
 def test_prompt_version_is_a_hash_of_the_wording():
     import hashlib
 
@@ -30,7 +38,7 @@ def test_prompt_version_is_a_hash_of_the_wording():
 
 def test_messages_put_the_image_before_the_instruction():
     messages = prompt.caption_messages("data:image/jpeg;base64,AAAA")
-    assert messages[0] == {"role": "system", "content": prompt.SYSTEM_PROMPT}
+    assert messages[0] == {"role": "system", "content": [{"type": "text", "text": prompt.SYSTEM_PROMPT}]}
     parts = messages[1]["content"]
     assert parts[0] == {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}}
     assert parts[1] == {"type": "text", "text": prompt.USER_PROMPT}

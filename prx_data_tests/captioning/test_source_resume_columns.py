@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from pydantic import ValidationError
@@ -8,9 +7,12 @@ from pydantic import ValidationError
 from prx_data.captioning.base import Captioner
 from prx_data.captioning.columns import CAPTION_TABLE_SCHEMA, caption_table
 from prx_data.captioning.factory import make_captioner, parse_captioner_config
-from prx_data.captioning.resume import needs_caption, needs_caption_filter
+from prx_data.captioning.config import VLLMCaptionerConfig
+from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
 from prx_data.captioning.source import SourceCaptioner
-from prx_data.schema import CAPTION_COLUMNS
+from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
+from prx_data.stages.caption_stage import caption_stage
+from prx_data.stages.columns import pending_rows
 
 
 def test_source_backend_keeps_source_captions_and_flags_missing_ones():
@@ -43,48 +45,45 @@ def test_caption_table_has_sample_ids_and_the_schema_columns():
     ]
 
 
+V = CAPTION_PROMPT_VERSION
 ROWS = [
     {"caption": None, "caption_model": None, "caption_prompt_version": None, "caption_error": None},
-    {"caption": "ok", "caption_model": "m", "caption_prompt_version": "v1", "caption_error": None},
-    {"caption": "ok", "caption_model": "other", "caption_prompt_version": "v1", "caption_error": None},
+    {"caption": "ok", "caption_model": "m", "caption_prompt_version": V, "caption_error": None},
+    {"caption": "ok", "caption_model": "other", "caption_prompt_version": V, "caption_error": None},
     {"caption": "ok", "caption_model": "m", "caption_prompt_version": "v0", "caption_error": None},
-    {"caption": None, "caption_model": "m", "caption_prompt_version": "v1", "caption_error": "truncated"},
-    {"caption": "ok", "caption_model": None, "caption_prompt_version": "v1", "caption_error": None},
+    {"caption": None, "caption_model": "m", "caption_prompt_version": V, "caption_error": "truncated"},
+    {"caption": "ok", "caption_model": None, "caption_prompt_version": V, "caption_error": None},
 ]
 EXPECTED = [True, False, True, True, True, True]
 
 
-def test_needs_caption_on_rows_and_on_arrow_batches():
-    assert [needs_caption(row, "m", "v1") for row in ROWS] == EXPECTED
-    table = pa.Table.from_pylist(ROWS, schema=CAPTION_COLUMNS)
-    np.testing.assert_array_equal(needs_caption(table, "m", "v1"), EXPECTED)
-    np.testing.assert_array_equal(needs_caption(table.to_batches()[0], "m", "v1"), EXPECTED)
+def _table(tmp_path, rows, status="ok"):
+    import lance
+
+    schema = pa.schema([pa.field("sample_id", pa.string()), pa.field("status", pa.string()), *CAPTION_COLUMNS])
+    data = [{"sample_id": str(i), "status": status, **row} for i, row in enumerate(rows)]
+    return lance.write_dataset(pa.Table.from_pylist(data, schema=schema), tmp_path / "t.lance")
 
 
-def test_a_table_without_caption_columns_needs_every_row():
-    table = pa.table({"sample_id": ["a", "b"]})
-    assert needs_caption(table, "m", "v1").tolist() == [True, True]
-
-
-def test_needs_caption_filter_selects_the_same_rows_in_lance(tmp_path):
-    lance = pytest.importorskip("lance")
-    table = pa.Table.from_pylist(
-        [{"sample_id": str(i), **row} for i, row in enumerate(ROWS)],
-        schema=pa.schema([pa.field("sample_id", pa.string()), *CAPTION_COLUMNS]),
-    )
-    ds = lance.write_dataset(table, tmp_path / "t.lance")
-    picked = ds.to_table(columns=["sample_id"], filter=needs_caption_filter("m", "v1"))
+@pytest.mark.parametrize("model_id", ["m", "it's"])
+def test_the_caption_stage_redoes_missing_stale_and_failed_rows(tmp_path, model_id):
+    """The live resume path: the caption stage's pending filter, pushed into the Lance scan."""
+    rows = [{**r, "caption_model": model_id if r["caption_model"] == "m" else r["caption_model"]} for r in ROWS]
+    ds = _table(tmp_path, rows)
+    stage = caption_stage(VLLMCaptionerConfig(model_id=model_id))
+    picked = pending_rows(ds, stage, exclude=set())
     assert sorted(picked["sample_id"].to_pylist()) == [str(i) for i, e in enumerate(EXPECTED) if e]
-    # Quotes in ids are escaped, not injected.
-    assert "'it''s'" in needs_caption_filter("it's", "v1")
+    # Rows already staged by an interrupted run are not sent again.
+    assert "0" not in pending_rows(ds, stage, exclude={"0"})["sample_id"].to_pylist()
 
 
-def test_configs_are_chosen_by_backend_and_validated():
-    cfg = parse_captioner_config(
-        {"backend": "openai", "server": {"base_url": "http://x/v1", "model": "qwen"}}
-    )
-    assert cfg.backend == "openai" and cfg.server.max_concurrency == 16
-    with pytest.raises(ValidationError):
-        parse_captioner_config({"backend": "nope"})
-    with pytest.raises(ValidationError):
-        parse_captioner_config({"backend": "source", "typo": 1})
+def test_unusable_rows_are_never_captioned(tmp_path):
+    ds = _table(tmp_path, ROWS[:1], status="bad_image")
+    assert pending_rows(ds, caption_stage(VLLMCaptionerConfig(model_id="m")), exclude=set()).num_rows == 0
+
+
+def test_fused_captions_own_the_label_columns_and_a_version_of_their_own():
+    plain, fused = caption_stage(VLLMCaptionerConfig()), caption_stage(VLLMCaptionerConfig(fused_label=True))
+    assert "label" in plain.invalidates and not fused.invalidates
+    assert set(LABEL_COLUMNS.names) <= set(fused.columns.names)
+    assert fused.current["caption_prompt_version"] != plain.current["caption_prompt_version"]

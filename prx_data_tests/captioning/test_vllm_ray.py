@@ -20,14 +20,9 @@ from prx_data.captioning.factory import make_captioner
 from prx_data.captioning.gpu_env import DEFAULT_REQUIREMENTS, WorkerEnv, gpu_runtime_env
 from prx_data.captioning.images import ImageBudget
 from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT
-from prx_data.captioning.vllm_ray import (
-    PREP_ERROR,
-    VLLMCaptioner,
-    caption_postprocess,
-    caption_preprocess,
-    finalize_caption_row,
-    vllm_processor_config,
-)
+from prx_data.captioning.task import CaptionTask, FusedCaptionLabelTask, FUSED_LABEL_VERSION
+from prx_data.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
+from prx_data.captioning.vllm_ray import VLLMCaptioner, caption_engine_kwargs
 from prx_data_tests.captioning.fake_openai import good_caption
 from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
 
@@ -35,13 +30,21 @@ BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=256 * 256)
 SAMPLING = CaptionSampling(max_tokens=300)
 
 
+TASK = CaptionTask("qwen3-vl-8b", sampling=SAMPLING, image=BUDGET)
+
+
+def caption_preprocess(row, task=TASK):
+    return preprocess(row, task=task)
+
+
 def test_preprocess_builds_chat_messages_with_the_resized_image():
     row = {"sample_id": "s1", "image": image_bytes("red", (1200, 800), "JPEG"), "source": "x"}
-    out = caption_preprocess(row, image=BUDGET, sampling=SAMPLING)
+    out = caption_preprocess(row)
     assert out["image"] is None  # the raw bytes do not travel through the GPU stages
     assert out[PREP_ERROR] is None
     system, user = out["messages"]
-    assert system == {"role": "system", "content": SYSTEM_PROMPT}
+    # Every content is a list of parts, so the column keeps one Arrow type across rows.
+    assert system == {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]}
     image_part, text_part = user["content"]
     assert text_part == {"type": "text", "text": USER_PROMPT}
     url = image_part["image_url"]["url"]
@@ -49,20 +52,39 @@ def test_preprocess_builds_chat_messages_with_the_resized_image():
     image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert BUDGET.min_pixels <= image.width * image.height <= BUDGET.max_pixels
     assert image.width > image.height
-    assert out["sampling_params"] == {"temperature": 0.7, "top_p": 0.8, "max_tokens": 300, "top_k": 20}
+    assert out["sampling_params"] == {"temperature": 0.7, "top_p": 0.8, "max_tokens": 300,
+                                      "presence_penalty": 1.5, "top_k": 20}
+
+
+def test_text_heavy_sources_get_the_larger_image_budget():
+    cfg = VLLMCaptionerConfig(image=BUDGET, text_heavy_sources=("docs",),
+                              text_heavy_image=ImageBudget(min_pixels=64 * 64, max_pixels=512 * 512))
+    task = CaptionTask.from_config(cfg)
+    big = image_bytes("red", (2000, 2000), "JPEG")
+
+    def pixels(source):
+        url = caption_preprocess({"sample_id": "s", "image": big, "source": source}, task)["messages"][1]["content"][0]["image_url"]["url"]
+        image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+        return image.width * image.height
+
+    assert pixels("web") <= BUDGET.max_pixels < pixels("docs") <= 512 * 512
+    # The engine's processor budget is the widest one.
+    assert caption_engine_kwargs(cfg)["mm_processor_kwargs"]["size"]["longest_edge"] == 512 * 512
 
 
 def test_preprocess_of_a_bad_image_sends_a_one_token_placeholder():
-    out = caption_preprocess({"sample_id": "s", "image": NOT_AN_IMAGE}, image=BUDGET, sampling=SAMPLING)
+    good = caption_preprocess({"sample_id": "s", "image": image_bytes()})
+    out = caption_preprocess({"sample_id": "s", "image": NOT_AN_IMAGE})
     assert error_code(out[PREP_ERROR]) == "bad_image"
     assert out["sampling_params"]["max_tokens"] == 1
-    # Same message shape as a real request, so the Arrow column type holds across rows.
+    # Same message shape and keys as a real request, so the Arrow column type holds across rows.
     assert [m["role"] for m in out["messages"]] == ["system", "user"]
+    assert out["sampling_params"].keys() == good["sampling_params"].keys()
 
 
 def post(**row):
-    return caption_postprocess(row, model_id="qwen3-vl-8b", guards=VLLMCaptionerConfig().guards,
-                               max_tokens=300)
+    task = CaptionTask("qwen3-vl-8b", guards=VLLMCaptionerConfig().guards)
+    return postprocess(row, task=task, max_tokens=300)
 
 
 def test_postprocess_applies_the_guards():
@@ -84,43 +106,78 @@ def test_postprocess_applies_the_guards():
 
 def test_finalize_gives_engine_failures_the_same_columns():
     failed = {"sample_id": "e", "messages": [], "__inference_error__": "CUDA error: boom"}
-    out = finalize_caption_row(failed, model_id="m")
+    out = finalize(failed, task=TASK)
     assert out["caption"] is None and out["caption_error"] == "inference_error: CUDA error: boom"
     ok = {**post(sample_id="a", generated_text=good_caption(), num_generated_tokens=9),
           "__inference_error__": ""}
-    assert finalize_caption_row(ok, model_id="m") == post(
+    assert finalize(ok, task=TASK) == post(
         sample_id="a", generated_text=good_caption(), num_generated_tokens=9
     )
+
+
+def test_fused_task_reads_caption_and_label_from_one_json_answer():
+    import json
+
+    task = FusedCaptionLabelTask("qwen3-vl-8b")
+    req = caption_preprocess({"sample_id": "s", "image": image_bytes()}, task)
+    assert json.loads(req["sampling_params"]["structured_outputs"]["json"])["required"] == ["caption", "label"]
+    assert "visual" in req["messages"][0]["content"][0]["text"]
+
+    def answer(text, n=160):
+        return postprocess({"sample_id": "a", "generated_text": text, "num_generated_tokens": n}, task=task, max_tokens=512)
+
+    ok = answer(json.dumps({"caption": good_caption("red"), "label": "text"}))
+    assert ok["caption"] == good_caption("red") and ok["label"] == "text"
+    assert ok["label_version"] == FUSED_LABEL_VERSION and ok["label_model"] == "qwen3-vl-8b"
+    short = answer(json.dumps({"caption": "A cat.", "label": "visual"}))
+    assert error_code(short["caption_error"]) == "too_short" and short["label"] is None
+    assert error_code(answer('{"caption": "A cat')["caption_error"]) == "bad_response"
+    assert error_code(answer('{"caption": "A cat', n=512)["caption_error"]) == "truncated"
 
 
 def test_engine_config_carries_the_settings_and_the_gpu_worker_env(monkeypatch):
     monkeypatch.delenv("HF_HOME", raising=False)
     cfg = VLLMCaptionerConfig(replicas=2, batch_size=16, max_num_seqs=64, max_model_len=4096,
-                              gpu_memory_utilization=0.85, accelerator_type="H200")
-    pc = vllm_processor_config(cfg)
+                              gpu_memory_utilization=0.85, accelerator_type="H200",
+                              worker_env=WorkerEnv(mode="pip"))
+    pc = processor_config(cfg, engine=caption_engine_kwargs(cfg), multimodal=True)
     assert pc.model_source == "Qwen/Qwen3-VL-8B-Instruct"
     assert pc.concurrency == 2 and pc.batch_size == 16 and pc.accelerator_type == "H200"
     kw = pc.engine_kwargs
     assert kw["max_model_len"] == 4096 and kw["max_num_seqs"] == 64
     assert kw["gpu_memory_utilization"] == 0.85 and kw["enable_prefix_caching"] is True
     assert kw["limit_mm_per_prompt"] == {"image": 1, "video": 0}
-    assert pc.prepare_multimodal_stage == {"enabled": True}
+    # The H200 profile: FP8 weights and KV cache, 16k tokens per step, an image-token budget.
+    assert kw["quantization"] == "fp8" and kw["kv_cache_dtype"] == "fp8"
+    assert kw["max_num_batched_tokens"] == 16384
+    assert kw["mm_processor_kwargs"]["size"]["longest_edge"] == cfg.image.max_pixels
+    assert pc.prepare_multimodal_stage["enabled"] is True
+    assert pc.detokenize_stage == {"enabled": False}
     assert pc.should_continue_on_error is True
     env = pc.runtime_env
-    assert any(p.startswith("vllm==") for p in env["pip"]["packages"])
-    assert not any(p.startswith("mosaicml-streaming") for p in env["pip"]["packages"])
+    packages = env["pip"]["packages"]
+    # Ray 2.60's pins: vLLM 0.29 (chat_utils still there) and Ray Serve (the metrics logger).
+    assert "vllm==0.29.0" in packages and "ray[data,serve]==2.60.0" in packages
+    assert any(p.startswith("pylance") for p in packages)
+    assert not any(p.startswith("mosaicml-streaming") for p in packages)
     assert env["env_vars"]["HF_HUB_OFFLINE"] == "1"
 
 
 def test_worker_env_modes(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the driver's value wins over the default
-    assert gpu_runtime_env(WorkerEnv(mode="none"))["env_vars"]["HF_HUB_OFFLINE"] == "0"
+    # The default is the baked worker image: no per-node install.
+    assert WorkerEnv().mode == "none"
+    assert gpu_runtime_env(WorkerEnv())["env_vars"]["HF_HUB_OFFLINE"] == "0"
+    assert "pip" not in gpu_runtime_env(WorkerEnv())
+    assert gpu_runtime_env(WorkerEnv(mode="python", python="/opt/gpu-env/bin/python"))["py_executable"] == "/opt/gpu-env/bin/python"
+    with pytest.raises(ValueError):
+        gpu_runtime_env(WorkerEnv(mode="python"))
     image = gpu_runtime_env(WorkerEnv(mode="image", image_uri="registry/prx-gpu:1"))
     assert image["image_uri"] == "registry/prx-gpu:1"
     with pytest.raises(ValueError):
         gpu_runtime_env(WorkerEnv(mode="image"))
     with pytest.raises(FileNotFoundError, match="requirements"):
-        gpu_runtime_env(WorkerEnv(requirements_path="/nonexistent/req.txt"))
+        gpu_runtime_env(WorkerEnv(mode="pip", requirements_path="/nonexistent/req.txt"))
     assert DEFAULT_REQUIREMENTS.is_file()
 
 
@@ -142,8 +199,9 @@ def test_builds_the_ray_data_llm_processor_and_the_lazy_dataset(ray_local, fake_
     out = captioner.caption_dataset(ds)  # lazy: nothing runs, so no vLLM is needed
     plan = str(out)
     for stage in ("_preprocess", "PrepareMultimodalUDF", "ChatTemplateUDF", "TokenizeUDF",
-                  "vLLMEngineStageUDF", "DetokenizeUDF", "_postprocess"):
+                  "vLLMEngineStageUDF", "_postprocess"):
         assert stage in plan, plan
+    assert "DetokenizeUDF" not in plan
 
 
 def test_rows_survive_ray_data_around_a_stand_in_engine(ray_local):
@@ -155,6 +213,7 @@ def test_rows_survive_ray_data_around_a_stand_in_engine(ray_local):
     from ray.llm._internal.batch.stages.base import wrap_postprocess, wrap_preprocess
 
     cfg = VLLMCaptionerConfig(image=BUDGET)
+    task = CaptionTask("m", image=cfg.image, sampling=cfg.sampling, guards=cfg.guards)
     data = "__data"
 
     def engine(row):
@@ -171,13 +230,11 @@ def test_rows_survive_ray_data_around_a_stand_in_engine(ray_local):
             {"sample_id": "boom", "image": image_bytes()}]
     ds = (
         ray_local.data.from_items(rows)
-        .map(wrap_preprocess(functools.partial(caption_preprocess, image=cfg.image,
-                                               sampling=cfg.sampling), data))
+        .map(wrap_preprocess(functools.partial(preprocess, task=task), data))
         .map(engine)
-        .map(wrap_postprocess(functools.partial(caption_postprocess, model_id="m",
-                                                guards=cfg.guards, max_tokens=300), data,
+        .map(wrap_postprocess(functools.partial(postprocess, task=task, max_tokens=300), data,
                               include_error_column=True))
-        .map(functools.partial(finalize_caption_row, model_id="m"))
+        .map(functools.partial(finalize, task=task))
     )
     out = {r["sample_id"]: r for r in ds.take_all()}
     assert out["a"]["caption"] == good_caption("red") and out["a"]["caption_error"] is None

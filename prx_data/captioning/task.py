@@ -1,0 +1,140 @@
+"""The caption task (and the fused caption + label task) of the one VLM stage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from prx_data.captioning.base import CaptionErrorCode as E
+from prx_data.captioning.base import with_detail
+from prx_data.captioning.config import CaptionSampling, VLLMCaptionerConfig
+from prx_data.captioning.images import ImageBudget, image_data_url
+from prx_data.captioning.prompt import (
+    CAPTION_PROMPT_VERSION,
+    FUSED_PROMPT_VERSION,
+    FUSED_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
+    USER_PROMPT,
+    caption_messages,
+)
+from prx_data.captioning.quality import CaptionGuards, judge_caption
+from prx_data.captioning.resume import CAPTION, LABEL
+from prx_data.captioning.vlm import Judged, PrepError, VLMRequest, VLMTask
+from prx_data.schema import LABELS
+
+# The label a fused request writes is versioned by the fused prompt: the text-only
+# classifier's rows (LABEL_PROMPT_VERSION) and these are never mistaken for each other.
+FUSED_LABEL_VERSION = "f-" + FUSED_PROMPT_VERSION.removeprefix("pf-")
+
+FUSED_SCHEMA = {
+    "type": "object",
+    "properties": {"caption": {"type": "string"}, "label": {"type": "string", "enum": list(LABELS)}},
+    "required": ["caption", "label"],
+    "additionalProperties": False,
+}
+
+
+def sampling_params(sampling: CaptionSampling, **extra: Any) -> dict[str, Any]:
+    """vLLM SamplingParams kwargs; the same keys for every row (one Arrow type)."""
+    params: dict[str, Any] = {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_tokens": sampling.max_tokens,
+        "presence_penalty": sampling.presence_penalty,
+    }
+    if sampling.top_k is not None:
+        params["top_k"] = sampling.top_k
+    if sampling.seed is not None:
+        params["seed"] = sampling.seed
+    if sampling.stop:
+        params["stop"] = list(sampling.stop)
+    params.update(extra)
+    return params
+
+
+class CaptionTask(VLMTask):
+    columns = CAPTION
+    inputs = ("image",)
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        sampling: CaptionSampling = CaptionSampling(),
+        image: ImageBudget = ImageBudget(),
+        guards: CaptionGuards = CaptionGuards(),
+        budget_for=None,
+    ) -> None:
+        self.model_id = model_id
+        self.version = CAPTION_PROMPT_VERSION
+        self.sampling = sampling
+        self.image = image
+        self.guards = guards
+        self._budget_for = budget_for
+
+    @classmethod
+    def from_config(cls, cfg: VLLMCaptionerConfig) -> "CaptionTask":
+        if cfg.fused_label:
+            return FusedCaptionLabelTask.from_config(cfg)
+        return cls(cfg.model_id, sampling=cfg.sampling, image=cfg.image, guards=cfg.guards, budget_for=cfg.budget_for)
+
+    def system(self) -> str:
+        return SYSTEM_PROMPT
+
+    def extra_sampling(self) -> dict[str, Any]:
+        return {}
+
+    def request(self, row: Mapping[str, Any]) -> VLMRequest:
+        budget = self._budget_for(row.get("source")) if self._budget_for else self.image
+        try:
+            url = image_data_url(row.get("image"), budget)
+        except Exception as exc:  # undecodable bytes are this row's problem only
+            raise PrepError(with_detail(E.BAD_IMAGE, repr(exc))) from None
+        return VLMRequest(caption_messages(url, self.system(), USER_PROMPT), sampling_params(self.sampling, **self.extra_sampling()))
+
+    def placeholder(self) -> VLMRequest:
+        return VLMRequest(caption_messages(None, self.system(), "."), sampling_params(self.sampling, **{**self.extra_sampling(), "max_tokens": 1}))
+
+    def judge(self, text: str | None, finish_reason: str | None) -> Judged:
+        result = judge_caption(text, finish_reason=finish_reason, guards=self.guards)
+        return Judged(value=result.caption, error=result.error)
+
+
+class FusedCaptionLabelTask(CaptionTask):
+    """Caption and label in one request: ``{"caption": ..., "label": ...}`` by structured output
+    (JSON schema), so the label is read off the same generation and the text-only pass over
+    the captions can be skipped. Writes the label columns too."""
+
+    # A fused label has no score (null), like the other LLM backends.
+    extra_columns = (LABEL.value, LABEL.model, LABEL.version, LABEL.error, "label_score")
+
+    def __init__(self, model_id: str, **kw: Any) -> None:
+        super().__init__(model_id, **kw)
+        self.version = FUSED_PROMPT_VERSION
+
+    @classmethod
+    def from_config(cls, cfg: VLLMCaptionerConfig) -> "FusedCaptionLabelTask":
+        return cls(cfg.model_id, sampling=cfg.sampling, image=cfg.image, guards=cfg.guards, budget_for=cfg.budget_for)
+
+    def system(self) -> str:
+        return FUSED_SYSTEM_PROMPT
+
+    def extra_sampling(self) -> dict[str, Any]:
+        return {"structured_outputs": {"json": json.dumps(FUSED_SCHEMA)}}
+
+    def judge(self, text: str | None, finish_reason: str | None) -> Judged:
+        try:
+            answer = json.loads(text or "")
+            caption, label = answer["caption"], answer["label"]
+        except (ValueError, KeyError, TypeError):
+            if finish_reason == "length":
+                return Judged(error=with_detail(E.TRUNCATED, "max_tokens"))
+            return Judged(error=with_detail(E.BAD_RESPONSE, (text or "")[:80]))
+        result = judge_caption(caption, finish_reason=finish_reason, guards=self.guards)
+        if result.caption is None:
+            return Judged(error=result.error)
+        if label not in LABELS:
+            return Judged(error=with_detail(E.BAD_RESPONSE, f"label {label!r}"))
+        extra = {LABEL.value: label, LABEL.model: self.model_id, LABEL.version: FUSED_LABEL_VERSION, LABEL.error: None}
+        return Judged(value=result.caption, extra=extra)

