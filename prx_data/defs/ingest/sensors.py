@@ -68,11 +68,14 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
                 tags={SOURCE_TAG_FINGERPRINT: fingerprint},
             )
         )
+    cursor = json.dumps(seen, sort_keys=True)
     if not run_requests and not new_partitions:
         detail = f"; {len(reg.errors)} bad spec(s): " + "; ".join(map(str, reg.errors)) if reg.errors else ""
-        return dg.SkipReason(f"{len(reg.sources)} source(s), none new or changed{detail}")
+        skip = dg.SkipReason(f"{len(reg.sources)} source(s), none new or changed{detail}")
+        # Keep what this tick learnt from the tables, so later ticks compare with the cursor only.
+        return skip if cursor == context.cursor else dg.SensorResult(skip_reason=skip, cursor=cursor)
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=[sources_partitions.build_add_request(new_partitions)] if new_partitions else [],
-        cursor=json.dumps(seen, sort_keys=True),
+        cursor=cursor,
     )
