@@ -86,6 +86,7 @@ def captions(
             "caption_model": stats.extra["caption_model"],
             "caption_prompt_version": stats.extra["caption_prompt_version"],
             "lance_version": stats.version,
+            "table": dg.MetadataValue.path(uri),
         }
     )
 
@@ -130,5 +131,6 @@ def caption_labels(
             "label_model": stats.extra["label_model"],
             "label_version": stats.extra["label_version"],
             "lance_version": stats.version,
+            "table": dg.MetadataValue.path(uri),
         }
     )

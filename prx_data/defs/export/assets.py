@@ -28,7 +28,7 @@ class ExportRunConfig(dg.Config):
     automation_condition=PER_SOURCE,
     retry_policy=TRANSIENT_RETRY,
     description="Buckets, resizes (Lanczos), encodes (JPEG q92) and writes the source's usable rows "
-    "as MDS shards under <mds root>/<tier>/<HxW>/<source>/, replacing its previous export in one "
+    "as MDS shards under `{mds root}/{tier}/{HxW}/{source}/`, replacing its previous export in one "
     "commit; records each sample's shard and index (or drop reason) in the exports table.",
 )
 def mds_shards(
