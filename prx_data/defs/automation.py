@@ -225,12 +225,36 @@ def optout_folder(context) -> dg.ObserveResult:
 )
 def optout_folder_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
     version, count = optout_folder_version(registry.optout_dir)
-    if context.cursor == version:
-        return dg.SkipReason(f"opt-out folder unchanged ({count} file(s))")
-    observation = dg.AssetObservation(
+    # A first tick (no cursor) compares with the version last recorded in the instance (by an
+    # earlier sensor or by `prx-data run`), so opening the UI on built data records nothing new.
+    baseline = context.cursor or observed_optout_version(context.instance)
+    if baseline == version:
+        skip = dg.SkipReason(f"opt-out folder unchanged ({count} file(s))")
+        return skip if context.cursor == version else dg.SensorResult(skip_reason=skip, cursor=version)
+    return dg.SensorResult(asset_events=[optout_observation(version, count, registry.optout_dir)], cursor=version)
+
+
+def optout_observation(version: str, count: int, folder: str) -> dg.AssetObservation:
+    return dg.AssetObservation(
         asset_key=OPTOUT_FOLDER,
         # The tag observe functions write: automation compares these data versions.
         tags={"dagster/data_version": version},
-        metadata={"files": count, "folder": dg.MetadataValue.path(registry.optout_dir)},
+        metadata={"files": count, "folder": dg.MetadataValue.path(folder)},
     )
-    return dg.SensorResult(asset_events=[observation], cursor=version)
+
+
+def observed_optout_version(instance: dg.DagsterInstance) -> str | None:
+    records = instance.fetch_observations(OPTOUT_FOLDER, limit=1).records
+    if not records or records[0].asset_observation is None:
+        return None
+    return records[0].asset_observation.tags.get("dagster/data_version") or (
+        records[0].asset_observation.data_version
+    )
+
+
+def record_optout_folder(instance: dg.DagsterInstance, folder: str) -> None:
+    """Record the opt-out folder's current version when it differs from the last one recorded,
+    as the sensor does: runs outside the daemon (the CLI) leave the instance as the UI expects."""
+    version, count = optout_folder_version(folder)
+    if observed_optout_version(instance) != version:
+        instance.report_runless_asset_event(optout_observation(version, count, folder))

@@ -42,21 +42,29 @@ def built(data_root, tmp_path, monkeypatch):
 
 def test_first_ticks_on_built_data_request_nothing(built, data_root):
     defs, instance = built
+    # In the daemon's order: automation ticks as soon as the UI starts, the sensors' first ticks
+    # come next, then automation evaluates what they recorded.
+    auto = Automation(defs, instance)
+    assert auto.tick() == {}
     registry = evaluate_sensor(defs, instance, "source_registry_sensor", None)
     # The specs match what the tables were ingested from: nothing to run, no new partition; the
     # cursor keeps what the tick learnt.
     assert isinstance(registry, dg.SensorResult) and registry.skip_reason is not None
     assert not registry.run_requests and not registry.dynamic_partitions_requests
     assert isinstance(evaluate_sensor(defs, instance, "source_registry_sensor", registry.cursor), dg.SkipReason)
+    # The folder is as `prx-data run` recorded it: no new observation, so nothing downstream.
     optout = evaluate_sensor(defs, instance, "optout_folder_sensor", None)
-    auto = Automation(defs, instance)
+    assert isinstance(optout, dg.SensorResult) and not optout.asset_events
     assert auto.tick() == {}
     assert auto.tick() == {}
 
-    # The comparison is with what the table holds: a spec edited since the run re-ingests that
-    # source only.
+    # The comparisons are with what the tables hold: a spec edited since the run re-ingests that
+    # source only, and a new opt-out request reaches the corpus assets.
     spec = data_root / "sources" / "links.yaml"
     spec.write_text(spec.read_text() + "priority: 7\n")
     again = evaluate_sensor(defs, instance, "source_registry_sensor", registry.cursor)
     assert [(r.partition_key, r.asset_selection) for r in again.run_requests] == [("links", [dg.AssetKey("raw_samples")])]
-    assert isinstance(evaluate_sensor(defs, instance, "optout_folder_sensor", optout.cursor), dg.SkipReason)
+    (data_root / "optout" / "req-1.yaml").write_text("id: req-1\nurls: [https://example.com/me.jpg]\n")
+    changed = evaluate_sensor(defs, instance, "optout_folder_sensor", optout.cursor)
+    assert len(changed.asset_events) == 1
+    assert "optout_requests" in auto.tick()
