@@ -40,6 +40,8 @@ def start_ui(dagster_home: Path, port: int, host: str = "127.0.0.1", log_file=No
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "DAGSTER_DISABLE_TELEMETRY": "1"}
     # The code location imports prx_data from this checkout even where it is not installed.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    # `dagster dev` is what this command wraps on purpose; its notice to use `dg dev` is noise.
+    env.setdefault("PYTHONWARNINGS", "ignore:Function `dev_command` is superseded")
     return subprocess.Popen(
         dagster_dev_command(port, host), cwd=dagster_home, env=env, start_new_session=True,
         stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,

@@ -71,7 +71,12 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
     elif settings.ray_address:
         from prx_data.defs.cluster import RayClusterAddress
 
-        ray = RayClusterAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, data_execution_options={"verbose_progress": False})
+        from dagster_ray.configs import Lifecycle
+
+        # A cluster this run did not create: connect and disconnect, never "delete" it (dagster-ray
+        # would log that it deleted it, though deleting does nothing here).
+        ray = RayClusterAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, lifecycle=Lifecycle(cleanup="never"),
+                                data_execution_options={"verbose_progress": False})
     else:
         ray = RunLocalRay(ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"}, data_execution_options={"verbose_progress": False})
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
