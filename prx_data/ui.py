@@ -64,7 +64,9 @@ def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host:
     def _stop(signum, _frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, _stop)
+    # SIGTERM and a closed terminal stop it as Ctrl-C does: dagster dev and Ray run in their own
+    # process groups, so nothing else would stop them.
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     with shared_local_ray() as ray_address:
         process = start_ui(dagster_home, port, host)
         try:
@@ -81,4 +83,5 @@ def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host:
             return 0
         finally:
             stop_process_group(process, timeout_s=30)
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
