@@ -184,6 +184,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if home and not os.environ.get("DAGSTER_HOME"):
         os.environ["DAGSTER_HOME"] = home
     _use_data_root(root)
+    import dagster as dg
+
+    from prx_data.defs.automation import show_automation_on
+
+    with dg.DagsterInstance.get() as instance:
+        show_automation_on(instance)
     return serve_ui(root, Path(os.environ["DAGSTER_HOME"]), port=args.port, host=args.host)
 
 

@@ -96,6 +96,15 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 )
 
 
+def show_automation_on(instance: dg.DagsterInstance) -> None:
+    """Clear the pre-sensor auto-materialize pause flag, which nothing here uses (automation runs
+    as ``prx_automation``, an automation condition sensor) but which the UI's job pages read:
+    left unset, they say "Auto-materialize off" while automation runs."""
+    from dagster._daemon.asset_daemon import set_auto_materialize_paused
+
+    set_auto_materialize_paused(instance, False)
+
+
 # --- retries ------------------------------------------------------------------------------------
 
 # For raw_samples, phashes and mds_shards: Ray workers lost, object-store hiccups and Lance
