@@ -75,6 +75,20 @@ def ui(data_root, tmp_path, monkeypatch):
         log.close()
 
 
+def _run_launched_from_the_ui(partition: str, timeout_s: float = 120) -> str:
+    """The id of the run the click created (the launch toast comes and goes too fast to rely on)."""
+    import dagster as dg
+
+    deadline = time.monotonic() + timeout_s
+    with dg.DagsterInstance.get() as instance:
+        while time.monotonic() < deadline:
+            runs = instance.get_runs(dg.RunsFilter(tags={"dagster/from_ui": "true", "dagster/partition": partition}), limit=1)
+            if runs:
+                return runs[0].run_id
+            time.sleep(1)
+    raise AssertionError("no run was launched from the UI")
+
+
 def test_ui_opens_on_the_last_run_and_runs_a_chain_from_a_click(ui, data_root):
     url, process, log = ui
     text = log.read_text()
@@ -98,11 +112,8 @@ def test_ui_opens_on_the_last_run_and_runs_a_chain_from_a_click(ui, data_root):
         page.get_by_role("menuitem").filter(has_text=SOURCE).first.click()
         page.keyboard.press("Escape")
         page.get_by_role("button", name="Launch 1 run").click()
-        view = page.get_by_role("link", name="View").first
-        view.wait_for()
-        run_url = view.get_attribute("href")
-        assert re.search(r"/runs/[0-9a-f-]{36}$", run_url), run_url
-        page.goto(run_url if run_url.startswith("http") else url + run_url)
+        run_id = _run_launched_from_the_ui(SOURCE)
+        page.goto(f"{url}/runs/{run_id}")
         # The run page follows the run live; the status tag turns to Success (or Failure).
         outcome = page.get_by_text(re.compile(r"^(Success|Failure)$")).first
         outcome.wait_for(timeout=600_000)
