@@ -89,11 +89,29 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
 
 
 def _ui_hint() -> str:
-    return (
-        "\nOpen the Dagster UI on this data:\n"
-        f"  cd {REPO_ROOT} && DAGSTER_HOME={os.environ['DAGSTER_HOME']} PRX_DATA_ROOT={os.environ['PRX_DATA_ROOT']} \\\n"
-        "    .venv/bin/dagster dev -w workspace.yaml   # then browse http://127.0.0.1:3000\n"
-    )
+    root = os.environ.get("PRX_DATA_ROOT") or str(Path("data").resolve())
+    return f"\nOpen the Dagster UI on this data:\n  .venv/bin/prx-data ui          # or: prx-data ui --root {root}\n"
+
+
+def _state_file() -> Path:
+    """Where the last ``demo`` / ``run`` records its data root, for ``prx-data ui``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "prx-data" / "last_run.json"
+
+
+def _remember_data_root() -> None:
+    import json
+
+    state = _state_file()
+    try:
+        state.parent.mkdir(parents=True, exist_ok=True)
+        from prx_data.settings import get_settings
+
+        root = get_settings().data_root
+        root = root if "://" in root else str(Path(root).resolve())
+        state.write_text(json.dumps({"data_root": root, "dagster_home": os.environ.get("DAGSTER_HOME")}))
+    except OSError:
+        pass  # a read-only home: `prx-data ui --root` still works
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -143,10 +161,16 @@ def _run_everything(args: argparse.Namespace) -> int:
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}")
     sources = [s for s in registry.sources if not args.source or s in args.source]
-    defs = build_defs()
-    with _open_instance(sources) as instance:
-        outcome = materialize_sources(defs, instance, sources)
-        corpus_ok = materialize_corpus(defs, instance)
+    from prx_data.local_ray import shared_local_ray
+
+    # One Ray for the whole command: every source's run and every step connect to it, instead
+    # of each run starting and stopping its own.
+    with shared_local_ray():
+        defs = build_defs()
+        with _open_instance(sources) as instance:
+            outcome = materialize_sources(defs, instance, sources)
+            corpus_ok = materialize_corpus(defs, instance)
+    _remember_data_root()
     print(_summary(sources))
     print(_ui_hint())
     failed = [s for s, ok in outcome.items() if not ok]
@@ -154,6 +178,34 @@ def _run_everything(args: argparse.Namespace) -> int:
         print(f"FAILED: {', '.join(failed) or 'corpus assets'}")
         return 1
     return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    import json
+
+    from prx_data.ui import serve_ui
+
+    if args.root:
+        root, home = Path(args.root).resolve(), None
+    elif os.environ.get("PRX_DATA_ROOT"):
+        root, home = Path(os.environ["PRX_DATA_ROOT"]).resolve(), None
+    else:
+        try:
+            last = json.loads(_state_file().read_text())
+        except (OSError, ValueError):
+            print("no data root: run `prx-data demo` or `prx-data run` first, or give --root", file=sys.stderr)
+            return 2
+        root, home = Path(last["data_root"]), last.get("dagster_home")
+    if home and not os.environ.get("DAGSTER_HOME"):
+        os.environ["DAGSTER_HOME"] = home
+    _use_data_root(root)
+    import dagster as dg
+
+    from prx_data.defs.automation import show_automation_on
+
+    with dg.DagsterInstance.get() as instance:
+        show_automation_on(instance)
+    return serve_ui(root, Path(os.environ["DAGSTER_HOME"]), port=args.port, host=args.host)
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
@@ -356,6 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--root", help="data root (default: $PRX_DATA_ROOT or ./data)")
     run.add_argument("--source", action="append", help="only these sources")
     run.set_defaults(func=cmd_run)
+
+    ui = sub.add_parser("ui", help="the Dagster UI on the data of the last demo / run (Ctrl-C stops it)")
+    ui.add_argument("--root", help="data root (default: the last demo / run's)")
+    ui.add_argument("--port", type=int, help="default: 3000 if free, else any free port")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.set_defaults(func=cmd_ui)
 
     sources = sub.add_parser("sources", help="list registered sources and bad specs")
     sources.add_argument("--root")

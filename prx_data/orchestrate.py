@@ -46,6 +46,10 @@ def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, log: 
     job = defs.resolve_job_def("corpus")
     if not job.asset_layer.executable_asset_keys:
         return True
+    from prx_data.defs.automation import record_optout_folder
+
+    # What the opt-out sensor would record: the UI opened later sees the folder as unchanged.
+    record_optout_folder(instance, defs.resources["registry"].optout_dir)
     log("[corpus] materializing corpus-wide assets ...")
     result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)
     return result.success

@@ -40,7 +40,7 @@ def demo(tmp_path_factory):
 def test_demo_runs_end_to_end(demo):
     code, manifest, out = demo
     assert code == 0
-    assert "Summary" in out and "dagster dev -w workspace.yaml" in out
+    assert "Summary" in out and "prx-data ui" in out
     assert "exported" in out and "skipped" in out
 
     paths = StoragePaths.from_settings(get_settings())

@@ -42,9 +42,33 @@ PER_SOURCE = (
     & ~dg.AutomationCondition.in_progress()
 ).with_label("per_source")
 
+# How far up the graph the corpus assets look for per-source work in flight: corpus_report ->
+# skip_lists -> corpus_index -> mds_shards -> caption_labels -> captions -> raw_samples.
+_UPSTREAM_DEPTH = 6
+
+
+def _anywhere_upstream(condition: dg.AutomationCondition) -> dg.AutomationCondition:
+    """True when any asset upstream, at any depth, matches ``condition``.
+
+    Direct deps are not enough: skip_lists depends on caption_labels (which a chain run has
+    already materialized) and on corpus_index, and would start while that run still exports the
+    source's shards to mds_shards, upstream of corpus_index only; then run again after it.
+    """
+    reach = condition
+    for _ in range(_UPSTREAM_DEPTH - 1):
+        reach = condition | dg.AutomationCondition.any_deps_match(reach)
+    return dg.AutomationCondition.any_deps_match(reach)
+
+
+# Per-source work not finished: a run planned to materialize an asset partition upstream and has
+# not yet (queued or running, exports included).
+_upstream_in_progress = _anywhere_upstream(dg.AutomationCondition.in_progress()).with_label("upstream_in_progress")
+
 # A per-source parent that is about to start is as good as running: without this, the corpus
 # assets would be requested on the very tick that requests the chain of a new source (any
 # dep "will be requested" counts as updated) and run before the chain, then again after it.
+# Direct deps suffice here: a corpus asset whose per-source parents wait holds back the corpus
+# assets below it, which only react to it.
 _per_source_parent_starting = dg.AutomationCondition.any_deps_match(
     dg.AutomationCondition.will_be_requested()
 ).allow(per_source_selection)
@@ -53,7 +77,7 @@ _per_source_parent_starting = dg.AutomationCondition.any_deps_match(
 # source that never exported (a broken spec) must not hold the whole corpus back.
 CORPUS_SETTLED = (
     dg.AutomationCondition.any_deps_updated().since_last_handled()
-    & ~dg.AutomationCondition.any_deps_in_progress()
+    & ~_upstream_in_progress
     & ~_per_source_parent_starting.with_label("per_source_parent_starting")
     & ~dg.AutomationCondition.in_progress()
 ).with_label("corpus_settled")
@@ -72,6 +96,15 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 )
 
 
+def show_automation_on(instance: dg.DagsterInstance) -> None:
+    """Clear the pre-sensor auto-materialize pause flag, which nothing here uses (automation runs
+    as ``prx_automation``, an automation condition sensor) but which the UI's job pages read:
+    left unset, they say "Auto-materialize off" while automation runs."""
+    from dagster._daemon.asset_daemon import set_auto_materialize_paused
+
+    set_auto_materialize_paused(instance, False)
+
+
 # --- retries ------------------------------------------------------------------------------------
 
 # For raw_samples, phashes and mds_shards: Ray workers lost, object-store hiccups and Lance
@@ -83,9 +116,10 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 # would replace with "Exceeded max_retries"; the run retry still re-runs them, from staging.
 TRANSIENT_RETRY = dg.RetryPolicy(max_retries=2, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
-# Op tag that the executor limits to one op at a time per run (see jobs.py): raw_samples,
-# phashes, captions and caption_labels all commit to the same Lance table of the run's source,
-# and a second concurrent commit fails with a commit conflict.
+# Marks the ops that commit to the run's source table (raw_samples, phashes, captions,
+# caption_labels): a second concurrent commit fails with a commit conflict. The in-process
+# executor (executor.py) runs a run's steps one at a time; the tag names the constraint for any
+# executor that would not.
 SOURCE_TABLE_WRITER_TAG = {"prx/lance_writer": "source_table"}
 
 
@@ -110,6 +144,35 @@ def labels_code_version() -> str:
 
     model, version = label_identity(parse_classifier_config(get_settings().classifier))
     return f"{model}@{version}"
+
+
+# --- the GPU pool ---------------------------------------------------------------------------------
+
+GPU_POOL = "gpu"
+
+
+def _uses_local_gpu(config) -> bool:
+    # vLLM always runs on GPU workers; transformers / MiniLM only with a CUDA device. A remote
+    # OpenAI-compatible server and source captions use no GPU of this deployment.
+    if config.backend == "vllm":
+        return True
+    return str(getattr(config, "device", "cpu")).startswith("cuda")
+
+
+def captions_pool() -> str | None:
+    """``gpu`` when the configured captioner runs on a GPU here, else no pool: CPU backends must
+    not queue sources behind each other for a GPU they never use."""
+    from prx_data.captioning.factory import parse_captioner_config
+    from prx_data.settings import get_settings
+
+    return GPU_POOL if _uses_local_gpu(parse_captioner_config(get_settings().captioner)) else None
+
+
+def labels_pool() -> str | None:
+    from prx_data.labeling.factory import parse_classifier_config
+    from prx_data.settings import get_settings
+
+    return GPU_POOL if _uses_local_gpu(parse_classifier_config(get_settings().classifier)) else None
 
 
 def export_code_version() -> str:
@@ -171,12 +234,36 @@ def optout_folder(context) -> dg.ObserveResult:
 )
 def optout_folder_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
     version, count = optout_folder_version(registry.optout_dir)
-    if context.cursor == version:
-        return dg.SkipReason(f"opt-out folder unchanged ({count} file(s))")
-    observation = dg.AssetObservation(
+    # A first tick (no cursor) compares with the version last recorded in the instance (by an
+    # earlier sensor or by `prx-data run`), so opening the UI on built data records nothing new.
+    baseline = context.cursor or observed_optout_version(context.instance)
+    if baseline == version:
+        skip = dg.SkipReason(f"opt-out folder unchanged ({count} file(s))")
+        return skip if context.cursor == version else dg.SensorResult(skip_reason=skip, cursor=version)
+    return dg.SensorResult(asset_events=[optout_observation(version, count, registry.optout_dir)], cursor=version)
+
+
+def optout_observation(version: str, count: int, folder: str) -> dg.AssetObservation:
+    return dg.AssetObservation(
         asset_key=OPTOUT_FOLDER,
         # The tag observe functions write: automation compares these data versions.
         tags={"dagster/data_version": version},
-        metadata={"files": count, "folder": dg.MetadataValue.path(registry.optout_dir)},
+        metadata={"files": count, "folder": dg.MetadataValue.path(folder)},
     )
-    return dg.SensorResult(asset_events=[observation], cursor=version)
+
+
+def observed_optout_version(instance: dg.DagsterInstance) -> str | None:
+    records = instance.fetch_observations(OPTOUT_FOLDER, limit=1).records
+    if not records or records[0].asset_observation is None:
+        return None
+    return records[0].asset_observation.tags.get("dagster/data_version") or (
+        records[0].asset_observation.data_version
+    )
+
+
+def record_optout_folder(instance: dg.DagsterInstance, folder: str) -> None:
+    """Record the opt-out folder's current version when it differs from the last one recorded,
+    as the sensor does: runs outside the daemon (the CLI) leave the instance as the UI expects."""
+    version, count = optout_folder_version(folder)
+    if observed_optout_version(instance) != version:
+        instance.report_runless_asset_event(optout_observation(version, count, folder))

@@ -4,20 +4,19 @@ what that function returns, so module-level jobs or assets beside it would be dr
 
 import dagster as dg
 
-from prx_data.defs.automation import SOURCE_TABLE_WRITER_TAG
-
 
 @dg.definitions
 def executor() -> dg.Definitions:
-    """At most one op tagged as a writer of the run's source table at a time.
+    """Every step of a run in the run's own process, one after the other: the same way the CLI
+    (``execute_in_process``) runs them, so a chain costs the same from the UI as from the CLI.
 
-    raw_samples, phashes, captions and caption_labels each commit to the source's Lance table;
-    phashes and captions only depend on raw_samples, so the multiprocess executor would start them
-    together and the later commit would fail with a commit conflict. Runs of different sources
-    write different tables and are kept apart per partition by the run queue (see dagster.yaml).
-    ``execute_in_process`` (tests, the CLI) runs steps one by one and ignores this.
+    One process per step (the multiprocess executor) paid a Python start, the imports, a Ray
+    start and the resources' set-up for every step, minutes per chain on a small source, and the
+    chain gains nothing from parallel steps: raw_samples, phashes, captions and caption_labels
+    all commit to the same Lance table of the run's source (one writer at a time) and
+    mds_shards needs all of them. The work inside a step is parallel on Ray, and the steps of a
+    run share one Ray connection (``prx_data.local_ray`` keeps one Ray per command locally).
+    Runs of different sources still run side by side, kept apart per partition by the run queue
+    (dagster.yaml).
     """
-    ((key, value),) = SOURCE_TABLE_WRITER_TAG.items()
-    return dg.Definitions(
-        executor=dg.multiprocess_executor.configured({"tag_concurrency_limits": [{"key": key, "value": value, "limit": 1}]})
-    )
+    return dg.Definitions(executor=dg.in_process_executor)

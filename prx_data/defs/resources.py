@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 from dagster_ray import LocalRay, RayResource
 from pydantic import Field
@@ -29,11 +31,26 @@ class StorageResource(dg.ConfigurableResource):
 
 
 class SourceRegistryResource(dg.ConfigurableResource):
+    """The source specs (one YAML per source, PRX_SOURCES_DIR) and the opt-out requests folder
+    (PRX_OPTOUT_DIR)."""
+
     sources_dir: str
     optout_dir: str
 
     def load(self) -> Registry:
         return load_registry(self.sources_dir)
+
+
+class RunLocalRay(LocalRay):
+    """Ray started inside the run's process and stopped when the run ends, shared by the run's
+    steps. Used only when no Ray address is set (plain ``dagster dev``); ``prx-data run``,
+    ``demo`` and ``ui`` keep one local Ray for all their runs and connect to it instead."""
+
+    def connect(self, context):
+        # Listening on loopback only (_node_ip_address below), so Ray 2.60's token auth guards
+        # nothing here and would only print its notice on every run.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        return super().connect(context)
 
 
 _LOCAL_RAY_INIT = {
@@ -54,9 +71,14 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
     elif settings.ray_address:
         from prx_data.defs.cluster import RayClusterAddress
 
-        ray = RayClusterAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, data_execution_options={"verbose_progress": False})
+        from dagster_ray.configs import Lifecycle
+
+        # A cluster this run did not create: connect and disconnect, never "delete" it (dagster-ray
+        # would log that it deleted it, though deleting does nothing here).
+        ray = RayClusterAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, lifecycle=Lifecycle(cleanup="never"),
+                                data_execution_options={"verbose_progress": False})
     else:
-        ray = LocalRay(ray_init_options=_LOCAL_RAY_INIT, data_execution_options={"verbose_progress": False})
+        ray = RunLocalRay(ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"}, data_execution_options={"verbose_progress": False})
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
     from prx_data.defs.export.resources import ExportResource
 

@@ -113,3 +113,79 @@ def test_an_optout_folder_change_requests_only_what_depends_on_it(data_root, prx
     latest = instance.fetch_observations(dg.AssetKey("optout_folder"), limit=1).records[0]
     assert latest.asset_observation.data_version == observation.data_version
     assert auto.tick() == {}
+
+
+def _start_chain(prx_defs, instance: dg.DagsterInstance, partition: str) -> dg.DagsterRun:
+    """A launched run of one source's whole chain, as the automation sensor creates it (its
+    planned materializations are recorded when it is created)."""
+    job = prx_defs.resolve_job_def("source_pipeline")
+    keys = frozenset(dg.AssetKey(k) for k in PER_SOURCE)
+    return instance.create_run_for_job(
+        job.get_subset(asset_selection=keys), asset_selection=keys, tags={PARTITION_NAME_TAG: partition}, status=dg.DagsterRunStatus.STARTED
+    )
+
+
+def _corpus_ticks(history: list[dict]) -> int:
+    """Ticks that requested corpus assets: each is one corpus run launched."""
+    return sum(1 for wanted in history if any(asset in wanted for asset in CORPUS))
+
+
+def _built(data_root, prx_defs, instance, auto: Automation, names) -> None:
+    for name in names:
+        _spec(data_root, name)
+    auto.tick()
+    instance.add_dynamic_partitions("sources", list(names))
+    auto.tick()
+    report_materialized(instance, PER_SOURCE, list(names))
+    assert auto.tick() == _corpus()
+    report_materialized(instance, CORPUS)
+    assert auto.tick() == {}
+
+
+def test_one_new_source_one_corpus_run_after_its_export_finished(data_root, prx_defs, instance):
+    auto = Automation(prx_defs, instance)
+    _built(data_root, prx_defs, instance, auto, ["a", "b"])
+
+    instance.add_dynamic_partitions("sources", ["c"])
+    history = [auto.tick()]
+    assert history[0] == _chain("c")
+    run = _start_chain(prx_defs, instance, "c")
+    # The chain has written everything but its export: skip_lists reads caption_labels, which is
+    # done, yet must wait for mds_shards (upstream of corpus_index only).
+    report_materialized(instance, [a for a in PER_SOURCE if a != "mds_shards"], ["c"])
+    history.append(auto.tick())
+    assert history[-1] == {}
+    report_materialized(instance, ["mds_shards"], ["c"])
+    _finish(instance, run)
+    history.append(auto.tick())
+    assert history[-1] == _corpus()
+    report_materialized(instance, CORPUS)
+    history.append(auto.tick())
+    assert history[-1] == {}
+    assert _corpus_ticks(history) == 1
+
+
+def test_three_new_sources_at_once_one_corpus_run(data_root, prx_defs, instance):
+    auto = Automation(prx_defs, instance)
+    _built(data_root, prx_defs, instance, auto, ["a"])
+
+    new = ["d", "e", "f"]
+    instance.add_dynamic_partitions("sources", new)
+    history = [auto.tick()]
+    assert history[0] == _chain(*new)
+    runs = {name: _start_chain(prx_defs, instance, name) for name in new}
+    # They finish one by one, each export last; the corpus waits for the last one.
+    steps = [("d", ["raw_samples", "phashes", "captions"]), ("e", list(PER_SOURCE)), ("d", ["caption_labels", "mds_shards"]),
+             ("f", ["raw_samples", "phashes", "captions", "caption_labels"]), ("f", ["mds_shards"])]
+    for name, assets in steps:
+        report_materialized(instance, assets, [name])
+        if "mds_shards" in assets:
+            _finish(instance, runs[name])
+        history.append(auto.tick())
+        if name != "f" or "mds_shards" not in assets:
+            assert history[-1] == {}, (name, assets)
+    assert history[-1] == _corpus()
+    report_materialized(instance, CORPUS)
+    history.append(auto.tick())
+    assert history[-1] == {}
+    assert _corpus_ticks(history) == 1

@@ -68,7 +68,7 @@ def test_code_versions_name_what_decides_each_output(prx_defs, redeploy):
     assert other.resolve_asset_graph().get(dg.AssetKey("captions")).code_version == f"qwen3-vl-8b@{CAPTION_PROMPT_VERSION}"
 
 
-def test_one_writer_per_table_gpu_pool_and_retries(prx_defs):
+def test_one_writer_per_table_gpu_pool_and_retries(prx_defs, redeploy):
     graph = prx_defs.resolve_asset_graph()
     (key, value), = SOURCE_TABLE_WRITER_TAG.items()
     for name in PER_SOURCE:
@@ -78,12 +78,19 @@ def test_one_writer_per_table_gpu_pool_and_retries(prx_defs):
         assert (op_tags.get(key) == value) == (name in WRITERS), name
         retried = name in {"raw_samples", "phashes", "mds_shards"}  # model backends retry per request
         assert (assets_def.node_def.retry_policy == TRANSIENT_RETRY) == retried, name
-        assert (node.pools == {"gpu"}) == (name in {"captions", "caption_labels"}), name
-    # Launched runs (automation's implicit job and the source job) run writers one at a time.
+        # The CPU defaults (source captions, MiniLM labels) use no GPU: no pool to queue on.
+        assert not node.pools, name
+    # Launched runs (automation's implicit job and the source job) run a run's steps in its own
+    # process one after the other, as the CLI does: one writer of the source table at a time.
     for job in (prx_defs.resolve_implicit_global_asset_job_def(), prx_defs.resolve_job_def("source_pipeline")):
-        config = job.executor_def.config_schema.resolve_config({}).value["config"]
-        assert config["tag_concurrency_limits"] == [{"key": key, "value": value, "limit": 1}]
+        assert job.executor_def.name == dg.in_process_executor.name
     assert TRANSIENT_RETRY.backoff == dg.Backoff.EXPONENTIAL and TRANSIENT_RETRY.max_retries >= 2
+
+    on_gpu = redeploy({"backend": "vllm"}).resolve_asset_graph()
+    assert on_gpu.get(dg.AssetKey("captions")).pools == {"gpu"}
+    assert not on_gpu.get(dg.AssetKey("caption_labels")).pools  # MiniLM on the CPU still
+    remote = redeploy({"backend": "openai", "model_id": "m", "server": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}})
+    assert not remote.resolve_asset_graph().get(dg.AssetKey("captions")).pools  # a server elsewhere
 
 
 def test_sensors_and_the_maintenance_schedule(prx_defs):

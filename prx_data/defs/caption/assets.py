@@ -12,7 +12,9 @@ from prx_data.defs.automation import (
     PER_SOURCE,
     SOURCE_TABLE_WRITER_TAG,
     captions_code_version,
+    captions_pool,
     labels_code_version,
+    labels_pool,
 )
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
@@ -44,8 +46,8 @@ class StageRunConfig(dg.Config):
     group_name="caption",
     kinds={"lance", "ray"},
     tags=PER_SOURCE_TAG,
-    pool="gpu",
     # From the configured captioner at load time (settings are fixed per code-location process).
+    pool=captions_pool(),
     code_version=captions_code_version(),
     automation_condition=PER_SOURCE,
     op_tags=SOURCE_TABLE_WRITER_TAG,
@@ -85,6 +87,7 @@ def captions(
             "caption_model": stats.extra["caption_model"],
             "caption_prompt_version": stats.extra["caption_prompt_version"],
             "lance_version": stats.version,
+            "table": dg.MetadataValue.path(uri),
         }
     )
 
@@ -95,7 +98,7 @@ def captions(
     group_name="caption",
     kinds={"lance", "ray"},
     tags=PER_SOURCE_TAG,
-    pool="gpu",
+    pool=labels_pool(),
     code_version=labels_code_version(),
     automation_condition=PER_SOURCE,
     op_tags=SOURCE_TABLE_WRITER_TAG,
@@ -130,5 +133,6 @@ def caption_labels(
             "label_model": stats.extra["label_model"],
             "label_version": stats.extra["label_version"],
             "lance_version": stats.version,
+            "table": dg.MetadataValue.path(uri),
         }
     )

@@ -17,8 +17,9 @@ from prx_data.labeling.factory import parse_classifier_config
 
 
 class CaptionerResource(dg.ConfigurableResource):
-    """``backend`` is one of source (the CPU default), openai, transformers, vllm; the other
-    keys are that backend's config (see prx_data/captioning/config.py)."""
+    """The captioning backend (PRX_CAPTIONER): source (keeps source captions, the CPU default),
+    openai (any OpenAI-compatible server), transformers or vllm (GPU workers); the other keys
+    are that backend's config (prx_data/captioning/config.py)."""
 
     config_json: str = Field(default='{"backend": "source"}', description="The backend config as JSON.")
 
@@ -32,7 +33,8 @@ class CaptionerResource(dg.ConfigurableResource):
 
 
 class ClassifierResource(dg.ConfigurableResource):
-    """``backend`` is one of minilm (the CPU default), openai, vllm."""
+    """The caption classifier (PRX_CLASSIFIER) that labels each caption visual, text or nsfw:
+    minilm (zero-shot on the CPU, the default), openai (a server elsewhere) or vllm (GPU)."""
 
     config_json: str = Field(default='{"backend": "minilm"}')
 

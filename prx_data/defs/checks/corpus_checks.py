@@ -3,6 +3,7 @@
 import contextlib
 import os
 import tempfile
+import time
 
 import dagster as dg
 
@@ -30,10 +31,26 @@ def _streaming_endpoint(storage_options: dict | None):
         os.environ.pop("S3_ENDPOINT_URL", None)
 
 
-def read_bucket(bucket_dir: str, storage_options: dict | None = None) -> int:
+def read_bucket(bucket_dir: str, storage_options: dict | None = None, attempts: int = 4) -> int:
     """Open one bucket folder the way a trainer does, with a plain ``StreamingDataset``, and read
     its first and last sample (two shards at most: a remote bucket is not downloaded whole).
-    Returns the sample count; raises what streaming raises."""
+    Returns the sample count; raises what streaming raises.
+
+    streaming names its shared memory by the first free number on the machine: two processes
+    opening datasets at the same moment (another run's check, a trainer) can pick the same name
+    and one gets FileExistsError. That says nothing about the bucket, so it is tried again.
+    """
+    for attempt in range(attempts):
+        try:
+            return _read_bucket_once(bucket_dir, storage_options)
+        except FileExistsError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _read_bucket_once(bucket_dir: str, storage_options: dict | None) -> int:
     from streaming import StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
 

@@ -17,12 +17,21 @@ from prx_data.lance_io import open_table
 MAX_INGEST_ERROR_SHARE = 0.10
 # Usable rows without a caption are dropped at export (require_caption); this many is a loss.
 MIN_CAPTION_COVERAGE = 0.95
-# Fewer words carry no description; more are cut by the text encoder's token budget.
-CAPTION_WORDS = (3, 300)
+# Fewer words carry no description (a file name, "banner"); short alt texts such as "the moon"
+# still do. More are cut by the text encoder's token budget.
+CAPTION_WORDS = (2, 300)
 MAX_CAPTION_LENGTH_OUTLIERS = 0.05
 # Not errors: these rows were excluded on purpose.
 _NOT_ERRORS = ("ok", "opted_out")
 _EXAMPLES = 5
+_EXCERPT = 80
+
+
+def _excerpt(text: str | None) -> str:
+    if text is None:
+        return "(none)"
+    text = " ".join(text.split())
+    return text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"
 
 
 def _missing(asset: str, uri: str) -> dg.AssetCheckResult:
@@ -45,12 +54,16 @@ def ingest_error_share(context: dg.AssetCheckExecutionContext, storage: StorageR
     rows = len(statuses)
     errors = sum(n for status, n in counts.items() if status not in _NOT_ERRORS)
     share = errors / rows if rows else 0.0
+    quoted = ", ".join(f"'{s}'" for s in _NOT_ERRORS)
+    failed = ds.to_table(columns=["source_key", "status", "error"], filter=f"status NOT IN ({quoted})", limit=_EXAMPLES).to_pylist()
+    examples = {r["source_key"]: f"{r['status']}: {_excerpt(r['error'])}" for r in failed}
     return dg.AssetCheckResult(
         passed=rows > 0 and share <= MAX_INGEST_ERROR_SHARE,
         severity=dg.AssetCheckSeverity.WARN,
         description=None if rows else "the source has no rows",
         metadata={"rows": rows, "error_rows": errors, "error_share": round(share, 4), "max_share": MAX_INGEST_ERROR_SHARE,
-                  "rows_by_status": dg.MetadataValue.json(dict(sorted(counts.items())))},
+                  "rows_by_status": dg.MetadataValue.json(dict(sorted(counts.items()))),
+                  "examples": dg.MetadataValue.json(examples), "table": dg.MetadataValue.path(uri)},
     )
 
 
@@ -85,16 +98,21 @@ def caption_coverage(context: dg.AssetCheckExecutionContext, storage: StorageRes
     ds = open_table(uri, storage.options)
     if ds is None or "caption" not in ds.schema.names:
         return _missing("captions", uri)
-    usable = ds.to_table(columns=["caption", "caption_error"], filter="status = 'ok'")
+    usable = ds.to_table(columns=["source_key", "caption", "caption_error"], filter="status = 'ok'")
     captioned = usable.num_rows - usable.column("caption").null_count
     coverage = captioned / usable.num_rows if usable.num_rows else 1.0
     errors = [e.split(":", 1)[0] for e in usable.column("caption_error").to_pylist() if e]
     by_error = {e: errors.count(e) for e in sorted(set(errors))}
+    uncaptioned = [
+        (key, error) for key, caption, error in zip(*(usable.column(c).to_pylist() for c in ("source_key", "caption", "caption_error")))
+        if caption is None
+    ][:_EXAMPLES]
     return dg.AssetCheckResult(
         passed=coverage >= MIN_CAPTION_COVERAGE,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={"usable_rows": usable.num_rows, "captioned": captioned, "coverage": round(coverage, 4),
-                  "min_coverage": MIN_CAPTION_COVERAGE, "uncaptioned_by_error": dg.MetadataValue.json(by_error)},
+                  "min_coverage": MIN_CAPTION_COVERAGE, "uncaptioned_by_error": dg.MetadataValue.json(by_error),
+                  "examples": dg.MetadataValue.json({key: error or "no caption" for key, error in uncaptioned})},
     )
 
 
@@ -109,12 +127,12 @@ def caption_length(context: dg.AssetCheckExecutionContext, storage: StorageResou
     ds = open_table(uri, storage.options)
     if ds is None or "caption" not in ds.schema.names:
         return _missing("captions", uri)
-    table = ds.to_table(columns=["sample_id", "caption"], filter="status = 'ok' AND caption IS NOT NULL")
+    table = ds.to_table(columns=["source_key", "caption"], filter="status = 'ok' AND caption IS NOT NULL")
     words = [len(c.split()) for c in table.column("caption").to_pylist()]
     lo, hi = CAPTION_WORDS
     outliers = [i for i, n in enumerate(words) if not lo <= n <= hi]
     share = len(outliers) / len(words) if words else 0.0
-    ids = table.column("sample_id").to_pylist()
+    keys, captions = table.column("source_key").to_pylist(), table.column("caption").to_pylist()
     return dg.AssetCheckResult(
         passed=share <= MAX_CAPTION_LENGTH_OUTLIERS,
         severity=dg.AssetCheckSeverity.WARN,
@@ -126,7 +144,8 @@ def caption_length(context: dg.AssetCheckExecutionContext, storage: StorageResou
             "out_of_range": len(outliers),
             "out_of_range_share": round(share, 4),
             "range": dg.MetadataValue.json(list(CAPTION_WORDS)),
-            "examples": dg.MetadataValue.json({ids[i]: words[i] for i in outliers[:_EXAMPLES]}),
+            # The item as its source names it, and what the caption says: readable, unlike ids.
+            "examples": dg.MetadataValue.json({keys[i]: f"{words[i]} word(s): {_excerpt(captions[i])}" for i in outliers[:_EXAMPLES]}),
         },
     )
 

@@ -32,7 +32,7 @@ class ExportRunConfig(dg.Config):
     automation_condition=PER_SOURCE,
     retry_policy=TRANSIENT_RETRY,
     description="Buckets, resizes (Lanczos), encodes (JPEG q92) and writes the source's usable rows "
-    "as MDS shards under <mds root>/<tier>/<HxW>/<source>/, incrementally: new and changed rows are "
+    "as MDS shards under `{mds root}/{tier}/{HxW}/{source}/`, incrementally: new and changed rows are "
     "appended as new shards in one commit (a changed caption re-uses the encoded bytes), old "
     "placements are skipped as 'superseded', and a bucket is rewritten once they pass 10 %; a run "
     "with nothing new does no image work. Records each sample's shard and index (or drop reason).",

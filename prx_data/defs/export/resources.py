@@ -8,6 +8,9 @@ from prx_data.imaging.buckets import BucketConfig
 
 
 class ExportResource(dg.ConfigurableResource):
+    """How the export is shaped: resolution tiers and aspect buckets, shard size, and which
+    labels and uncaptioned rows are left out of training (skip lists, drop reasons)."""
+
     tiers: list[int] = Field(default_factory=lambda: [512, 1024, 2048, 4096])
     max_upscale: float = 4 / 3
     ar_min: float = 0.5

@@ -48,5 +48,6 @@ def phashes(context: dg.AssetExecutionContext, config: PhashConfig, storage: Sto
             "images_per_s": round(stats.rows_per_s, 1),
             "phash_version": PHASH_VERSION,
             "lance_version": stats.version,
+            "table": dg.MetadataValue.path(uri),
         }
     )

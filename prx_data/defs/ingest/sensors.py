@@ -4,6 +4,11 @@ The sensor only adds partitions and requests ``raw_samples``; declarative automa
 (``prx_data/defs/automation.py``) requests the rest of the chain: a new partition is missing, so
 its whole chain is requested in one run, and a re-ingested ``raw_samples`` is an upstream update
 for the stages below it. A second path that ran the chain too would run it twice.
+
+Idempotent start: every ``raw_samples`` materialization records the fingerprint of the spec it
+ingested. A tick that has not seen a source yet (the first tick after ``prx-data demo`` or
+``run``, a reset cursor) compares the spec with that record instead of assuming a change, so
+opening the UI on built data launches nothing.
 """
 
 import json
@@ -15,6 +20,17 @@ from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource
 
 RAW_SAMPLES = dg.AssetKey("raw_samples")
+
+
+def ingested_fingerprint(instance: dg.DagsterInstance, source: str) -> str | None:
+    """The spec fingerprint recorded by the latest raw_samples materialization of ``source``."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=RAW_SAMPLES, asset_partitions=[source]), limit=1
+    ).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    value = records[0].asset_materialization.metadata.get("spec_fingerprint")
+    return None if value is None else str(value.value)
 
 
 @dg.sensor(
@@ -40,8 +56,10 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
         seen[name] = fingerprint
         if name not in known:
             continue  # missing in a new partition: automation requests its whole chain
-        # A known partition whose spec changed, or that this cursor has not seen yet (a reset
-        # cursor, a partition added by the CLI): re-ingest is incremental, so asking is cheap.
+        if ingested_fingerprint(context.instance, name) == fingerprint:
+            continue  # not seen by this cursor, but its table already holds this spec
+        # A known partition whose spec changed since its table was ingested, or that was never
+        # ingested: re-ingest is incremental, so asking is cheap.
         run_requests.append(
             dg.RunRequest(
                 partition_key=name,
@@ -50,11 +68,14 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
                 tags={SOURCE_TAG_FINGERPRINT: fingerprint},
             )
         )
+    cursor = json.dumps(seen, sort_keys=True)
     if not run_requests and not new_partitions:
         detail = f"; {len(reg.errors)} bad spec(s): " + "; ".join(map(str, reg.errors)) if reg.errors else ""
-        return dg.SkipReason(f"{len(reg.sources)} source(s), none new or changed{detail}")
+        skip = dg.SkipReason(f"{len(reg.sources)} source(s), none new or changed{detail}")
+        # Keep what this tick learnt from the tables, so later ticks compare with the cursor only.
+        return skip if cursor == context.cursor else dg.SensorResult(skip_reason=skip, cursor=cursor)
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=[sources_partitions.build_add_request(new_partitions)] if new_partitions else [],
-        cursor=json.dumps(seen, sort_keys=True),
+        cursor=cursor,
     )
