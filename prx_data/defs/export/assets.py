@@ -76,6 +76,10 @@ def mds_shards(
             "changed": stats.changed,
             "export_version": stats.version,
             "exports_table": dg.MetadataValue.path(storage.paths.exports_table(source)),
+            # Where this source's shards are, one folder per bucket.
+            "shard_folders": dg.MetadataValue.json(
+                {bucket: f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/" for bucket in sorted(stats.per_bucket)}
+            ),
         }
     )
 
@@ -141,7 +145,8 @@ def skip_lists(
     min_samples = get_settings().min_stream_samples
     merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
     per_reason = _sum_by(report.counts, "reason")
-    per_source = _sum_by(report.counts, "source")
+    # In samples: a sample skipped for two reasons is one sample.
+    per_source = _distinct_per_source(skips)
     streams = report.streams.to_pylist()
     for stream in streams:
         if stream["rewrite_recommended"]:
@@ -170,3 +175,9 @@ def _sum_by(counts, key: str) -> dict[str, int]:
     for row in counts.to_pylist():
         out[row[key]] = out.get(row[key], 0) + int(row["skipped"])
     return dict(sorted(out.items()))
+
+
+def _distinct_per_source(skips) -> dict[str, int]:
+    pairs = skips.select(["source", "sample_id"]).group_by(["source", "sample_id"]).aggregate([])
+    counts = pairs.group_by("source").aggregate([("sample_id", "count")])
+    return dict(zip(counts["source"].to_pylist(), counts["sample_id_count"].to_pylist()))
