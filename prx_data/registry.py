@@ -82,6 +82,18 @@ class DownloadConfig(BaseModel):
         return value
 
 
+class CheckThresholds(BaseModel):
+    """What the per-source asset checks accept. A source that is known to be noisy (a scraped URL
+    list with dead links, alt texts instead of captions) says so here, so its checks stay green
+    while it is as expected and fail with the reason when it gets worse."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_error_share: float = Field(0.10, ge=0, le=1, description="Rows that failed to ingest.")
+    min_caption_coverage: float = Field(0.95, ge=0, le=1, description="Usable rows with a caption.")
+    max_caption_length_outliers: float = Field(0.05, ge=0, le=1, description="Captions outside 2..300 words.")
+
+
 class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -112,6 +124,7 @@ class SourceSpec(BaseModel):
     )
     enabled: bool = True
     description: str | None = None
+    checks: CheckThresholds = Field(default_factory=CheckThresholds)
 
     @field_validator("name")
     @classmethod
@@ -161,7 +174,8 @@ class RegisteredSource:
     @property
     def fingerprint(self) -> str:
         """Changes whenever the spec's meaning changes; drives re-runs from the sensor."""
-        payload = json.dumps(self.spec.model_dump(mode="json"), sort_keys=True)
+        # Check thresholds change what is judged, not what is ingested: no re-run for them.
+        payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks"}), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def resolve_location(self) -> Path:

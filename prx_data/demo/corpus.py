@@ -45,7 +45,7 @@ import yaml
 from PIL import Image
 
 from prx_data.demo import images as im
-from prx_data.registry import SourceSpec
+from prx_data.registry import CheckThresholds, SourceSpec
 from prx_data.schema import Status
 
 ItemRef = tuple[str, str]  # (source name, key inside the source)
@@ -278,7 +278,34 @@ class _Builder:
         self._archive(pics)
         if self.url_base:
             self._remote(pics)
+        for src in self.sources.values():
+            self._declare_expected_noise(src)
         return self._manifest()
+
+    def _declare_expected_noise(self, src: DemoSource) -> None:
+        """Write into the spec how broken the source is on purpose (its broken files, links and
+        alt-text captions), so its checks are green while it is as built and fail, naming the
+        rows, when it gets worse. A real source declares the same (`checks:` in its spec)."""
+        items = list({i.key: i for i in src.items}.values())  # a repeated key is one row
+        ok = [i for i in items if i.status == "ok"]
+        captioned = [i for i in ok if i.caption]
+        error_share = sum(i.status not in ("ok", "opted_out") for i in items) / max(1, len(items))
+        coverage = len(captioned) / max(1, len(ok))
+        outliers = sum(not 2 <= len(i.caption.split()) <= 300 for i in captioned) / max(1, len(captioned))
+        slack = 0.02  # the demo's counts are exact; the slack only keeps float rounding out
+        defaults = CheckThresholds()
+        checks = {}
+        if error_share > defaults.max_error_share:
+            checks["max_error_share"] = round(min(1.0, error_share + slack), 2)
+        if coverage < defaults.min_caption_coverage:
+            checks["min_caption_coverage"] = round(max(0.0, coverage - slack), 2)
+        if outliers > defaults.max_caption_length_outliers:
+            checks["max_caption_length_outliers"] = round(min(1.0, outliers + slack), 2)
+        if checks:
+            body = yaml.safe_load(src.spec_path.read_text())
+            body["checks"] = checks
+            SourceSpec.model_validate(body)
+            src.spec_path.write_text(yaml.safe_dump(body, sort_keys=False))
 
     def _pictures(self) -> dict[str, _Payload]:
         """Encoded pictures that appear in more than one place, encoded once."""

@@ -82,6 +82,22 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
     assert checks["captions:caption_coverage"].metadata["captioned"].value == 3
     assert checks["captions:caption_length"].metadata["words_max"].value == 1
 
+    # The same source, its noise declared in its spec: green while it is as declared, and the
+    # spec change re-runs nothing (thresholds are not part of the source's fingerprint).
+    from prx_data.registry import load_registry
+
+    spec = data_root / "sources" / "bad.yaml"
+    before = load_registry(data_root / "sources").get("bad").fingerprint
+    spec.write_text(spec.read_text() + "checks: {max_error_share: 0.34, min_caption_coverage: 0.75, max_caption_length_outliers: 1.0}\n")
+    assert load_registry(data_root / "sources").get("bad").fingerprint == before
+    keys = {dg.AssetCheckKey(dg.AssetKey(a), n) for a, n in (name.split(":") for name in SOURCE_CHECKS)}
+    declared = prx_defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(), asset_check_selection=keys)
+    assert _passed(declared.execute_in_process(instance=instance, partition_key="bad")) == dict.fromkeys(SOURCE_CHECKS, True)
+    spec.write_text(spec.read_text().replace("max_error_share: 0.34", "max_error_share: 0.3"))
+    again = _checks(declared.execute_in_process(instance=instance, partition_key="bad"))
+    assert not again["raw_samples:ingest_error_share"].passed  # 2 of 6 > 0.3: worse than declared
+    assert again["raw_samples:ingest_error_share"].metadata["max_share"].value == 0.3
+
     corpus = auto.run(None, CORPUS)
     assert corpus.success
     share = _checks(corpus)["skip_lists:skipped_share_per_stream"]

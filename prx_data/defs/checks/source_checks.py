@@ -10,17 +10,17 @@ import dagster as dg
 import pyarrow.compute as pc
 
 from prx_data.defs.partitions import sources_partitions
-from prx_data.defs.resources import StorageResource
+from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.lance_io import open_table
+from prx_data.registry import CheckThresholds
 
-# Above this, a source is mostly broken links or files: worth a look before training on it.
-MAX_INGEST_ERROR_SHARE = 0.10
-# Usable rows without a caption are dropped at export (require_caption); this many is a loss.
-MIN_CAPTION_COVERAGE = 0.95
+# Defaults; a source's spec may set its own (`checks:`), e.g. a scraped list with dead links.
+# Above the error share, a source is mostly broken links or files: worth a look before training
+# on it. Usable rows without a caption are dropped at export (require_caption).
+_DEFAULTS = CheckThresholds()
 # Fewer words carry no description (a file name, "banner"); short alt texts such as "the moon"
 # still do. More are cut by the text encoder's token budget.
 CAPTION_WORDS = (2, 300)
-MAX_CAPTION_LENGTH_OUTLIERS = 0.05
 # Not errors: these rows were excluded on purpose.
 _NOT_ERRORS = ("ok", "opted_out")
 _EXAMPLES = 5
@@ -34,6 +34,11 @@ def _excerpt(text: str | None) -> str:
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"
 
 
+def _thresholds(registry: SourceRegistryResource, source: str) -> CheckThresholds:
+    found = registry.load().sources.get(source)
+    return found.spec.checks if found else _DEFAULTS
+
+
 def _missing(asset: str, uri: str) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=False, description=f"no {asset} table at {uri}", metadata={"table": dg.MetadataValue.path(uri)})
 
@@ -42,9 +47,12 @@ def _missing(asset: str, uri: str) -> dg.AssetCheckResult:
     asset="raw_samples",
     partitions_def=sources_partitions,
     description=f"Share of rows that failed to ingest (any status but ok / opted_out) is at most "
-    f"{MAX_INGEST_ERROR_SHARE:.0%}.",
+    f"{_DEFAULTS.max_error_share:.0%} (or the spec's checks.max_error_share).",
 )
-def ingest_error_share(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+def ingest_error_share(
+    context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
+) -> dg.AssetCheckResult:
+    max_share = _thresholds(registry, context.partition_key).max_error_share
     uri = storage.paths.raw_table(context.partition_key)
     ds = open_table(uri, storage.options)
     if ds is None:
@@ -58,10 +66,10 @@ def ingest_error_share(context: dg.AssetCheckExecutionContext, storage: StorageR
     failed = ds.to_table(columns=["source_key", "status", "error"], filter=f"status NOT IN ({quoted})", limit=_EXAMPLES).to_pylist()
     examples = {r["source_key"]: f"{r['status']}: {_excerpt(r['error'])}" for r in failed}
     return dg.AssetCheckResult(
-        passed=rows > 0 and share <= MAX_INGEST_ERROR_SHARE,
+        passed=rows > 0 and share <= max_share,
         severity=dg.AssetCheckSeverity.WARN,
         description=None if rows else "the source has no rows",
-        metadata={"rows": rows, "error_rows": errors, "error_share": round(share, 4), "max_share": MAX_INGEST_ERROR_SHARE,
+        metadata={"rows": rows, "error_rows": errors, "error_share": round(share, 4), "max_share": max_share,
                   "rows_by_status": dg.MetadataValue.json(dict(sorted(counts.items()))),
                   "examples": dg.MetadataValue.json(examples), "table": dg.MetadataValue.path(uri)},
     )
@@ -91,9 +99,13 @@ def fragment_count(context: dg.AssetCheckExecutionContext, storage: StorageResou
 @dg.asset_check(
     asset="captions",
     partitions_def=sources_partitions,
-    description=f"At least {MIN_CAPTION_COVERAGE:.0%} of usable rows have a caption.",
+    description=f"At least {_DEFAULTS.min_caption_coverage:.0%} of usable rows have a caption (or the "
+    "spec's checks.min_caption_coverage).",
 )
-def caption_coverage(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+def caption_coverage(
+    context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
+) -> dg.AssetCheckResult:
+    min_coverage = _thresholds(registry, context.partition_key).min_caption_coverage
     uri = storage.paths.raw_table(context.partition_key)
     ds = open_table(uri, storage.options)
     if ds is None or "caption" not in ds.schema.names:
@@ -108,10 +120,10 @@ def caption_coverage(context: dg.AssetCheckExecutionContext, storage: StorageRes
         if caption is None
     ][:_EXAMPLES]
     return dg.AssetCheckResult(
-        passed=coverage >= MIN_CAPTION_COVERAGE,
+        passed=coverage >= min_coverage,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={"usable_rows": usable.num_rows, "captioned": captioned, "coverage": round(coverage, 4),
-                  "min_coverage": MIN_CAPTION_COVERAGE, "uncaptioned_by_error": dg.MetadataValue.json(by_error),
+                  "min_coverage": min_coverage, "uncaptioned_by_error": dg.MetadataValue.json(by_error),
                   "examples": dg.MetadataValue.json({key: error or "no caption" for key, error in uncaptioned})},
     )
 
@@ -119,10 +131,14 @@ def caption_coverage(context: dg.AssetCheckExecutionContext, storage: StorageRes
 @dg.asset_check(
     asset="captions",
     partitions_def=sources_partitions,
-    description=f"At most {MAX_CAPTION_LENGTH_OUTLIERS:.0%} of captions are shorter than "
-    f"{CAPTION_WORDS[0]} or longer than {CAPTION_WORDS[1]} words.",
+    description=f"At most {_DEFAULTS.max_caption_length_outliers:.0%} of captions are shorter than "
+    f"{CAPTION_WORDS[0]} or longer than {CAPTION_WORDS[1]} words (or the spec's "
+    "checks.max_caption_length_outliers).",
 )
-def caption_length(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+def caption_length(
+    context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
+) -> dg.AssetCheckResult:
+    max_outliers = _thresholds(registry, context.partition_key).max_caption_length_outliers
     uri = storage.paths.raw_table(context.partition_key)
     ds = open_table(uri, storage.options)
     if ds is None or "caption" not in ds.schema.names:
@@ -134,7 +150,7 @@ def caption_length(context: dg.AssetCheckExecutionContext, storage: StorageResou
     share = len(outliers) / len(words) if words else 0.0
     keys, captions = table.column("source_key").to_pylist(), table.column("caption").to_pylist()
     return dg.AssetCheckResult(
-        passed=share <= MAX_CAPTION_LENGTH_OUTLIERS,
+        passed=share <= max_outliers,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
             "captions": len(words),
