@@ -390,5 +390,8 @@ def test_gpu_worker_image_matches_ray_and_python_of_the_code_location():
     assert f"FROM rayproject/ray:{RAY_VERSION}-py311-gpu" in text
     assert f"-t {GPU_IMAGE}:{PROJECT_VERSION}" in text
     requirements = (DEPLOYMENTS / "gpu-worker" / "requirements.txt").read_text()
-    assert f"ray[data]=={RAY_VERSION}" in requirements
+    common = (DEPLOYMENTS / "gpu-worker" / "requirements-common.txt").read_text()
+    assert "-r requirements-common.txt" in requirements and "vllm==0.29.0" in requirements
+    # Ray Serve: the engine's metrics logger imports it (the engine actor dies without it).
+    assert f"ray[data,serve]=={RAY_VERSION}" in common and "pylance==" in common
     assert "--no-deps" in text  # prx_data's own transformers<5 pin must not reach this image
