@@ -16,12 +16,17 @@ def tiny_vlm_dir(tmp_path_factory):
     return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny-qwen3-vl"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_local():
-    """One small local Ray for the processor-building tests (building needs ray.init)."""
+    """Ray for the processor-building tests (building needs ray.init): the session's shared head
+    when there is one. A second cluster started here would outlive the module and be inherited
+    (RAY_ADDRESS) by later tests' subprocesses, which then run on a one-CPU Ray of the wrong
+    environment."""
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
-    if started:
+    if started and os.environ.get("PRX_RAY_ADDRESS"):
+        ray.init(address=os.environ["PRX_RAY_ADDRESS"], log_to_driver=False)
+    elif started:
         ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     yield ray
     if started:
