@@ -23,7 +23,7 @@ ROW_COLUMNS = (
     "label", "label_model", "label_version", "label_error", "label_score", "phash", "phash_version",
     "phash_degenerate", "image_sha256", "ingested_at",
     # The run that wrote each derived column group (stages.columns.run_id_column).
-    "phash_run_id", "caption_run_id", "label_run_id",
+    "ingest_run_id", "phash_run_id", "caption_run_id", "label_run_id",
 )
 
 
@@ -35,6 +35,7 @@ class Placement:
     index_in_shard: int | None
     drop_reason: str | None
     export_version: str | None
+    export_run_id: str | None = None  # the run that placed (or dropped) it
     skipped: list[dict] = field(default_factory=list)  # reason, sidecar, kept_sample_id
 
 
@@ -83,7 +84,9 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
 
     out = []
     for row in ds.to_table(filter=f"sample_id = {sql_string(sid)}").to_pylist():
-        placement = Placement(row["tier"], row["bucket"], row["shard"], row["index_in_shard"], row["drop_reason"], row["export_version"])
+        placement = Placement(
+            row["tier"], row["bucket"], row["shard"], row["index_in_shard"], row["drop_reason"], row["export_version"], row.get("export_run_id")
+        )
         if row["shard"]:
             for sidecar in shard_sidecars(mds_root, row["shard"], options):
                 if sid in sidecar.sample_ids:
@@ -175,7 +178,8 @@ def format_record(record: LineageRecord) -> str:
     lines = [
         f"sample {row['sample_id']}  (matched by {record.matched_by})",
         f"  source     {row['source']} : {row['source_key']}",
-        f"  status     {row['status']}" + (f"  ({row['error']})" if row.get("error") else ""),
+        f"  status     {row['status']}" + (f"  ({row['error']})" if row.get("error") else "")
+        + (f"  [ingest run={row['ingest_run_id']}]" if row.get("ingest_run_id") else ""),
     ]
     for key in ("source_url", "license", "image_format"):
         if row.get(key):
@@ -202,9 +206,10 @@ def format_record(record: LineageRecord) -> str:
         lines.append("  export     not exported yet")
     for p in record.placements:
         if p.shard:
-            lines.append(f"  shard      {p.shard} #{p.index_in_shard}  (tier {p.tier}, bucket {p.bucket}, {p.export_version})")
+            run = f" run={p.export_run_id}" if p.export_run_id else ""
+            lines.append(f"  shard      {p.shard} #{p.index_in_shard}  (tier {p.tier}, bucket {p.bucket}, {p.export_version}{run})")
         else:
-            lines.append(f"  export     dropped: {p.drop_reason}")
+            lines.append(f"  export     dropped: {p.drop_reason}" + (f" [run={p.export_run_id}]" if p.export_run_id else ""))
         for s in p.skipped:
             kept = f", kept copy {s['kept_sample_id']}" if s.get("kept_sample_id") else ""
             lines.append(f"  SKIPPED    {s['reason']}{kept}  ({s['sidecar']})")

@@ -51,6 +51,8 @@ def raw_schema(embedding_dim: int | None = None) -> pa.Schema:
         pa.field("status", pa.string(), nullable=False),
         pa.field("error", pa.string()),
         pa.field("ingested_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        # The orchestrator's run that last wrote the row (new, changed or metadata-updated).
+        pa.field("ingest_run_id", pa.string()),
     ]
     if embedding_dim:
         fields.append(pa.field("embedding", pa.list_(pa.float32(), embedding_dim)))
@@ -106,6 +108,7 @@ EXPORT_SCHEMA = pa.schema(
         pa.field("drop_reason", pa.string()),
         pa.field("export_version", pa.string()),
         pa.field("exported_at", pa.timestamp("us", tz="UTC")),
+        pa.field("export_run_id", pa.string()),  # the run that placed (or dropped) the sample
         # What the exported sample was made from, so a re-run redoes only what changed:
         # image_key names the encoded bytes (image sha256, shape, export version, writer
         # columns), meta_key the other columns (caption, label, caption model).

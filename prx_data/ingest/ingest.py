@@ -302,7 +302,7 @@ def _batch(rows: list[dict], schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _metadata_schema(schema: pa.Schema) -> pa.Schema:
-    names = ("sample_id", *METADATA_COLUMNS, "ingested_at", "embedding")
+    names = ("sample_id", *METADATA_COLUMNS, "ingested_at", "ingest_run_id", "embedding")
     return pa.schema([schema.field(n) for n in names if n in schema.names])
 
 
@@ -337,8 +337,10 @@ class _Spill:
         self._dir.cleanup()
 
 
-def _row_batches(changes: Iterator[_Changes], schema: pa.Schema, spill: _Spill) -> Iterator[pa.RecordBatch]:
+def _row_batches(changes: Iterator[_Changes], schema: pa.Schema, spill: _Spill, run_id: str | None) -> Iterator[pa.RecordBatch]:
     for change in changes:
+        for row in (*change.rows, *change.metadata):
+            row["ingest_run_id"] = run_id
         if change.metadata:
             spill.add(change.metadata)
         if change.rows:
@@ -353,7 +355,10 @@ def ingest_source(
     rows_per_fragment: int = 1_000_000,
     storage_options: dict | None = None,
     optout: OptOutMatcher | None = None,
+    run_id: str | None = None,
 ) -> IngestStats:
+    """``run_id`` (e.g. Dagster's ``context.run_id``) goes to ``ingest_run_id`` on every row this
+    run writes, so lineage names the run that made each row."""
     started = time.perf_counter()
     stats = IngestStats(source=source.name)
     spec = source.spec
@@ -364,6 +369,9 @@ def ingest_source(
         )
     options = storage_options or None
     ds = open_table(uri, storage_options)
+    if ds is not None:
+        # Tables made before a raw column existed (e.g. ingest_run_id) get it, all null.
+        ds = ensure_columns(ds, raw_schema(spec.embedding_dim))
     if ds is not None and optout is not None:
         ds = ensure_columns(ds, PHASH_COLUMNS)  # an opted-out row keeps its fingerprint there (_row)
     existing = _load_existing(ds)
@@ -373,7 +381,7 @@ def ingest_source(
     present: set[str] = set()
     spill = _Spill(_metadata_schema(schema))
     try:
-        batches = _row_batches(iter_changes(source, existing, stats, present, optout), schema, spill)
+        batches = _row_batches(iter_changes(source, existing, stats, present, optout), schema, spill, run_id)
         first = next(batches, None)
         if stats.seen == 0 and existing.sha and not spec.allow_empty:
             raise EmptySource(

@@ -146,6 +146,7 @@ def export_source(
     scratch_dir: str | None = None,
     rewrite_share: float = REWRITE_SHARE,
     write_workers: int = 1,
+    run_id: str | None = None,
 ) -> ExportStats:
     """Bring the source's export up to date with its table, doing only the work that changed.
 
@@ -154,14 +155,15 @@ def export_source(
     which encodes its rows and writes its own shards per bucket; the driver then merges their
     indexes and commits once. The tasks write into ``<mds root>/_commits/`` (local roots) or
     ``scratch_dir`` (object-store roots), so they must share that filesystem with the driver
-    (one node, or a shared volume).
+    (one node, or a shared volume). ``run_id`` goes to ``export_run_id`` on every row this run
+    places or drops; kept rows keep the run that placed them.
     """
     with table_lock(table_uri, storage_options, purpose=f"export of {source}") as check:
         return _export(
             table_uri, source, mds_root=mds_root, exports_uri=exports_uri, bucket_cfg=bucket_cfg or BucketConfig(),
             writer_cfg=writer_cfg or MdsWriterConfig(), executor=executor, chunk_rows=chunk_rows,
             require_caption=require_caption, options=storage_options, progress=progress, scratch_dir=scratch_dir,
-            rewrite_share=rewrite_share, check=check, write_workers=write_workers,
+            rewrite_share=rewrite_share, check=check, write_workers=write_workers, run_id=run_id,
         )
 
 
@@ -169,7 +171,7 @@ def _column(table: pa.Table, name: str) -> list:
     return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
 
 
-def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers) -> ExportStats:
+def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers, run_id=None) -> ExportStats:
     started = time.perf_counter()
     stats = ExportStats(source=source, version=export_version(bucket_cfg))
     # The writer's columns decide the shard layout: a change must not append to old shards.
@@ -276,7 +278,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     for sid, reason in late_drops.items():
         drop[by_row[sid]] = reason
 
-    table = _exports_table(source, stats.version, now, ids, rows, drop, image_key, meta_key, keep, prev, export)
+    table = _exports_table(source, stats.version, (now, run_id), ids, rows, drop, image_key, meta_key, keep, prev, export)
     changed = export is not None or bool(new_sup) or not _same_exports(prev_table, table)
     if changed:
         lance.write_dataset(table, exports_uri, mode="overwrite", storage_options=options)
@@ -443,37 +445,42 @@ def _write_parallel(ds, source, todo, meta, samples, *, mds_root, options, write
         shutil.rmtree(parts_root, ignore_errors=True)
 
 
-def _exports_table(source, version, now, ids, rows, drop, image_key, meta_key, keep, prev, export) -> pa.Table:
+def _exports_table(source, version, made, ids, rows, drop, image_key, meta_key, keep, prev, export) -> pa.Table:
     phash = _column(rows, "phash")
     out: dict[str, list] = {name: [] for name in EXPORT_SCHEMA.names}
 
-    def add(i, tier, bucket, shard, index, reason, exported_at):
+    def add(i, tier, bucket, shard, index, reason, when):
+        exported_at, run_id = when
         for name, value in (
             ("sample_id", ids[i]), ("source", source), ("tier", tier), ("bucket", bucket), ("shard", shard),
             ("index_in_shard", index), ("phash", phash[i]), ("drop_reason", reason), ("export_version", version),
-            ("exported_at", exported_at), ("image_key", image_key[i]), ("meta_key", meta_key[i]),
+            ("exported_at", exported_at), ("export_run_id", run_id), ("image_key", image_key[i]), ("meta_key", meta_key[i]),
         ):
             out[name].append(value)
+
+    def before(p) -> tuple:
+        """When and by which run an unchanged row was made: its earlier values."""
+        return (p.get("exported_at") or made[0], p.get("export_run_id"))
 
     by_row = {sid: i for i, sid in enumerate(ids)}
     for i in keep:
         p = prev[ids[i]]
-        add(i, p["tier"], p["bucket"], p["shard"], p["index_in_shard"], None, p.get("exported_at") or now)
+        add(i, p["tier"], p["bucket"], p["shard"], p["index_in_shard"], None, before(p))
     if export is not None:
         for r in export.lineage.to_pylist():
-            add(by_row[r["sample_id"]], r["tier"], r["bucket"], r["shard"], r["index_in_shard"], None, now)
+            add(by_row[r["sample_id"]], r["tier"], r["bucket"], r["shard"], r["index_in_shard"], None, made)
     for i, reason in enumerate(drop):
         if reason:
             p = prev.get(ids[i])
             same = p is not None and p.get("drop_reason") == reason
-            add(i, None, None, None, None, reason, (p.get("exported_at") or now) if same else now)
+            add(i, None, None, None, None, reason, before(p) if same else made)
     return pa.table(out).select(EXPORT_SCHEMA.names).cast(EXPORT_SCHEMA).sort_by("sample_id")
 
 
 def _same_exports(prev: pa.Table | None, new: pa.Table) -> bool:
     if prev is None or prev.schema.names != new.schema.names:
         return False
-    columns = [c for c in new.schema.names if c != "exported_at"]
+    columns = [c for c in new.schema.names if c not in ("exported_at", "export_run_id")]
     return prev.select(columns).sort_by("sample_id").equals(new.select(columns).sort_by("sample_id"))
 
 

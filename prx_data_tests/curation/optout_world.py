@@ -115,7 +115,7 @@ class World:
 
         registry = load_registry(self.root / "sources")
         uri = self.paths.raw_table(name)
-        ingest_source(registry.get(name), uri, storage_options=self.options, optout=ingest_matcher(self.optout_dir))
+        ingest_source(registry.get(name), uri, storage_options=self.options, optout=ingest_matcher(self.optout_dir), run_id=run_id)
         compute_phashes(uri, executor="local", storage_options=self.options, run_id=run_id)
 
     def caption(self, name: str, run_id: str | None = None) -> None:
@@ -126,12 +126,12 @@ class World:
         processor = make_processor(fn, columns=["source_caption"], with_images=False, executor="local")
         run_column_stage(self.paths.raw_table(name), captioner_stage(self.captioner), processor, storage_options=self.options, run_id=run_id)
 
-    def export(self, name: str) -> None:
+    def export(self, name: str, run_id: str | None = None) -> None:
         from prx_data.stages.export_stage import export_source
 
         export_source(
             self.paths.raw_table(name), name, mds_root=self.mds_root, exports_uri=self.paths.exports_table(name),
-            executor="local", storage_options=self.options,
+            executor="local", storage_options=self.options, run_id=run_id,
         )
 
     def chain(self, name: str) -> None:

@@ -31,13 +31,23 @@ def test_each_row_records_the_run_that_wrote_it(data_root):
     w.caption("s1", run_id="run-cap-2")
     w.captioner += 1  # a new captioner redoes every caption: a third run writes them all
     w.caption("s1", run_id="run-cap-3")
-    w.export("s1")
+    w.export("s1", run_id="run-exp-1")
+    w.sources["s1"]["c"] = Item((2, "exact"), "https://a.example.org/c.jpg")
+    w.write_source("s1")
+    w.ingest("s1", run_id="run-hash-3")
+    w.caption("s1", run_id="run-cap-4")
+    w.export("s1", run_id="run-exp-2")  # incremental: a and b stay where run-exp-1 put them
 
     (a,) = find(w.paths, ["s1"], sample_id=sample_id("s1", "a"))
     (b,) = find(w.paths, ["s1"], sample_id=sample_id("s1", "b"))
     assert (a.row["phash_run_id"], b.row["phash_run_id"]) == ("run-hash-1", "run-hash-2")
     assert a.row["caption_run_id"] == b.row["caption_run_id"] == "run-cap-3"
     assert "run=run-hash-1" in format_record(a) and "run=run-cap-3" in format_record(a)
+    (c,) = find(w.paths, ["s1"], sample_id=sample_id("s1", "c"))
+    # Ingest: the run that last wrote each row; export: the run that placed each sample.
+    assert (a.row["ingest_run_id"], b.row["ingest_run_id"], c.row["ingest_run_id"]) == ("run-hash-1", "run-hash-2", "run-hash-3")
+    assert [p.export_run_id for p in a.placements] == ["run-exp-1"] and [p.export_run_id for p in c.placements] == ["run-exp-2"]
+    assert "ingest run=run-hash-1" in format_record(a) and "run=run-exp-1" in format_record(a)
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "PRX_DATA_ROOT": str(data_root)}
     code = (

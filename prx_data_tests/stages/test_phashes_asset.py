@@ -38,6 +38,9 @@ def test_phashes_on_ray_resume_and_duplicates(data_root, prx_defs, instance):
     assert meta["rows_hashed"] == ok.num_rows > 0
     assert ok.column("phash").null_count == 0
     assert set(ok.column("phash_version").to_pylist()) == {PHASH_VERSION}
+    # Each row names the Dagster run that wrote it (ingest) and that hashed it.
+    runs = ds.to_table(columns=["ingest_run_id", "phash_run_id"], filter="status = 'ok'")
+    assert set(runs.column("ingest_run_id").to_pylist()) == set(runs.column("phash_run_id").to_pylist()) == {results["web"].run_id}
     # Unusable rows are never touched.
     assert ds.to_table(columns=["phash_version"], filter="status != 'ok'").column("phash_version").null_count == ds.count_rows(filter="status != 'ok'")
 

@@ -55,6 +55,7 @@ def mds_shards(
         executor=config.executor,
         chunk_rows=config.chunk_rows,
         write_workers=config.write_workers,
+        run_id=context.run_id,
         require_caption=export.require_caption,
         storage_options=storage.options,
         progress=ProgressLogger(context.log, "exported"),

@@ -41,6 +41,7 @@ def raw_samples(
             rows_per_fragment=storage.rows_per_fragment,
             storage_options=storage.options,
             optout=ingest_matcher(registry.optout_dir),
+            run_id=context.run_id,
         )
     except SourceUnavailable as exc:
         raise dg.Failure(description=f"source {source.name!r}: {exc}") from exc
