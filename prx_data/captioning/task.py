@@ -36,21 +36,9 @@ FUSED_SCHEMA = {
 
 
 def sampling_params(sampling: CaptionSampling, **extra: Any) -> dict[str, Any]:
-    """vLLM SamplingParams kwargs; the same keys for every row (one Arrow type)."""
-    params: dict[str, Any] = {
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "max_tokens": sampling.max_tokens,
-        "presence_penalty": sampling.presence_penalty,
-    }
-    if sampling.top_k is not None:
-        params["top_k"] = sampling.top_k
-    if sampling.seed is not None:
-        params["seed"] = sampling.seed
-    if sampling.stop:
-        params["stop"] = list(sampling.stop)
-    params.update(extra)
-    return params
+    """vLLM SamplingParams kwargs: the OpenAI-compatible ones (the same keys for every row, one
+    Arrow type) plus the task's own."""
+    return {**sampling.openai_params(), **extra}
 
 
 class CaptionTask(VLMTask):

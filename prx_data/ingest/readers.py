@@ -49,6 +49,19 @@ class _BadValue(ValueError):
     """A record field holds a value of the wrong type or encoding."""
 
 
+def _json_object(data: bytes, what: str) -> dict:
+    """A sidecar or tar member that must hold a JSON object; ``what`` names it in the error."""
+    try:
+        record = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise _BadValue(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except (json.JSONDecodeError, RecursionError):
+        raise _BadValue(f"{what} is not valid JSON") from None
+    if not isinstance(record, dict):
+        raise _BadValue(f"{what} is not a JSON object")
+    return record
+
+
 @dataclass(frozen=True)
 class _Context:
     spec: SourceSpec
@@ -338,14 +351,7 @@ def _sidecar_caption(image: Path, ctx: _Context) -> str | None:
         data, refused = read_contained(meta, ctx.root, SIDECAR_MAX_BYTES)
         if refused is not None:
             raise _BadValue(f"sidecar {meta.name}: {refused.error}")
-        try:
-            record = json.loads(data.decode("utf-8-sig"))
-        except UnicodeDecodeError as exc:
-            raise _BadValue(f"sidecar {meta.name} is not UTF-8: {exc.reason} at byte {exc.start}") from None
-        except (json.JSONDecodeError, RecursionError):
-            raise _BadValue(f"sidecar {meta.name} is not valid JSON") from None
-        if not isinstance(record, dict):
-            raise _BadValue(f"sidecar {meta.name} is not a JSON object")
+        record = _json_object(data, f"sidecar {meta.name}")
         name = "caption" if "caption" in record else "text"
         return _caption(record.get(name), ctx.spec, f"sidecar {meta.name} '{name}'")
     return None
@@ -412,16 +418,7 @@ def _wds_item(archive: tarfile.TarFile, key: str, members: dict[str, list[tarfil
     try:
         meta: dict[str, Any] = {}
         if "json" in one:
-            raw = _member_bytes(archive, one["json"], SIDECAR_MAX_BYTES)
-            try:
-                loaded = json.loads(raw.decode("utf-8-sig"))
-            except UnicodeDecodeError as exc:
-                raise _BadValue(f"member {one['json'].name} is not UTF-8: {exc.reason} at byte {exc.start}") from None
-            except (json.JSONDecodeError, RecursionError):
-                raise _BadValue(f"member {one['json'].name} is not valid JSON") from None
-            if not isinstance(loaded, dict):
-                raise _BadValue(f"member {one['json'].name} is not a JSON object")
-            meta = loaded
+            meta = _json_object(_member_bytes(archive, one["json"], SIDECAR_MAX_BYTES), f"member {one['json'].name}")
         text_member = one.get("txt") or one.get("caption")
         if text_member is not None:
             caption = _text(_member_bytes(archive, text_member, SIDECAR_MAX_BYTES), f"member {text_member.name}")
