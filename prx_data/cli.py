@@ -361,6 +361,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         exclude_labels=tuple(args.exclude_label) if args.exclude_label is not None else ("nsfw", "text"),
         options=settings.storage_options,
         min_stream_samples=settings.min_stream_samples,
+        dedup_radius=settings.dedup_radius,
     )
     report = applied.optouts
     for error in report.errors:

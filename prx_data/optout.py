@@ -382,18 +382,22 @@ def refresh(
     options: dict | None = None,
     write_card: bool = True,
     min_stream_samples: int = 1,
+    dedup_radius: int | None = None,
 ) -> Applied:
     """Apply the opt-out folder now: resolve requests, rebuild the skip lists over the current
     export and refresh the data card. Nothing is re-exported, so this takes seconds."""
     import time
 
     from prx_data.imaging.buckets import BucketConfig
-    from prx_data.stages.exclusion import compute_skips, write_skip_lists
+    from prx_data.stages.exclusion import DEFAULT_DEDUP_RADIUS, compute_skips, write_skip_lists
 
     started = time.perf_counter()
     sources = sorted(priorities)
     report = apply_requests(paths, optout_dir, sources, options)
-    _, skips = compute_skips(paths, priorities, bucket_cfg=bucket_cfg or BucketConfig(), exclude_labels=exclude_labels, options=options)
+    radius = DEFAULT_DEDUP_RADIUS if dedup_radius is None else dedup_radius
+    _, skips = compute_skips(
+        paths, priorities, bucket_cfg=bucket_cfg or BucketConfig(), exclude_labels=exclude_labels, options=options, dedup_radius=radius
+    )
     skip_report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
     from prx_data.export.corpus_index import merge_all

@@ -9,13 +9,21 @@ same ``storage_options`` dict that Lance takes (keys as ``prx_data.settings`` bu
 
 Object stores have no rename and no directory: atomicity comes from the order of writes (data
 first, the one object that makes it visible last), which is the callers' job; here a single
-``write_bytes`` is one PUT, visible whole or not at all.
+``write_bytes`` is one PUT, visible whole or not at all, and on a local folder it is a temp file
+renamed over the target, so readers of either never see a torn file.
+
+This is the only module that tells a local root from an object store. Everything else reads
+and writes through ``locate``/``Location`` and the helpers below; the few libraries that need
+real files on this machine (MDSWriter, streaming's shard readers) ask ``local_path`` for the
+folder, or ``fetch_local`` for a copy, and nothing else branches on the kind of root.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +42,21 @@ class ObjectStoreError(RuntimeError):
 
 def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
+
+
+def local_path(uri: str) -> str | None:
+    """The absolute path on this machine when ``uri`` is a local file or folder, else None.
+
+    For code that must hand real paths to a library (MDSWriter, streaming's ``local``) or commit
+    by rename; an object store has neither, and such code goes through a local scratch copy.
+    """
+    return None if is_remote(uri) else os.path.abspath(uri.removeprefix("file://"))
+
+
+def resolve_root(root: str) -> str:
+    """A user-given root made absolute when it is a local folder; an object-store URI unchanged."""
+    local = local_path(root)
+    return root if local is None else local
 
 
 def join(root: str, *parts: str) -> str:
@@ -100,18 +123,76 @@ def try_read_bytes(loc: Location) -> bytes | None:
     return read_bytes(loc)
 
 
-def write_bytes(loc: Location, data: bytes) -> None:
-    if isinstance(loc.fs, pafs.LocalFileSystem):
-        from prx_data.export._fs import atomic_write_bytes
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write a local file via a temp file in the same folder, fsync, then rename over ``path``.
 
+    Same folder so the rename stays on one filesystem (atomic on POSIX); readers see the old
+    file or the new one, never a torn one.
+    """
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def fsync_dir(path: str) -> None:
+    """Persist a rename in local folder ``path`` (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _is_local(loc: Location) -> bool:
+    return isinstance(loc.fs, pafs.LocalFileSystem)
+
+
+def write_bytes(loc: Location, data: bytes) -> None:
+    """The whole object at once: a rename on a local folder, one PUT on an object store."""
+    if _is_local(loc):
         atomic_write_bytes(loc.path, data)
         return
     with loc.fs.open_output_stream(loc.path) as handle:
         handle.write(data)
 
 
+def write_if_changed(loc: Location, data: bytes) -> bool:
+    """``write_bytes`` unless the file already holds exactly these bytes; True when written.
+
+    Skipping unchanged files keeps mtimes stable, so syncs, caches and readers see no change.
+    """
+    if try_read_bytes(loc) == data:
+        return False
+    write_bytes(loc, data)
+    return True
+
+
 def exists(loc: Location) -> bool:
     return loc.fs.get_file_info(loc.path).type != pafs.FileType.NotFound
+
+
+def is_file(loc: Location) -> bool:
+    return loc.fs.get_file_info(loc.path).type == pafs.FileType.File
+
+
+def is_dir(loc: Location) -> bool:
+    """A folder, or on an object store a prefix that holds at least one object."""
+    return loc.fs.get_file_info(loc.path).type == pafs.FileType.Directory
 
 
 @dataclass(frozen=True)
@@ -131,9 +212,63 @@ def list_dir(loc: Location) -> list[Entry]:
     )
 
 
+def file_entry(loc: Location) -> Entry | None:
+    """Size and mtime of one file, or None when there is none."""
+    info = loc.fs.get_file_info(loc.path)
+    if info.type != pafs.FileType.File:
+        return None
+    return Entry(posixpath.basename(loc.path), False, info.size, info.mtime)
+
+
+def glob_files(loc: Location, pattern: str, *, recursive: bool = False) -> list[str]:
+    """Paths (relative to ``loc``, '/'-separated, sorted) of files whose name matches ``pattern``.
+
+    ``recursive`` walks the whole subtree; otherwise only direct children are matched.
+    """
+    selector = pafs.FileSelector(loc.path, allow_not_found=True, recursive=recursive)
+    base = loc.path.rstrip("/") + "/"
+    found = []
+    for info in loc.fs.get_file_info(selector):
+        if info.type == pafs.FileType.File and fnmatch.fnmatchcase(posixpath.basename(info.path), pattern):
+            found.append(info.path[len(base) :] if info.path.startswith(base) else posixpath.basename(info.path))
+    return sorted(found)
+
+
+def fetch_local(loc: Location, scratch: str) -> str:
+    """A local path holding ``loc``'s bytes, for libraries that only open real files.
+
+    A local file is returned as it is; an object is downloaded once into ``scratch`` (under its
+    own path, so distinct objects never share a copy). The caller owns ``scratch``.
+    """
+    if _is_local(loc):
+        return loc.path
+    target = os.path.join(scratch, *loc.path.split("/"))
+    if not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with loc.fs.open_input_stream(loc.path) as src, open(target + ".part", "wb") as dst:
+            while block := src.read(16 * 1024 * 1024):
+                dst.write(block)
+        os.replace(target + ".part", target)
+    return target
+
+
+def drop_local_copy(loc: Location, path: str) -> None:
+    """Remove what ``fetch_local`` downloaded for ``loc`` (a local original is left alone)."""
+    if not _is_local(loc) and os.path.exists(path):
+        os.remove(path)
+
+
 def delete_file(loc: Location) -> None:
     try:
         loc.fs.delete_file(loc.path)
+    except FileNotFoundError:
+        pass
+
+
+def delete_tree(loc: Location) -> None:
+    """Remove a folder (or every object under a prefix); nothing there is not an error."""
+    try:
+        loc.fs.delete_dir(loc.path)
     except FileNotFoundError:
         pass
 

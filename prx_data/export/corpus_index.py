@@ -22,19 +22,64 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
-from prx_data.storage_uri import Location, delete_file, is_remote, list_dir, locate, try_read_bytes, write_bytes
+from prx_data.storage_uri import (
+    Location,
+    delete_file,
+    is_file,
+    join,
+    list_dir,
+    locate,
+    read_bytes,
+    try_read_bytes,
+    write_bytes,
+    write_if_changed,
+)
 
 SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
 UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
 UNPUBLISHED_FORMAT = "prx-unpublished-bucket"
 
 MERGED_FORMAT = 1
+
+
+class _File(BaseModel):
+    # Unknown keys are ignored so a later writer can add fields without breaking older readers.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class SourceProvenance(_File):
+    index_sha256: str
+    samples: int = Field(ge=0)
+
+
+class MergedProvenance(_File):
+    """The ``prx`` block of a merged ``index.json`` (streaming ignores it)."""
+
+    format: Literal[1] = MERGED_FORMAT
+    sources: dict[str, SourceProvenance]
+
+
+class UnpublishedNote(_File):
+    """``unpublished.json``: why a bucket is in the tree but not streamed for training."""
+
+    format: Literal["prx-unpublished-bucket"] = UNPUBLISHED_FORMAT
+    version: Literal[1] = 1
+    reason: str
+    samples: int = Field(ge=0)
+    unskipped: int = Field(ge=0)
+    min_stream_samples: int = Field(ge=1)
+    sources: dict[str, str]
+
+    def to_bytes(self) -> bytes:
+        return dumps_stable(self.model_dump())
 
 
 @dataclass(frozen=True)
@@ -60,13 +105,19 @@ def _prefixed(info: dict, source: str) -> dict:
     return info
 
 
-def source_index_digests(bucket_dir: str) -> dict[str, str]:
+def source_index_digests(bucket_dir: str, storage_options: dict | None = None) -> dict[str, str]:
     """sha256 of every committed source's index.json in the bucket, by source."""
-    digests = {}
-    for source in list_sources(bucket_dir):
-        with open(os.path.join(bucket_dir, source, INDEX_BASENAME), "rb") as handle:
-            digests[source] = sha256_bytes(handle.read())
-    return digests
+    return {source: sha256_bytes(raw) for source, raw in _source_indexes(bucket_dir, storage_options).items()}
+
+
+def _source_indexes(bucket_dir: str, storage_options: dict | None) -> dict[str, bytes]:
+    bucket = locate(bucket_dir, storage_options)
+    found = {}
+    for source in list_sources(bucket_dir, storage_options):
+        raw = try_read_bytes(bucket.child(source, INDEX_BASENAME))
+        if raw is not None:  # removed by a concurrent publish since the listing
+            found[source] = raw
+    return found
 
 
 def _merged_object(bucket_dir: str, raw_by_source: dict[str, bytes]) -> tuple[dict | None, dict[str, str], int]:
@@ -95,41 +146,18 @@ def _merged_object(bucket_dir: str, raw_by_source: dict[str, bytes]) -> tuple[di
             samples_by_source[source] += int(info["samples"])
     if not shards:
         return None, {}, 0
-    obj = {
-        "version": 2,
-        "shards": shards,
-        "prx": {
-            "format": MERGED_FORMAT,
-            "sources": {
-                name: {"index_sha256": digest, "samples": samples_by_source[name]}
-                for name, digest in sources.items()
-            },
-        },
-    }
+    provenance = MergedProvenance(
+        sources={name: SourceProvenance(index_sha256=digest, samples=samples_by_source[name]) for name, digest in sources.items()}
+    )
+    obj = {"version": 2, "shards": shards, "prx": provenance.model_dump()}
     return obj, sources, sum(samples_by_source.values())
 
 
 def merge_bucket_index(bucket_dir: str, storage_options: dict | None = None, *, min_stream_samples: int = 1) -> MergedIndex:
     """(Re)write ``<bucket_dir>/index.json`` when the bucket is published; remove it when it has
     no source left or too few unskipped samples (``unpublished.json`` then says why)."""
-    if is_remote(bucket_dir):
-        return _merge_remote(locate(bucket_dir, storage_options), storage_options, min_stream_samples)
-    raw_by_source = {}
-    for source in list_sources(bucket_dir):
-        with open(os.path.join(bucket_dir, source, INDEX_BASENAME), "rb") as handle:
-            raw_by_source[source] = handle.read()
-    obj, sources, samples = _merged_object(bucket_dir, raw_by_source)
-    return _publish(locate(bucket_dir), obj, sources, samples, min_stream_samples)
-
-
-def _merge_remote(bucket: Location, storage_options: dict | None, min_stream_samples: int = 1) -> MergedIndex:
-    raw_by_source = {}
-    for source in list_sources(bucket.uri, storage_options):
-        raw = try_read_bytes(bucket.child(source, INDEX_BASENAME))
-        if raw is not None:  # removed by a concurrent publish since the listing
-            raw_by_source[source] = raw
-    obj, sources, samples = _merged_object(bucket.uri, raw_by_source)
-    return _publish(bucket, obj, sources, samples, min_stream_samples)
+    obj, sources, samples = _merged_object(bucket_dir, _source_indexes(bucket_dir, storage_options))
+    return _publish(locate(bucket_dir, storage_options), obj, sources, samples, min_stream_samples)
 
 
 def _skipped_now(bucket: Location, sources: dict[str, str]) -> int:
@@ -138,18 +166,16 @@ def _skipped_now(bucket: Location, sources: dict[str, str]) -> int:
     A manifest built against other source indexes says nothing about this export (and the loader
     refuses it until skip lists are rebuilt, which decides publication again).
     """
-    from prx_data.export.skiplist import MANIFEST_BASENAME
+    from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, parse_manifest
 
     raw = try_read_bytes(bucket.child(MANIFEST_BASENAME))
     if raw is None:
         return 0
     try:
-        manifest = json.loads(raw)
-        if manifest.get("sources") != sources:
-            return 0
-        return int(manifest.get("skipped", 0))
-    except (ValueError, TypeError, AttributeError):
+        manifest = parse_manifest(raw, bucket.child(MANIFEST_BASENAME).uri)
+    except SkiplistError:
         return 0  # a malformed manifest is reported by the loader, with its name
+    return manifest.skipped if manifest.sources == sources else 0
 
 
 def _publish(bucket: Location, obj: dict | None, sources: dict[str, str], samples: int, min_stream_samples: int) -> MergedIndex:
@@ -166,23 +192,19 @@ def _publish(bucket: Location, obj: dict | None, sources: dict[str, str], sample
         data = dumps_stable(obj)
         if current != data:
             write_bytes(target, data)
-        if try_read_bytes(marker) is not None:
+        if is_file(marker):
             delete_file(marker)
         return MergedIndex(bucket.uri, sources, num_shards, samples, current != data, unskipped, True)
     if current is not None:
         delete_file(target)
-    note = {
-        "format": UNPUBLISHED_FORMAT,
-        "version": 1,
-        "reason": "fully skipped" if unskipped <= 0 else "fewer unskipped samples than min_stream_samples",
-        "samples": samples,
-        "unskipped": max(0, unskipped),
-        "min_stream_samples": min_stream_samples,
-        "sources": sources,
-    }
-    data = dumps_stable(note)
-    if try_read_bytes(marker) != data:
-        write_bytes(marker, data)
+    note = UnpublishedNote(
+        reason="fully skipped" if unskipped <= 0 else "fewer unskipped samples than min_stream_samples",
+        samples=samples,
+        unskipped=max(0, unskipped),
+        min_stream_samples=min_stream_samples,
+        sources=sources,
+    )
+    write_if_changed(marker, note.to_bytes())
     return MergedIndex(bucket.uri, sources, num_shards, samples, current is not None, max(0, unskipped), False)
 
 
@@ -198,26 +220,16 @@ def merge_all(
     A bucket is published (gets its ``index.json``) only with at least ``min_stream_samples``
     unskipped samples (see the module doc). On an object-store root, shards of replaced exports
     are deleted afterwards once no index refers to them (``collect_garbage``).
-    ``storage_options`` default to the settings' when the root is remote and none are given, so
-    callers that only know the root still reach it.
+    ``storage_options`` reach an object-store root (callers pass the settings' own).
     """
     if min_stream_samples < 1:
         raise ValueError(f"min_stream_samples must be at least 1, got {min_stream_samples}")
-    if is_remote(mds_root) and storage_options is None:
-        from prx_data.settings import get_settings
-
-        storage_options = get_settings().storage_options
-    if not is_remote(mds_root):
-        return [
-            merge_bucket_index(ref.dir(mds_root), min_stream_samples=min_stream_samples)
-            for ref in list_buckets(mds_root)
-        ]
     root = locate(mds_root, storage_options)
     merged = []
     for ref in list_buckets(mds_root, storage_options):
         bucket = root.child(ref.rel)
         before = _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
-        merged.append(_merge_remote(bucket, storage_options, min_stream_samples))
+        merged.append(merge_bucket_index(ref.dir(mds_root), storage_options, min_stream_samples=min_stream_samples))
         collect_garbage(root, bucket, before, min_age_s=gc_min_age_s)
     return merged
 
@@ -228,8 +240,8 @@ def unpublished_buckets(mds_root: str, storage_options: dict | None = None) -> d
     found = {}
     for ref in list_buckets(mds_root, storage_options):
         raw = try_read_bytes(root.child(ref.rel, UNPUBLISHED_BASENAME))
-        if raw is not None and try_read_bytes(root.child(ref.rel, INDEX_BASENAME)) is None:
-            found[ref.rel] = json.loads(raw)
+        if raw is not None and not is_file(root.child(ref.rel, INDEX_BASENAME)):
+            found[ref.rel] = UnpublishedNote.model_validate_json(raw).model_dump()
     return found
 
 
@@ -282,16 +294,17 @@ def collect_garbage(root: Location, bucket: Location, previous_merged: set[str],
 
 def merged_source_digests(index_obj: dict) -> dict[str, str]:
     """The per-source digests recorded in a merged index object ({} if not a merged index)."""
-    sources = (index_obj.get("prx") or {}).get("sources") or {}
-    return {name: entry["index_sha256"] for name, entry in sources.items()}
+    block = index_obj.get("prx")
+    if not block:
+        return {}
+    return {name: entry.index_sha256 for name, entry in MergedProvenance.model_validate(block).sources.items()}
 
 
-def check_merged_fresh(bucket_dir: str) -> None:
+def check_merged_fresh(bucket_dir: str, storage_options: dict | None = None) -> None:
     """Raise ``StaleIndexError`` when a source was (re)exported after the merge."""
-    path = os.path.join(bucket_dir, INDEX_BASENAME)
-    with open(path, "rb") as handle:
-        recorded = merged_source_digests(json.loads(handle.read()))
-    current = source_index_digests(bucket_dir)
+    path = join(bucket_dir, INDEX_BASENAME)
+    recorded = merged_source_digests(json.loads(read_bytes(locate(path, storage_options))))
+    current = source_index_digests(bucket_dir, storage_options)
     if recorded != current:
         changed = sorted(set(recorded.items()) ^ set(current.items()))
         names = sorted({name for name, _ in changed})

@@ -12,9 +12,9 @@ killed while applying the journal is rolled forward by the next run (``recover_s
 bucket is swapped by two renames, so a reader can, for microseconds, find a bucket without the
 source's folder; it never finds a half-written one.
 
-Object-store roots (s3://, gs://) have no rename, so ``write_partition`` refuses them and
-``write_partition_remote`` publishes instead: the partition is written and checked in a local
-scratch root by ``write_partition``, then uploaded in an order that keeps the same promise
+Object-store roots (s3://, gs://) have no rename, so there ``write_partition`` publishes
+differently: the partition is written and checked in a local scratch root (as above), then
+uploaded in an order that keeps the same promise
 (a reader sees the previous export or the new one, never a half-written one):
 
 1. an in-flight marker ``_commits/<source>.<run id>.running`` (garbage collection leaves the
@@ -38,11 +38,13 @@ orchestrator's job (one Dagster run per source partition).
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import logging
 import os
 import re
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -62,7 +64,7 @@ from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_b
 from prx_data.storage_uri import (
     delete_file,
     exists,
-    is_remote,
+    local_path,
     locate,
     try_read_bytes,
     upload_file,
@@ -375,8 +377,16 @@ def write_partition(
     allow_empty: bool = False,
     rewrite: set[BucketRef] | None = None,
     parts: list[tuple[str, pa.Table]] | None = None,
+    storage_options: dict | None = None,
+    scratch_dir: str | None = None,
 ) -> PartitionExport:
     """Write all of ``source``'s samples and replace its previous export in one commit.
+
+    ``mds_root`` is a local folder or an object-store root (reached with ``storage_options``).
+    MDSWriter writes real files, so on an object store the partition is written in a local
+    scratch folder (under ``scratch_dir``, default the system temp) and published from there
+    (see the module doc); a local root is written in place and committed by renames. The
+    promise is the same on both: readers see the previous export or the new one, never half.
 
     ``parts`` merges the work of parallel writers instead: each part is (a root on the same
     filesystem, its lineage) that one task filled by calling ``write_partition`` on it; their
@@ -396,8 +406,46 @@ def write_partition(
     An empty input removes the source from the tree, so it needs ``allow_empty=True``: an
     upstream bug that yields nothing must not silently wipe a good export.
     """
-    if is_remote(mds_root):
-        raise NotImplementedError("object-store roots are published with write_partition_remote, not written directly")
+    local = local_path(mds_root)
+    if local is None:
+        return _publish_to_object_store(
+            samples, mds_root=mds_root, source=source, storage_options=storage_options, config=config, run_id=run_id,
+            allow_empty=allow_empty, scratch_dir=scratch_dir, rewrite=rewrite, parts=parts,
+        )
+    return _write_local(
+        samples, mds_root=local, source=source, config=config, run_id=run_id, allow_empty=allow_empty, rewrite=rewrite, parts=parts
+    )
+
+
+def parts_root(mds_root: str, source: str, scratch_dir: str | None = None) -> str:
+    """A fresh local folder for parallel writers' parts (``write_partition(parts=...)``).
+
+    Beside the tree when it is local (same filesystem, so merging moves shards instead of
+    copying them; a killed run's leftovers are removed first, under the source's lock), else in
+    ``scratch_dir``. The caller removes it.
+    """
+    local = local_path(mds_root)
+    if local is None:
+        return tempfile.mkdtemp(prefix=f"prx-parts-{source}-", dir=scratch_dir)
+    commits = os.path.join(local, COMMITS_DIR)
+    for stale in glob.glob(os.path.join(glob.escape(commits), f"{source}.parts-*")):
+        shutil.rmtree(stale, ignore_errors=True)
+    folder = os.path.join(commits, f"{source}.parts-{new_run_id()}")
+    os.makedirs(folder)
+    return folder
+
+
+def _write_local(
+    samples: Iterable[Mapping[str, Any]],
+    *,
+    mds_root: str,
+    source: str,
+    config: MdsWriterConfig | None,
+    run_id: str | None,
+    allow_empty: bool,
+    rewrite: set[BucketRef] | None,
+    parts: list[tuple[str, pa.Table]] | None,
+) -> PartitionExport:
     check_source(source)
     config = config or MdsWriterConfig()
     run_id = run_id or new_run_id()
@@ -551,18 +599,23 @@ def _remote_source_buckets(mds_root: str, source: str, storage_options: dict | N
     return [ref for ref in list_buckets(mds_root, storage_options) if exists(root.child(ref.rel, source, INDEX_BASENAME))]
 
 
-def write_partition_remote(
+def write_partition_remote(samples: Iterable[Mapping[str, Any]], **kwargs: Any) -> PartitionExport:
+    """``write_partition`` (kept for callers written before it took object-store roots)."""
+    return write_partition(samples, **kwargs)
+
+
+def _publish_to_object_store(
     samples: Iterable[Mapping[str, Any]],
     *,
     mds_root: str,
     source: str,
-    storage_options: dict | None = None,
-    config: MdsWriterConfig | None = None,
-    run_id: str | None = None,
-    allow_empty: bool = False,
-    scratch_dir: str | None = None,
-    rewrite: set[BucketRef] | None = None,
-    parts: list[tuple[str, pa.Table]] | None = None,
+    storage_options: dict | None,
+    config: MdsWriterConfig | None,
+    run_id: str | None,
+    allow_empty: bool,
+    scratch_dir: str | None,
+    rewrite: set[BucketRef] | None,
+    parts: list[tuple[str, pa.Table]] | None,
 ) -> PartitionExport:
     """``write_partition`` for an object-store root: write in local scratch, then publish.
 
@@ -573,8 +626,6 @@ def write_partition_remote(
     partition is complete and checked); ``scratch_dir`` picks where (default: the system temp).
     Lineage names the published objects (``<tier>/<HxW>/<source>/<run id>.shard.NNNNN.mds``).
     """
-    import tempfile
-
     check_source(source)
     run_id = run_id or new_run_id()
     started = time.perf_counter()
@@ -583,8 +634,8 @@ def write_partition_remote(
     marker = root.child(COMMITS_DIR, running_marker_name(source, run_id))
     sent = 0
     with tempfile.TemporaryDirectory(prefix=f"prx-mds-{source}-", dir=scratch_dir) as scratch:
-        export = write_partition(
-            samples, mds_root=scratch, source=source, config=config, run_id=run_id, allow_empty=True, parts=parts
+        export = _write_local(
+            samples, mds_root=scratch, source=source, config=config, run_id=run_id, allow_empty=True, rewrite=None, parts=parts
         )
         if not export.buckets and not allow_empty and rewrite is None:
             raise ValueError(f"source {source!r}: no samples to export (pass allow_empty=True to remove it)")

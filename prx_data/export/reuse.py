@@ -16,24 +16,17 @@ from collections.abc import Iterable, Iterator
 from streaming.base.format import reader_from_json
 
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets
-from prx_data.storage_uri import is_remote, locate, read_bytes, try_read_bytes
+from prx_data.storage_uri import drop_local_copy, fetch_local, locate, try_read_bytes
 
 
 def source_indexes(mds_root: str, source: str, storage_options: dict | None = None) -> dict[BucketRef, dict]:
     """The source's committed ``index.json`` per bucket it has."""
+    root = locate(mds_root, storage_options)
     found = {}
-    if is_remote(mds_root):
-        root = locate(mds_root, storage_options)
-        for ref in list_buckets(mds_root, storage_options):
-            raw = try_read_bytes(root.child(ref.rel, source, INDEX_BASENAME))
-            if raw is not None:
-                found[ref] = json.loads(raw)
-        return found
-    for ref in list_buckets(mds_root):
-        path = os.path.join(ref.source_dir(mds_root, source), INDEX_BASENAME)
-        if os.path.isfile(path):
-            with open(path, "rb") as handle:
-                found[ref] = json.loads(handle.read())
+    for ref in list_buckets(mds_root, storage_options):
+        raw = try_read_bytes(root.child(ref.rel, source, INDEX_BASENAME))
+        if raw is not None:
+            found[ref] = json.loads(raw)
     return found
 
 
@@ -50,29 +43,11 @@ class ShardReader:
     """Samples of published shards by (shard path relative to the root, index in shard)."""
 
     def __init__(self, mds_root: str, indexes: dict[BucketRef, dict], source: str, scratch: str, storage_options: dict | None = None) -> None:
-        self.mds_root = mds_root
-        self.remote = is_remote(mds_root)
-        self.root = locate(mds_root, storage_options) if self.remote else None
+        self.root = locate(mds_root, storage_options)
         self.scratch = scratch
         self.info = {
             f"{ref.rel}/{source}/{info['raw_data']['basename']}": info for ref, index in indexes.items() for info in index["shards"]
         }
-
-    def _reader(self, shard: str):
-        info = self.info.get(shard)
-        if info is None:
-            raise KeyError(f"shard {shard} is not in the source's index")
-        folder, name = shard.rsplit("/", 1)
-        if self.remote:
-            local = os.path.join(self.scratch, folder)
-            os.makedirs(local, exist_ok=True)
-            if not os.path.exists(os.path.join(local, name)):
-                data = read_bytes(self.root.child(*shard.split("/")))
-                with open(os.path.join(local, name), "wb") as handle:
-                    handle.write(data)
-        else:
-            local = os.path.join(self.mds_root, folder)
-        return reader_from_json(local, None, info), local, name
 
     def read(self, placements: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int, dict]]:
         """Yield (shard, index, sample) for each placement, grouped shard by shard."""
@@ -80,8 +55,15 @@ class ShardReader:
         for shard, index in placements:
             by_shard[shard].append(int(index))
         for shard in sorted(by_shard):
-            reader, local, name = self._reader(shard)
-            for index in sorted(by_shard[shard]):
-                yield shard, index, reader[index]
-            if self.remote:
-                os.remove(os.path.join(local, name))
+            info = self.info.get(shard)
+            if info is None:
+                raise KeyError(f"shard {shard} is not in the source's index")
+            # streaming's readers open real files: a remote shard is fetched, read, and dropped.
+            loc = self.root.child(*shard.split("/"))
+            path = fetch_local(loc, self.scratch)
+            try:
+                reader = reader_from_json(os.path.dirname(path), None, info)
+                for index in sorted(by_shard[shard]):
+                    yield shard, index, reader[index]
+            finally:
+                drop_local_copy(loc, path)

@@ -29,24 +29,23 @@ between is caught by those checks instead of being read as a smaller skip list.
 
 from __future__ import annotations
 
-import fnmatch
-import glob
+import glob as glob_mod
 import json
-import os
 import posixpath
 import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from prx_data.export._fs import dumps_stable, sha256_bytes, write_if_changed
-from prx_data.export.corpus_index import source_index_digests
+from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
-from prx_data.storage_uri import Location, delete_file, is_remote, list_dir, locate, try_read_bytes, write_bytes
+from prx_data.storage_uri import Location, delete_file, glob_files, join, locate, try_read_bytes, write_if_changed
 
 SIDECAR_FORMAT = "prx-skiplist"
 SIDECAR_VERSION = 1
@@ -54,6 +53,7 @@ MANIFEST_FORMAT = "prx-skiplist-manifest"
 MANIFEST_VERSION = 1
 MANIFEST_BASENAME = "skiplists.json"
 SKIP_INFIX = ".skip."
+SIDECAR_GLOB = "*" + SKIP_INFIX + "*.json"
 REWRITE_SHARE = 0.10  # above this skipped share a stream should be rewritten (DESIGN.md)
 _MAX_TOKEN = 160  # keeps '<shard>.skip.<token>.json' well under 255 bytes
 _PLAIN = re.compile(r"[A-Za-z0-9-]")
@@ -101,11 +101,76 @@ def sidecar_name(shard_basename: str, reason: str) -> str:
 
 def split_sidecar_name(name: str) -> tuple[str, str]:
     """'shard.00003.mds.skip.label_3Ansfw.json' -> ('shard.00003.mds', 'label:nsfw')."""
-    base = os.path.basename(name)
+    base = posixpath.basename(name)
     if not base.endswith(".json") or SKIP_INFIX not in base:
         raise ValueError(f"not a sidecar name: {name!r}")
     shard, token = base[: -len(".json")].rsplit(SKIP_INFIX, 1)
     return shard, decode_reason(token)
+
+
+# File models --------------------------------------------------------------------------------
+class _Strict(BaseModel):
+    # Strict: a float or a bool where an index belongs is a corrupt list, not a value to coerce.
+    # Unknown keys are ignored so a later writer can add fields without breaking older readers.
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class SidecarFile(_Strict):
+    """One sidecar's JSON, as written since ``SIDECAR_VERSION`` 1."""
+
+    format: Literal["prx-skiplist"]
+    version: Literal[1]
+    shard: str
+    reason: str
+    shard_samples: int = Field(ge=0)
+    indices: list[int]
+    sample_ids: list[str]
+    kept_sample_ids: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SidecarFile":
+        idx = self.indices
+        if idx and (idx[0] < 0 or idx[-1] >= self.shard_samples or any(b <= a for a, b in zip(idx, idx[1:]))):
+            raise ValueError("indices must be sorted, unique and within [0, shard_samples)")
+        if len(self.sample_ids) != len(idx):
+            raise ValueError("sample_ids must list one id per index")
+        if self.kept_sample_ids is not None and len(self.kept_sample_ids) != len(idx):
+            raise ValueError("kept_sample_ids must list one id per index")
+        return self
+
+    def to_bytes(self) -> bytes:
+        # kept_sample_ids is left out when None, as the first writer did: same inputs, same bytes.
+        return dumps_stable(self.model_dump(exclude_none=True))
+
+
+class ManifestEntry(_Strict):
+    path: str  # '<source>/<sidecar name>', relative to the bucket folder
+    reason: str
+    count: int = Field(ge=0)
+    sha256: str
+
+
+class ManifestFile(_Strict):
+    """A bucket's ``skiplists.json``."""
+
+    format: Literal["prx-skiplist-manifest"]
+    version: Literal[1]
+    sources: dict[str, str]  # source -> sha256 of its index.json at build time
+    samples: int = Field(0, ge=0)
+    skipped: int = Field(0, ge=0)
+    sidecars: list[ManifestEntry]
+
+    def to_bytes(self) -> bytes:
+        return dumps_stable(self.model_dump())
+
+
+def _why(error: ValidationError) -> str:
+    """The first problem of a validation error, in a line that names the field."""
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "missing":
+        return f"missing field {where!r}"
+    return f"{where}: {first['msg']}" if where else first["msg"].removeprefix("Value error, ")
 
 
 # Reading ------------------------------------------------------------------------------------
@@ -123,65 +188,40 @@ class Sidecar:
 def parse_sidecar(data: bytes, path: str, shard_samples: int | None = None) -> Sidecar:
     """Validate a sidecar's bytes; every error names ``path``."""
     try:
-        obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise SkiplistError(f"malformed skip-list sidecar {path}: {error}") from None
+        obj = SidecarFile.model_validate_json(data)
+    except ValidationError as error:
+        raise SkiplistError(f"malformed skip-list sidecar {path}: {_why(error)}") from None
     try:
-        if not isinstance(obj, dict) or obj.get("format") != SIDECAR_FORMAT:
-            raise ValueError(f"format is not {SIDECAR_FORMAT!r}")
-        if obj.get("version") != SIDECAR_VERSION:
-            raise ValueError(f"unsupported version {obj.get('version')!r}")
         shard_from_name, reason_from_name = split_sidecar_name(path)
-        if obj["shard"] != shard_from_name or obj["reason"] != reason_from_name:
-            raise ValueError(f"content ({obj['shard']!r}, {obj['reason']!r}) does not match the file name")
-        samples = obj["shard_samples"]
-        if not isinstance(samples, int) or samples < 0:
-            raise ValueError("shard_samples must be a non-negative int")
-        if shard_samples is not None and samples != shard_samples:
-            raise ValueError(f"built for a shard of {samples} samples, the shard has {shard_samples}")
-        raw = obj["indices"]
-        if not isinstance(raw, list) or not all(type(i) is int for i in raw):
-            raise ValueError("indices must be a list of ints")
-        indices = np.asarray(raw, dtype=np.int64)
-        if len(indices) and (indices[0] < 0 or indices[-1] >= samples or np.any(np.diff(indices) <= 0)):
-            raise ValueError("indices must be sorted, unique and within [0, shard_samples)")
-        sample_ids = obj["sample_ids"]
-        kept = obj.get("kept_sample_ids")
-        if not isinstance(sample_ids, list) or len(sample_ids) != len(indices):
-            raise ValueError("sample_ids must list one id per index")
-        if kept is not None and (not isinstance(kept, list) or len(kept) != len(indices)):
-            raise ValueError("kept_sample_ids must list one id per index")
-    except (KeyError, TypeError, ValueError) as error:
-        detail = f"missing field {error}" if isinstance(error, KeyError) else str(error)
-        raise SkiplistError(f"malformed skip-list sidecar {path}: {detail}") from None
-    return Sidecar(path, obj["shard"], obj["reason"], samples, indices, sample_ids, kept)
+    except ValueError as error:
+        raise SkiplistError(f"malformed skip-list sidecar {path}: {error}") from None
+    if obj.shard != shard_from_name or obj.reason != reason_from_name:
+        raise SkiplistError(f"malformed skip-list sidecar {path}: content ({obj.shard!r}, {obj.reason!r}) does not match the file name")
+    if shard_samples is not None and obj.shard_samples != shard_samples:
+        raise SkiplistError(
+            f"malformed skip-list sidecar {path}: built for a shard of {obj.shard_samples} samples, the shard has {shard_samples}"
+        )
+    indices = np.asarray(obj.indices, dtype=np.int64)
+    return Sidecar(path, obj.shard, obj.reason, obj.shard_samples, indices, list(obj.sample_ids), obj.kept_sample_ids)
 
 
-def read_sidecar(path: str, shard_samples: int | None = None) -> Sidecar:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        raise SkiplistError(f"missing skip-list sidecar {path}") from None
+def read_sidecar(path: str, shard_samples: int | None = None, storage_options: dict | None = None) -> Sidecar:
+    """One sidecar by path or URI (local or object store)."""
+    data = try_read_bytes(locate(path, storage_options))
+    if data is None:
+        raise SkiplistError(f"missing skip-list sidecar {path}")
     return parse_sidecar(data, path, shard_samples)
 
 
 def iter_root_sidecars(mds_root: str, storage_options: dict | None = None):
-    """Every skip-list sidecar under an MDS root, local or object store alike, parsed.
+    """Every skip-list sidecar under an MDS root, parsed; ``Sidecar.path`` is relative to the root.
 
     The report, the CLI summary and lineage count skips from here, so an ``s3://`` root reports
     the same numbers as a local one."""
-    import pyarrow.fs as pafs
-
     root = locate(mds_root, storage_options)
-    infos = root.fs.get_file_info(pafs.FileSelector(root.path, allow_not_found=True, recursive=True))
-    for info in sorted(infos, key=lambda i: i.path):
-        name = os.path.basename(info.path)
-        if info.type != pafs.FileType.File or SKIP_INFIX not in name or not name.endswith(".json"):
-            continue
-        rel = info.path[len(root.path) :].lstrip("/")
+    for rel in glob_files(root, SIDECAR_GLOB, recursive=True):
         data = try_read_bytes(root.child(rel))
-        if data is not None:
+        if data is not None:  # removed by a concurrent rebuild since the listing
             yield parse_sidecar(data, rel)
 
 
@@ -190,21 +230,23 @@ def shard_sidecars(mds_root: str, shard_rel: str, storage_options: dict | None =
     folder, shard = posixpath.split(shard_rel)
     loc = locate(mds_root, storage_options).child(folder)
     out = []
-    for entry in list_dir(loc):
-        if not entry.is_dir and entry.name.startswith(shard + SKIP_INFIX) and entry.name.endswith(".json"):
-            data = try_read_bytes(loc.child(entry.name))
-            if data is not None:
-                out.append(parse_sidecar(data, posixpath.join(folder, entry.name)))
+    for name in glob_files(loc, glob_mod.escape(shard) + SIDECAR_GLOB):
+        data = try_read_bytes(loc.child(name))
+        if data is not None:
+            out.append(parse_sidecar(data, posixpath.join(folder, name)))
     return out
 
 
-def shard_sidecar_paths(shard_path: str) -> list[str]:
-    return sorted(glob.glob(glob.escape(shard_path) + SKIP_INFIX + "*.json"))
-
-
-def read_shard_skips(shard_path: str, shard_samples: int | None = None) -> np.ndarray:
-    """Union (sorted int64) of the indices of every sidecar beside ``shard_path``."""
-    parts = [read_sidecar(path, shard_samples).indices for path in shard_sidecar_paths(shard_path)]
+def read_shard_skips(shard_path: str, shard_samples: int | None = None, storage_options: dict | None = None) -> np.ndarray:
+    """Union (sorted int64) of the indices of every sidecar beside ``shard_path`` (path or URI)."""
+    folder, name = posixpath.split(shard_path.rstrip("/"))
+    parent = locate(folder, storage_options)
+    parts = []
+    for rel in glob_files(parent, glob_mod.escape(name) + SIDECAR_GLOB):
+        data = try_read_bytes(parent.child(rel))
+        if data is None:
+            continue
+        parts.append(parse_sidecar(data, posixpath.join(folder, rel), shard_samples).indices)
     if not parts:
         return np.empty(0, np.int64)
     return np.unique(np.concatenate(parts))
@@ -218,20 +260,21 @@ class BucketSkips:
     num_skipped: int
 
 
-def read_manifest(path: str) -> dict:
+def parse_manifest(data: bytes, path: str) -> ManifestFile:
     try:
-        with open(path, "rb") as handle:
-            obj = json.loads(handle.read())
-    except FileNotFoundError:
+        return ManifestFile.model_validate_json(data)
+    except ValidationError as error:
+        raise SkiplistError(f"malformed skip-list manifest {path}: {_why(error)}") from None
+
+
+def read_manifest(path: str, storage_options: dict | None = None) -> ManifestFile:
+    data = try_read_bytes(locate(path, storage_options))
+    if data is None:
         raise SkiplistError(
             f"missing skip-list manifest {path}: build skip lists for this tree (skip_lists asset) "
             "or pass require_skiplists=False"
-        ) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise SkiplistError(f"malformed skip-list manifest {path}: {error}") from None
-    if not isinstance(obj, dict) or obj.get("format") != MANIFEST_FORMAT or obj.get("version") != MANIFEST_VERSION:
-        raise SkiplistError(f"malformed skip-list manifest {path}: not a {MANIFEST_FORMAT} v{MANIFEST_VERSION}")
-    return obj
+        )
+    return parse_manifest(data, path)
 
 
 def load_bucket_skips(
@@ -239,55 +282,67 @@ def load_bucket_skips(
     shard_samples: dict[str, int] | None = None,
     fetch: Callable[[str], str] | None = None,
     expected_sources: dict[str, str] | None = None,
+    storage_options: dict | None = None,
 ) -> BucketSkips:
     """Load and check every sidecar a bucket's manifest lists, unioned per shard.
 
-    ``fetch(relative path) -> local path`` brings a file of a remote bucket into a local cache;
-    without it ``bucket_dir`` is local and sidecars on disk that the manifest does not list are
-    an error too (a crash between writing sidecars and the manifest).
+    ``bucket_dir`` is a folder or an object-store prefix (reached with ``storage_options``); its
+    sidecars that the manifest does not list are an error too (a crash between writing sidecars
+    and the manifest). ``fetch(relative path) -> local path`` instead brings each file into a
+    local cache (the loader's streams do this); the unlisted check is then left out, since a
+    cache holds only what was fetched.
     ``shard_samples`` (shard basename -> samples) checks each sidecar against the index in use.
     ``expected_sources`` (source -> index sha256, from the merged index in use) must equal what
     the lists were built against: indices into another export of a source would skip the wrong
     samples.
     """
-    manifest_rel = MANIFEST_BASENAME
-    manifest_path = fetch(manifest_rel) if fetch else os.path.join(bucket_dir, manifest_rel)
-    manifest = read_manifest(manifest_path)
-    per_shard: dict[str, list[np.ndarray]] = defaultdict(list)
-    listed = set()
-    try:
-        entries = manifest["sidecars"]
-        sources = dict(manifest["sources"])
-    except (KeyError, TypeError):
-        raise SkiplistError(f"malformed skip-list manifest {manifest_path}: missing sidecars/sources") from None
+    bucket = locate(bucket_dir, storage_options)
+
+    def where(rel: str) -> tuple[str, Location]:
+        if fetch is None:
+            return join(bucket_dir, rel), bucket.child(*rel.split("/"))
+        local = fetch(rel)
+        return local, locate(local)
+
+    manifest_path, manifest_loc = where(MANIFEST_BASENAME)
+    manifest = read_manifest(manifest_loc.uri)
+    sources = dict(manifest.sources)
     if expected_sources is not None and sources != expected_sources:
         changed = sorted(name for name in set(sources) | set(expected_sources) if sources.get(name) != expected_sources.get(name))
         raise SkiplistError(
             f"{manifest_path} was built against another export of sources {changed}: rebuild skip lists"
         )
-    for entry in entries:
-        rel = entry["path"]
+    per_shard: dict[str, list[np.ndarray]] = defaultdict(list)
+    listed = set()
+    for entry in manifest.sidecars:
+        rel = entry.path
         listed.add(rel)
-        local = fetch(rel) if fetch else os.path.join(bucket_dir, rel)
-        if not os.path.exists(local):
-            raise SkiplistError(f"missing skip-list sidecar {local} (listed in {manifest_path})")
-        with open(local, "rb") as handle:
-            data = handle.read()
-        if sha256_bytes(data) != entry["sha256"]:
-            raise SkiplistError(f"skip-list sidecar {local} changed since {manifest_path} was written")
-        shard_rel = f"{os.path.dirname(rel)}/{split_sidecar_name(rel)[0]}"
+        shown, loc = where(rel)
+        data = try_read_bytes(loc)
+        if data is None:
+            raise SkiplistError(f"missing skip-list sidecar {shown} (listed in {manifest_path})")
+        if sha256_bytes(data) != entry.sha256:
+            raise SkiplistError(f"skip-list sidecar {shown} changed since {manifest_path} was written")
+        shard_rel = f"{posixpath.dirname(rel)}/{split_sidecar_name(rel)[0]}"
         expected = None if shard_samples is None else shard_samples.get(shard_rel)
         if shard_samples is not None and expected is None:
-            raise SkiplistError(f"skip-list sidecar {local} names shard {shard_rel}, which the index lacks")
-        per_shard[shard_rel].append(parse_sidecar(data, local, expected).indices)
+            raise SkiplistError(f"skip-list sidecar {shown} names shard {shard_rel}, which the index lacks")
+        per_shard[shard_rel].append(parse_sidecar(data, shown, expected).indices)
     if fetch is None:
-        for source in list_sources(bucket_dir):
-            for path in glob.glob(os.path.join(glob.escape(bucket_dir), source, "*" + SKIP_INFIX + "*.json")):
-                rel = os.path.relpath(path, bucket_dir).replace(os.sep, "/")
-                if rel not in listed:
-                    raise SkiplistError(f"skip-list sidecar {path} is not listed in {manifest_path}: rebuild skip lists")
+        for rel in _bucket_sidecars(bucket, storage_options):
+            if rel not in listed:
+                raise SkiplistError(f"skip-list sidecar {join(bucket_dir, rel)} is not listed in {manifest_path}: rebuild skip lists")
     skipped = {shard: np.unique(np.concatenate(parts)) for shard, parts in sorted(per_shard.items())}
     return BucketSkips(manifest_path, sources, skipped, sum(len(v) for v in skipped.values()))
+
+
+def _bucket_sidecars(bucket: Location, storage_options: dict | None) -> list[str]:
+    """'<source>/<sidecar name>' of every sidecar in a bucket's committed source folders."""
+    return [
+        f"{source}/{name}"
+        for source in list_sources(bucket.uri, storage_options)
+        for name in glob_files(bucket.child(source), SIDECAR_GLOB)
+    ]
 
 
 # Building -----------------------------------------------------------------------------------
@@ -310,52 +365,34 @@ def _parse_shard_path(path: str) -> tuple[str, str, str]:
     return f"{parts[0]}/{parts[1]}", parts[2], parts[3]
 
 
-def _shard_sizes(mds_root: str, bucket_rel: str, source: str, root: Location | None = None) -> dict[str, int]:
-    if root is not None:
-        loc = root.child(bucket_rel, source, INDEX_BASENAME)
-        data = try_read_bytes(loc)
-        if data is None:
-            raise ValueError(f"skip rows name {bucket_rel}/{source}, which has no {loc.uri}")
-        return _sizes_of_index(data)
-    path = os.path.join(mds_root, bucket_rel, source, INDEX_BASENAME)
-    try:
-        with open(path, "rb") as handle:
-            shards = json.loads(handle.read())["shards"]
-    except FileNotFoundError:
-        raise ValueError(f"skip rows name {bucket_rel}/{source}, which has no {path}") from None
-    return {info["raw_data"]["basename"]: int(info["samples"]) for info in shards}
+def _shard_sizes(root: Location, bucket_rel: str, source: str) -> dict[str, int]:
+    loc = root.child(bucket_rel, source, INDEX_BASENAME)
+    data = try_read_bytes(loc)
+    if data is None:
+        raise ValueError(f"skip rows name {bucket_rel}/{source}, which has no {loc.uri}")
+    return _sizes_of_index(data)
 
 
 def _sizes_of_index(data: bytes) -> dict[str, int]:
     return {info["raw_data"]["basename"]: int(info["samples"]) for info in json.loads(data)["shards"]}
 
 
-def _write_object_if_changed(loc: Location, data: bytes) -> bool:
-    """``write_if_changed`` for an object: one whole PUT, skipped when the bytes are the same."""
-    if try_read_bytes(loc) == data:
-        return False
-    write_bytes(loc, data)
-    return True
-
-
-def _sync_bucket_remote(
+def _sync_bucket(
     bucket_loc: Location, wanted: dict[str, tuple[bytes, str, int]], storage_options: dict | None, report: "SkiplistReport"
 ) -> tuple[dict[str, str], int]:
-    """Write/remove a remote bucket's sidecars (not the manifest); (source digests, samples)."""
+    """Write/remove a bucket's sidecars (not the manifest); (source digests, samples)."""
     for rel, (data, _, _) in sorted(wanted.items()):
-        if _write_object_if_changed(bucket_loc.child(*rel.split("/")), data):
+        if write_if_changed(bucket_loc.child(*rel.split("/")), data):
             report.written += 1
         else:
             report.unchanged += 1
+    for rel in _bucket_sidecars(bucket_loc, storage_options):
+        if rel not in wanted:
+            delete_file(bucket_loc.child(*rel.split("/")))
+            report.removed += 1
     digests: dict[str, str] = {}
     total = 0
     for source in list_sources(bucket_loc.uri, storage_options):
-        for entry in list_dir(bucket_loc.child(source)):
-            if entry.is_dir or not fnmatch.fnmatchcase(entry.name, "*" + SKIP_INFIX + "*.json"):
-                continue
-            if f"{source}/{entry.name}" not in wanted:
-                delete_file(bucket_loc.child(source, entry.name))
-                report.removed += 1
         raw = try_read_bytes(bucket_loc.child(source, INDEX_BASENAME))
         if raw is None:  # the source was removed while we ran
             continue
@@ -365,18 +402,16 @@ def _sync_bucket_remote(
 
 
 def _sidecar_bytes(shard: str, reason: str, samples: int, idx: np.ndarray, sids: list, kept: list | None) -> bytes:
-    obj = {
-        "format": SIDECAR_FORMAT,
-        "version": SIDECAR_VERSION,
-        "shard": shard,
-        "reason": reason,
-        "shard_samples": samples,
-        "indices": idx.tolist(),
-        "sample_ids": sids,
-    }
-    if kept is not None:
-        obj["kept_sample_ids"] = kept
-    return dumps_stable(obj)
+    return SidecarFile(
+        format=SIDECAR_FORMAT,
+        version=SIDECAR_VERSION,
+        shard=shard,
+        reason=reason,
+        shard_samples=samples,
+        indices=idx.tolist(),
+        sample_ids=sids,
+        kept_sample_ids=kept,
+    ).to_bytes()
 
 
 def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
@@ -396,18 +431,11 @@ def build_skiplists(
     optional ``kept_sample_id``; the same (shard, index, reason) may repeat only with equal ids.
     The table is the whole truth for the tree: sidecars of (shard, reason) pairs it does not
     mention are removed, and every bucket gets a fresh manifest (also when nothing is skipped).
-    ``mds_root`` may be an ``s3://`` / ``gs://`` root; ``storage_options`` (Lance-style) reach it,
-    defaulting to the settings' when omitted.
+    ``mds_root`` is a folder or an ``s3://`` / ``gs://`` root that ``storage_options``
+    (Lance-style) reach. Both get the same names and bytes, each file written whole (a rename
+    locally, one PUT on an object store), sidecars first and the manifest last.
     """
-    root: Location | None = None
-    if is_remote(mds_root):
-        # Same names and bytes as on disk, written through pyarrow.fs: each object in one PUT,
-        # sidecars first and the manifest last (an object store has no rename).
-        if storage_options is None:
-            from prx_data.settings import get_settings
-
-            storage_options = get_settings().storage_options
-        root = locate(mds_root, storage_options)
+    root = locate(mds_root, storage_options)
     missing = {"sample_id", "shard", "index_in_shard", "reason"} - set(table.column_names)
     if missing:
         raise ValueError(f"skip table lacks columns {sorted(missing)}")
@@ -460,7 +488,7 @@ def build_skiplists(
     sizes: dict[tuple[str, str], dict[str, int]] = {}
     for bucket, source, _ in parsed:
         if (bucket, source) not in sizes:
-            sizes[(bucket, source)] = _shard_sizes(mds_root, bucket, source, root)
+            sizes[(bucket, source)] = _shard_sizes(root, bucket, source)
 
     # Desired sidecars, grouped by bucket: rel path inside the bucket -> (bytes, reason, count).
     desired: dict[str, dict[str, tuple[bytes, str, int]]] = defaultdict(dict)
@@ -497,39 +525,21 @@ def build_skiplists(
     stream_rows = []
     for bucket in sorted(tree_buckets):
         wanted = desired.get(bucket, {})
-        if root is not None:
-            bucket_loc = root.child(*bucket.split("/"))
-            digests, total = _sync_bucket_remote(bucket_loc, wanted, storage_options, report)
-        else:
-            bucket_dir = os.path.join(mds_root, bucket)
-            for rel, (data, _, _) in sorted(wanted.items()):
-                if write_if_changed(os.path.join(bucket_dir, rel), data):
-                    report.written += 1
-                else:
-                    report.unchanged += 1
-            for source in list_sources(bucket_dir):
-                for path in glob.glob(os.path.join(glob.escape(bucket_dir), source, "*" + SKIP_INFIX + "*.json")):
-                    if os.path.relpath(path, bucket_dir).replace(os.sep, "/") not in wanted:
-                        os.remove(path)
-                        report.removed += 1
-            digests = source_index_digests(bucket_dir)
-            total = sum(sum(_shard_sizes(mds_root, bucket, s).values()) for s in digests)
+        bucket_loc = root.child(*bucket.split("/"))
+        digests, total = _sync_bucket(bucket_loc, wanted, storage_options, report)
         skipped = unique_per_bucket.get(bucket, 0)
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "version": MANIFEST_VERSION,
-            "sources": digests,
-            "samples": total,
-            "skipped": skipped,
-            "sidecars": [
-                {"path": rel, "reason": reason, "count": count, "sha256": sha256_bytes(data)}
+        manifest = ManifestFile(
+            format=MANIFEST_FORMAT,
+            version=MANIFEST_VERSION,
+            sources=digests,
+            samples=total,
+            skipped=skipped,
+            sidecars=[
+                ManifestEntry(path=rel, reason=reason, count=count, sha256=sha256_bytes(data))
                 for rel, (data, reason, count) in sorted(wanted.items())
             ],
-        }
-        if root is not None:
-            changed = _write_object_if_changed(bucket_loc.child(MANIFEST_BASENAME), dumps_stable(manifest))
-        else:
-            changed = write_if_changed(os.path.join(bucket_dir, MANIFEST_BASENAME), dumps_stable(manifest))
+        )
+        changed = write_if_changed(bucket_loc.child(MANIFEST_BASENAME), manifest.to_bytes())
         if changed:
             report.manifests_written += 1
         if total:

@@ -5,19 +5,18 @@ not know: how to list the tree and how to recognise the transient folders that t
 export leaves beside a source's folder (``<source>.staging-<run>``, ``<source>.old-<run>``).
 Source names never contain a dot (registry rule), so a dot marks a transient folder.
 
-``list_buckets`` and ``list_sources`` also take an ``s3://`` / ``gs://`` root (with the same
-``storage_options`` as Lance): an object store has no folders, only prefixes, so a "folder" there
-is a prefix that holds at least one object.
+``list_buckets`` and ``list_sources`` take a local folder or an ``s3://`` / ``gs://`` root alike
+(with the same ``storage_options`` as Lance): an object store has no folders, only prefixes, so a
+"folder" there is a prefix that holds at least one object.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
 from prx_data.paths import StoragePaths
-from prx_data.storage_uri import exists, is_remote, list_dir, locate
+from prx_data.storage_uri import is_file, list_dir, locate
 
 SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 BUCKET_RE = re.compile(r"^(\d+)x(\d+)$")
@@ -71,41 +70,6 @@ class BucketRef:
 
 def list_buckets(mds_root: str, storage_options: dict | None = None) -> list[BucketRef]:
     """Every ``<tier>/<HxW>`` folder under the root, sorted (tier, height, width)."""
-    if is_remote(mds_root):
-        return _list_buckets_remote(mds_root, storage_options)
-    found: list[BucketRef] = []
-    if not os.path.isdir(mds_root):
-        return found
-    for tier in os.listdir(mds_root):
-        tier_dir = os.path.join(mds_root, tier)
-        if not TIER_RE.match(tier) or not os.path.isdir(tier_dir):
-            continue
-        for bucket in os.listdir(tier_dir):
-            match = BUCKET_RE.match(bucket)
-            if match and os.path.isdir(os.path.join(tier_dir, bucket)):
-                found.append(BucketRef(int(tier), int(match.group(1)), int(match.group(2))))
-    return sorted(found)
-
-
-def list_sources(bucket_dir: str, storage_options: dict | None = None) -> list[str]:
-    """Committed source folders of a bucket (with an index.json), sorted; transient ones skipped."""
-    if is_remote(bucket_dir):
-        loc = locate(bucket_dir, storage_options)
-        return [
-            entry.name
-            for entry in list_dir(loc)
-            if entry.is_dir and SOURCE_RE.match(entry.name) and exists(loc.child(entry.name, INDEX_BASENAME))
-        ]
-    if not os.path.isdir(bucket_dir):
-        return []
-    return sorted(
-        name
-        for name in os.listdir(bucket_dir)
-        if SOURCE_RE.match(name) and os.path.isfile(os.path.join(bucket_dir, name, INDEX_BASENAME))
-    )
-
-
-def _list_buckets_remote(mds_root: str, storage_options: dict | None) -> list[BucketRef]:
     root = locate(mds_root, storage_options)
     found = []
     for tier in list_dir(root):
@@ -116,3 +80,14 @@ def _list_buckets_remote(mds_root: str, storage_options: dict | None) -> list[Bu
             if bucket.is_dir and match:
                 found.append(BucketRef(int(tier.name), int(match.group(1)), int(match.group(2))))
     return sorted(found)
+
+
+def list_sources(bucket_dir: str, storage_options: dict | None = None) -> list[str]:
+    """Committed source folders of a bucket (with an index.json), sorted; transient ones skipped."""
+    loc = locate(bucket_dir, storage_options)
+    return [
+        entry.name
+        for entry in list_dir(loc)
+        if entry.is_dir and SOURCE_RE.match(entry.name) and is_file(loc.child(entry.name, INDEX_BASENAME))
+    ]
+

@@ -9,7 +9,6 @@ skips those rows (when they were made by the current model/version) and merges t
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -177,14 +176,10 @@ def _last_per_sample(table: pa.Table) -> pa.Table:
 
 
 def _remove(uri: str, storage_options: dict | None = None) -> None:
-    if "://" in uri:
-        # With the table's own endpoint and credentials: FileSystem.from_uri would go to AWS.
-        from prx_data.storage_uri import locate
+    # With the table's own endpoint and credentials: FileSystem.from_uri would go to AWS.
+    from prx_data.storage_uri import delete_tree, locate
 
-        loc = locate(uri, storage_options)
-        loc.fs.delete_dir(loc.path)
-    else:
-        shutil.rmtree(uri, ignore_errors=True)
+    delete_tree(locate(uri, storage_options))
 
 
 def address_chunks(todo: pa.Table, size: int) -> Iterator[pa.Table]:

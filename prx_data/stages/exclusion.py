@@ -32,16 +32,18 @@ SKIP_SCHEMA = pa.schema(
 )
 
 
-def dedup_config(bucket_cfg: BucketConfig) -> DedupConfig:
-    """The dedup grid is the bucketing grid: same ratios, same range."""
-    from prx_data.settings import get_settings
+# PRX_DEDUP_RADIUS's default (settings.py); callers that run under settings pass theirs.
+DEFAULT_DEDUP_RADIUS = 2
 
+
+def dedup_config(bucket_cfg: BucketConfig, radius: int = DEFAULT_DEDUP_RADIUS) -> DedupConfig:
+    """The dedup grid is the bucketing grid: same ratios, same range; ``radius`` in bits."""
     return DedupConfig(
         num_aspect_ratios=bucket_cfg.shapes_per_tier,
         min_aspect=bucket_cfg.ar_min,
         max_aspect=bucket_cfg.ar_max,
         multiple=bucket_cfg.multiple,
-        radius=get_settings().dedup_radius,
+        radius=radius,
     )
 
 
@@ -185,11 +187,12 @@ def compute_skips(
     bucket_cfg: BucketConfig,
     exclude_labels: Iterable[str] = ("nsfw", "text"),
     options: dict | None = None,
+    dedup_radius: int = DEFAULT_DEDUP_RADIUS,
 ) -> tuple[pa.Table, pa.Table]:
     """(exports, skip rows) over the whole corpus."""
     exports = exported_samples(paths, priorities, options)
     parts = [
-        dedup_rows(exports, dedup_config(bucket_cfg)),
+        dedup_rows(exports, dedup_config(bucket_cfg, dedup_radius)),
         label_rows(exports, paths, priorities, exclude_labels, options),
         optout_rows(exports, optout_samples(paths, exports, priorities, options)),
         superseded_rows(paths, priorities, options),

@@ -18,13 +18,12 @@ at once (``export.mds_writer``), so a failed run leaves the previous export as i
 commit comes first and the tables after it; a run killed in between leaves shards that no
 table knows, and the next run supersedes them (``_orphans``) before it writes anything.
 An object-store MDS root (``s3://``) is written in a local scratch folder and published with the
-same all-or-nothing promise (``write_partition_remote``).
+same all-or-nothing promise (``write_partition``).
 """
 
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import json
 import os
@@ -42,7 +41,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.export.mds_writer import COMMITS_DIR, MdsWriterConfig, new_run_id, write_partition, write_partition_remote
+from prx_data.export.mds_writer import MdsWriterConfig, write_partition
+from prx_data.export.mds_writer import parts_root as new_parts_root
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
@@ -54,7 +54,6 @@ from prx_data.paths import superseded_uri
 from prx_data.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
 from prx_data.stages.columns import address_chunks, read_images
 from prx_data.stages.executors import make_processor
-from prx_data.storage_uri import is_remote
 
 # Bump when the resize/encode path changes in a way that changes exported bytes.
 TRANSFORM_VERSION = "lanczos-cover-crop-v1"
@@ -368,12 +367,10 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
             rewrite=rewrite, late_drops=late_drops, workers=min(write_workers, len(encode)), reuse=bool(reuse),
         )
     with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
-        if is_remote(mds_root):
-            return write_partition_remote(
-                samples(scratch), mds_root=mds_root, source=source, storage_options=options, config=writer_cfg,
-                allow_empty=True, scratch_dir=scratch_dir, rewrite=rewrite,
-            )
-        return write_partition(samples(scratch), mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True, rewrite=rewrite)
+        return write_partition(
+            samples(scratch), mds_root=mds_root, source=source, storage_options=options, config=writer_cfg,
+            allow_empty=True, scratch_dir=scratch_dir, rewrite=rewrite,
+        )
 
 
 def _write_part(uri, version, options, bucket_cfg_json, writer_cfg_json, root, source, todo: pa.Table, meta: dict, chunk_rows: int):
@@ -403,15 +400,7 @@ def _write_parallel(ds, source, todo, meta, samples, *, mds_root, options, write
 
     if not ray.is_initialized():
         raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource")
-    remote = is_remote(mds_root)
-    if remote:
-        parts_root = tempfile.mkdtemp(prefix=f"prx-parts-{source}-", dir=scratch_dir)
-    else:
-        # Same filesystem as the tree, so the merge moves shards instead of copying them.
-        for stale in glob.glob(os.path.join(glob.escape(mds_root), COMMITS_DIR, f"{source}.parts-*")):
-            shutil.rmtree(stale, ignore_errors=True)  # a killed run's; we hold the source's lock
-        parts_root = os.path.join(mds_root, COMMITS_DIR, f"{source}.parts-{new_run_id()}")
-        os.makedirs(parts_root)
+    parts_root = new_parts_root(mds_root, source, scratch_dir)
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(_write_part)
         options_of = storage_options_of(ds)
@@ -435,12 +424,10 @@ def _write_parallel(ds, source, todo, meta, samples, *, mds_root, options, write
         for k, (lineage, late) in enumerate(results, start=1):
             parts.append((os.path.join(parts_root, f"p{k}"), lineage))
             late_drops.update(late)
-        if remote:
-            return write_partition_remote(
-                [], mds_root=mds_root, source=source, storage_options=options, config=writer_cfg, allow_empty=True,
-                scratch_dir=scratch_dir, rewrite=rewrite, parts=parts,
-            )
-        return write_partition([], mds_root=mds_root, source=source, config=writer_cfg, allow_empty=True, rewrite=rewrite, parts=parts)
+        return write_partition(
+            [], mds_root=mds_root, source=source, storage_options=options, config=writer_cfg, allow_empty=True,
+            scratch_dir=scratch_dir, rewrite=rewrite, parts=parts,
+        )
     finally:
         shutil.rmtree(parts_root, ignore_errors=True)
 

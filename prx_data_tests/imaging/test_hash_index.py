@@ -174,7 +174,8 @@ def test_dedup_radius_setting(monkeypatch) -> None:
     monkeypatch.setenv("PRX_DEDUP_RADIUS", "3")
     get_settings.cache_clear()
     try:
-        assert dedup_config(BucketConfig()).radius == 3
+        assert dedup_config(BucketConfig(), get_settings().dedup_radius).radius == 3
+        assert dedup_config(BucketConfig()).radius == 2  # a plain module reads no settings
     finally:
         monkeypatch.delenv("PRX_DEDUP_RADIUS")
         get_settings.cache_clear()

@@ -139,7 +139,8 @@ def skip_lists(
     reg = registry.load()
     priorities = {name: src.spec.priority for name, src in reg.sources.items()}
     exports, skips = compute_skips(
-        storage.paths, priorities, bucket_cfg=export.bucket_config(), exclude_labels=export.exclude_labels, options=storage.options
+        storage.paths, priorities, bucket_cfg=export.bucket_config(), exclude_labels=export.exclude_labels, options=storage.options,
+        dedup_radius=get_settings().dedup_radius,
     )
     report = write_skip_lists(storage.mds_root, skips, storage.options, paths=storage.paths)
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
