@@ -108,7 +108,9 @@ def _remember_data_root() -> None:
         from prx_data.settings import get_settings
 
         root = get_settings().data_root
-        root = root if "://" in root else str(Path(root).resolve())
+        from prx_data.storage_uri import resolve_root
+
+        root = resolve_root(root)
         state.write_text(json.dumps({"data_root": root, "dagster_home": os.environ.get("DAGSTER_HOME")}))
     except OSError:
         pass  # a read-only home: `prx-data ui --root` still works

@@ -37,9 +37,9 @@ from streaming.base.sampling import get_sampling
 from streaming.base.util import number_abbrev_to_int
 
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
-from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips
+from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
 from prx_data.export.tree import INDEX_BASENAME, list_buckets
-from prx_data.storage_uri import is_remote, locate, try_read_bytes
+from prx_data.storage_uri import local_path, locate, try_read_bytes
 
 Weights = None | Mapping[str, float] | Literal["by_count"]
 
@@ -253,24 +253,16 @@ class BucketStream:
     unskipped: int  # samples minus what the skip-list manifest skips
 
 
-def _remote_options(storage_options: dict | None) -> dict | None:
-    if storage_options is not None:
-        return storage_options
-    from prx_data.settings import get_settings
-
-    return get_settings().storage_options
-
-
 def _counts(folder: str, storage_options: dict | None = None) -> tuple[int, int] | None:
     """(samples, unskipped) of a stream folder from its index.json and skip-list manifest, or
     None when it has no index.json."""
-    loc = locate(folder, _remote_options(storage_options) if is_remote(folder) else None)
+    loc = locate(folder, storage_options)
     raw = try_read_bytes(loc.child(INDEX_BASENAME))
     if raw is None:
         return None
     total = sum(int(info["samples"]) for info in json.loads(raw)["shards"])
     manifest = try_read_bytes(loc.child(MANIFEST_BASENAME))
-    skipped = int(json.loads(manifest).get("skipped", 0)) if manifest is not None else 0
+    skipped = parse_manifest(manifest, loc.child(MANIFEST_BASENAME).uri).skipped if manifest is not None else 0
     return total, total - skipped
 
 
@@ -280,11 +272,10 @@ def published_buckets(mds_root: str, storage_options: dict | None = None) -> lis
     Buckets that ``corpus_index`` left unpublished (too few unskipped samples) have no
     ``index.json`` and are not listed.
     """
-    options = _remote_options(storage_options) if is_remote(mds_root) else None
     found = []
-    for ref in list_buckets(mds_root, options):
-        uri = ref.dir(mds_root) if not is_remote(mds_root) else f"{mds_root.rstrip('/')}/{ref.rel}"
-        counts = _counts(uri, options)
+    for ref in list_buckets(mds_root, storage_options):
+        uri = ref.dir(mds_root)
+        counts = _counts(uri, storage_options)
         if counts is not None:
             found.append(BucketStream(ref.rel, uri, *counts))
     return found
@@ -311,13 +302,14 @@ def build_bucket_streams(
     if buckets is None:
         buckets = published_buckets(mds_root, storage_options)
     by_rel = {b.rel: b for b in buckets}
-    if is_remote(mds_root) and cache_dir is None:
-        cache_dir = tempfile.mkdtemp(prefix="prx-stream-cache-")
 
     def stream(bucket: BucketStream, **extra: Any) -> Stream:
-        if is_remote(bucket.uri):
-            return Stream(remote=bucket.uri, local=os.path.join(cache_dir, *bucket.rel.split("/")), **extra, **stream_kwargs)
-        return Stream(local=bucket.uri, **extra, **stream_kwargs)
+        nonlocal cache_dir
+        folder = local_path(bucket.uri)
+        if folder is not None:  # streaming reads a local bucket in place
+            return Stream(local=folder, **extra, **stream_kwargs)
+        cache_dir = cache_dir or tempfile.mkdtemp(prefix="prx-stream-cache-")
+        return Stream(remote=bucket.uri, local=os.path.join(cache_dir, *bucket.rel.split("/")), **extra, **stream_kwargs)
 
     if isinstance(weights, Mapping):
         unknown = sorted(set(weights) - set(by_rel))
@@ -382,7 +374,7 @@ def make_loader(
         buckets = published_buckets(mds_root, storage_options)
         if isinstance(weights, Mapping):
             published = {b.rel for b in buckets}
-            in_tree = {ref.rel for ref in list_buckets(mds_root, _remote_options(storage_options) if is_remote(mds_root) else None)}
+            in_tree = {ref.rel for ref in list_buckets(mds_root, storage_options)}
             unknown = sorted(set(weights) - in_tree)
             if unknown:
                 raise ValueError(f"weights name buckets that are not in {mds_root}: {unknown}")

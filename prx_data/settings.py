@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from prx_data.storage_uri import is_remote
+
 EnvName = Literal["local", "cluster"]
 
 
@@ -77,10 +79,6 @@ class Settings(BaseModel):
             _check_ray_address(self.ray_address)
         return self
 
-    @property
-    def is_remote(self) -> bool:
-        return "://" in self.lance_root
-
 
 def _check_ray_address(address: str) -> None:
     from urllib.parse import urlparse
@@ -117,7 +115,7 @@ def load_settings(env: dict | None = None) -> Settings:
     if name not in ("local", "cluster"):
         raise ValueError(f"PRX_ENV={name!r}: expected 'local' or 'cluster'")
     data_root = env.get("PRX_DATA_ROOT") or str(Path.cwd() / "data")
-    local_base = data_root if "://" not in data_root else str(Path.cwd() / "data")
+    local_base = data_root if not is_remote(data_root) else str(Path.cwd() / "data")
     return Settings(
         env=name,
         data_root=data_root,

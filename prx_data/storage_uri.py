@@ -220,18 +220,23 @@ def file_entry(loc: Location) -> Entry | None:
     return Entry(posixpath.basename(loc.path), False, info.size, info.mtime)
 
 
-def glob_files(loc: Location, pattern: str, *, recursive: bool = False) -> list[str]:
-    """Paths (relative to ``loc``, '/'-separated, sorted) of files whose name matches ``pattern``.
-
-    ``recursive`` walks the whole subtree; otherwise only direct children are matched.
-    """
+def glob_entries(loc: Location, pattern: str, *, recursive: bool = False) -> list[Entry]:
+    """Files under ``loc`` whose name matches ``pattern``, sorted; ``Entry.name`` is the path
+    relative to ``loc`` ('/'-separated). One listing, sizes and mtimes included, so callers can
+    cache by (mtime, size) without a request per file. ``recursive`` walks the whole subtree."""
     selector = pafs.FileSelector(loc.path, allow_not_found=True, recursive=recursive)
     base = loc.path.rstrip("/") + "/"
     found = []
     for info in loc.fs.get_file_info(selector):
         if info.type == pafs.FileType.File and fnmatch.fnmatchcase(posixpath.basename(info.path), pattern):
-            found.append(info.path[len(base) :] if info.path.startswith(base) else posixpath.basename(info.path))
-    return sorted(found)
+            rel = info.path[len(base) :] if info.path.startswith(base) else posixpath.basename(info.path)
+            found.append(Entry(rel, False, info.size, info.mtime))
+    return sorted(found, key=lambda e: e.name)
+
+
+def glob_files(loc: Location, pattern: str, *, recursive: bool = False) -> list[str]:
+    """Relative paths of ``glob_entries``."""
+    return [entry.name for entry in glob_entries(loc, pattern, recursive=recursive)]
 
 
 def fetch_local(loc: Location, scratch: str) -> str:

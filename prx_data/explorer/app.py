@@ -42,6 +42,7 @@ from prx_data.explorer.stats import Figures, aspect_label, bucket_sort_key
 from prx_data.explorer.thumbs import SIZES, ThumbnailCache, placeholder_svg
 from prx_data.schema import LABELS
 from prx_data.settings import Settings, get_settings, load_settings
+from prx_data.storage_uri import resolve_root
 
 PACKAGE = "prx_data.explorer"
 
@@ -52,7 +53,7 @@ class Explorer:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.catalog = Catalog(settings)
-        self.skips = SkipIndex(settings.mds_root)
+        self.skips = SkipIndex(settings.mds_root, storage_options=settings.storage_options)
         self.export_ids = ExportIds()
         self.thumbnails = ThumbnailCache()
         self.figures = Figures()
@@ -130,9 +131,7 @@ def search_page(request: Request) -> Response:
 def _bucket_options(explorer: Explorer, tiers_only: bool = False) -> list[str]:
     from prx_data.export.tree import list_buckets
 
-    if explorer.settings.is_remote:
-        return []
-    refs = list_buckets(explorer.settings.mds_root)
+    refs = list_buckets(explorer.settings.mds_root, explorer.settings.storage_options)
     return [str(r.tier) for r in refs] if tiers_only else [r.rel for r in refs]
 
 
@@ -277,7 +276,7 @@ def settings_for_root(root: str) -> Settings:
     """Settings with everything under ``root``: per-path overrides from the environment would
     point part of the explorer at another corpus."""
     env = {k: v for k, v in os.environ.items() if k not in ("PRX_LANCE_ROOT", "PRX_MDS_ROOT", "PRX_SOURCES_DIR", "PRX_OPTOUT_DIR")}
-    env["PRX_DATA_ROOT"] = root if "://" in root else os.path.abspath(root)
+    env["PRX_DATA_ROOT"] = resolve_root(root)
     return load_settings(env)
 
 

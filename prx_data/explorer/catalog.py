@@ -1,13 +1,11 @@
 """Which tables exist, and what each can answer (text indexes, embeddings).
 
-Source names come from the data itself (the ``*.lance`` folders under ``<lance root>/sources``)
-or, for an object-store root that cannot be listed cheaply, from the source registry; a request
-can only pick one of those names.
+Source names come from the data itself (the ``*.lance`` folders under ``<lance root>/sources``,
+a folder or an object-store prefix alike); a request can only pick one of those names.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -16,8 +14,9 @@ import lance
 
 from prx_data.export.tree import SOURCE_RE
 from prx_data.lance_io import open_table
-from prx_data.paths import StoragePaths
+from prx_data.paths import StoragePaths, join
 from prx_data.settings import Settings
+from prx_data.storage_uri import list_dir, locate
 from prx_data.explorer import validate
 
 TEXT_COLUMNS = ("caption", "source_caption")
@@ -61,19 +60,12 @@ class Catalog:
             return names
 
     def _list_sources(self) -> set[str]:
-        if self.settings.is_remote:
-            from prx_data.registry import load_registry
-
-            return {name for name in load_registry(self.settings.sources_dir).sources if SOURCE_RE.match(name)}
-        folder = os.path.join(self.settings.lance_root, "sources")
-        try:
-            entries = os.listdir(folder)
-        except FileNotFoundError:
-            return set()
+        # One listing of '<lance root>/sources' (a prefix listing on an object store).
+        folder = locate(join(self.settings.lance_root, "sources"), self.options)
         names = set()
-        for entry in entries:
-            name, dot, ext = entry.rpartition(".")
-            if dot and ext == "lance" and SOURCE_RE.match(name) and os.path.isdir(os.path.join(folder, entry)):
+        for entry in list_dir(folder):
+            name, dot, ext = entry.name.rpartition(".")
+            if entry.is_dir and dot and ext == "lance" and SOURCE_RE.match(name):
                 names.add(name)
         return names
 

@@ -6,7 +6,6 @@ different sources need not share a space, so neighbours come from the same table
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from prx_data.explorer import validate
 from prx_data.explorer.catalog import ROW_COLUMNS, Catalog
 from prx_data.explorer.skips import SkipEntry, SkipSnapshot
+from prx_data.storage_uri import is_file, locate
 
 NEIGHBOURS = 24
 
@@ -26,7 +26,7 @@ class Placement:
     index_in_shard: int | None
     drop_reason: str | None
     export_version: str | None
-    shard_file: str | None  # resolved local path, only when it stays under the MDS root
+    shard_file: str | None  # resolved path or URI, only when it stays under the MDS root
     shard_exists: bool
 
 
@@ -83,9 +83,9 @@ def placements(catalog: Catalog, source: str, sample_id: str) -> list[Placement]
     out = []
     for rec in table.to_pylist():
         shard = rec.get("shard")
-        # The shard path comes from a table, not the request, but it is still only shown as a
-        # local file when it resolves inside the MDS root.
-        local = None if not shard or catalog.settings.is_remote else validate.inside(catalog.settings.mds_root, shard)
+        # The shard path comes from a table, not the request, but it is still only shown when it
+        # resolves inside the MDS root.
+        where = validate.inside(catalog.settings.mds_root, shard) if shard else None
         out.append(
             Placement(
                 tier=rec.get("tier"),
@@ -94,8 +94,8 @@ def placements(catalog: Catalog, source: str, sample_id: str) -> list[Placement]
                 index_in_shard=rec.get("index_in_shard"),
                 drop_reason=rec.get("drop_reason"),
                 export_version=rec.get("export_version"),
-                shard_file=local,
-                shard_exists=bool(local and os.path.isfile(local)),
+                shard_file=where,
+                shard_exists=bool(where and is_file(locate(where, catalog.options))),
             )
         )
     return out

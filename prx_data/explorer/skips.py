@@ -1,21 +1,21 @@
 """Which samples the skip-list sidecars exclude, and why: read from the sidecars themselves.
 
-The training loader trusts the sidecars, not a table, so the explorer does too. The tree is
-walked at most every ``ttl_s`` seconds and a sidecar is parsed again only when its mtime or
-size changed, so a page view costs a directory walk at worst, not a re-read of every list.
+The training loader trusts the sidecars, not a table, so the explorer does too, on a local
+folder and an object store alike. The tree is listed at most every ``ttl_s`` seconds (one
+recursive listing, which carries sizes and mtimes) and a sidecar is read again only when its
+mtime or size changed, so a page view costs a listing at worst, not a re-read of every list.
 """
 
 from __future__ import annotations
 
-import glob
-import os
+import posixpath
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from prx_data.export.skiplist import SKIP_INFIX, SkiplistError, read_sidecar
-from prx_data.export.tree import list_buckets, list_sources
+from prx_data.export.skiplist import SkiplistError, parse_sidecar, root_sidecar_entries
+from prx_data.storage_uri import locate, try_read_bytes
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,13 @@ class SkipSnapshot:
 
 
 class SkipIndex:
-    def __init__(self, mds_root: str, ttl_s: float = 2.0):
+    def __init__(self, mds_root: str, ttl_s: float = 2.0, storage_options: dict | None = None):
         self.mds_root = mds_root
+        self.root = locate(mds_root, storage_options)
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
         self._walked_at = float("-inf")
-        self._parsed: dict[str, tuple[tuple[int, int], list[tuple[str, SkipEntry]] | str]] = {}
+        self._parsed: dict[str, tuple[tuple, list[tuple[str, SkipEntry]] | str]] = {}
         self._snapshot = SkipSnapshot()
 
     def snapshot(self) -> SkipSnapshot:
@@ -63,30 +64,17 @@ class SkipIndex:
                 self._walked_at = time.monotonic()
             return self._snapshot
 
-    def _sidecar_paths(self) -> list[str]:
-        if "://" in self.mds_root:
-            return []  # sidecars of an object-store tree are not browsed (see the package doc)
-        found = []
-        for ref in list_buckets(self.mds_root):
-            bucket_dir = ref.dir(self.mds_root)
-            for source in list_sources(bucket_dir):
-                found.extend(glob.glob(os.path.join(glob.escape(bucket_dir), source, "*" + SKIP_INFIX + "*.json")))
-        return sorted(found)
-
     def _refresh(self) -> None:
         changed = False
         seen = set()
-        for path in self._sidecar_paths():
-            seen.add(path)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                continue
-            stamp = (st.st_mtime_ns, st.st_size)
-            cached = self._parsed.get(path)
+        for entry in root_sidecar_entries(self.root):
+            rel = entry.name
+            seen.add(rel)
+            stamp = (entry.mtime, entry.size)
+            cached = self._parsed.get(rel)
             if cached is not None and cached[0] == stamp:
                 continue
-            self._parsed[path] = (stamp, self._read(path))
+            self._parsed[rel] = (stamp, self._read(rel))
             changed = True
         for gone in set(self._parsed) - seen:
             del self._parsed[gone]
@@ -94,13 +82,16 @@ class SkipIndex:
         if changed:
             self._snapshot = self._merge()
 
-    def _read(self, path: str) -> list[tuple[str, SkipEntry]] | str:
+    def _read(self, rel: str) -> list[tuple[str, SkipEntry]] | str:
+        loc = self.root.child(rel)
         try:
-            sidecar = read_sidecar(path)
+            data = try_read_bytes(loc)
+            if data is None:
+                raise SkiplistError(f"missing skip-list sidecar {loc.uri}")
+            sidecar = parse_sidecar(data, loc.uri)
         except (SkiplistError, OSError) as error:
             return str(error)
-        rel = os.path.relpath(path, self.mds_root).replace(os.sep, "/")
-        shard = f"{os.path.dirname(rel)}/{sidecar.shard}"
+        shard = f"{posixpath.dirname(rel)}/{sidecar.shard}"
         kept = sidecar.kept_sample_ids or [None] * len(sidecar.sample_ids)
         return [
             (sample_id, SkipEntry(sidecar.reason, shard, int(index), rel, keep or None))

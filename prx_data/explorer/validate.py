@@ -11,7 +11,9 @@ import os
 import re
 import unicodedata
 
+from prx_data.paths import join
 from prx_data.schema import Status
+from prx_data.storage_uri import local_path
 
 SAMPLE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 BUCKET_RE = re.compile(r"^[0-9]{1,5}x[0-9]{1,5}$")
@@ -123,10 +125,15 @@ def like_contains(column: str, text: str) -> str:
 # File system ------------------------------------------------------------------------------------
 def inside(root: str, relative: str) -> str | None:
     """``root/relative`` resolved, or None when it would leave ``root`` (``..``, an absolute
-    path, a symlink pointing out). Only for local roots."""
-    if not relative or "\x00" in relative or os.path.isabs(relative):
+    path, a symlink pointing out). ``root`` is a folder or an object-store root."""
+    if not relative or "\x00" in relative or os.path.isabs(relative) or "\\" in relative:
         return None
-    base = os.path.realpath(root)
+    if any(part in ("", ".", "..") for part in relative.split("/")):
+        return None
+    base = local_path(root)
+    if base is None:  # an object store has no symlinks: a key without '..' stays under its root
+        return join(root, relative)
+    base = os.path.realpath(base)
     target = os.path.realpath(os.path.join(base, relative))
     if os.path.commonpath([base, target]) != base:
         return None

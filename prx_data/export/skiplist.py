@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
-from prx_data.storage_uri import Location, delete_file, glob_files, join, locate, try_read_bytes, write_if_changed
+from prx_data.storage_uri import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 
 SIDECAR_FORMAT = "prx-skiplist"
 SIDECAR_VERSION = 1
@@ -219,10 +219,22 @@ def iter_root_sidecars(mds_root: str, storage_options: dict | None = None):
     The report, the CLI summary and lineage count skips from here, so an ``s3://`` root reports
     the same numbers as a local one."""
     root = locate(mds_root, storage_options)
-    for rel in glob_files(root, SIDECAR_GLOB, recursive=True):
-        data = try_read_bytes(root.child(rel))
+    for rel in root_sidecar_entries(root):
+        data = try_read_bytes(root.child(rel.name))
         if data is not None:  # removed by a concurrent rebuild since the listing
-            yield parse_sidecar(data, rel)
+            yield parse_sidecar(data, rel.name)
+
+
+def root_sidecar_entries(root: Location) -> list[Entry]:
+    """Sidecars of committed source folders under an MDS root, in one listing; ``Entry.name`` is
+    '<tier>/<HxW>/<source>/<sidecar>'. Transient folders (``<source>.old-<run>`` between a swap
+    and its cleanup) are left out, so their sidecars are never counted twice."""
+    out = []
+    for entry in glob_entries(root, SIDECAR_GLOB, recursive=True):
+        parts = entry.name.split("/")
+        if len(parts) == 4 and TIER_RE.match(parts[0]) and BUCKET_RE.match(parts[1]) and SOURCE_RE.match(parts[2]):
+            out.append(entry)
+    return out
 
 
 def shard_sidecars(mds_root: str, shard_rel: str, storage_options: dict | None = None) -> list[Sidecar]:

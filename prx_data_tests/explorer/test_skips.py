@@ -54,10 +54,10 @@ def test_unchanged_sidecars_are_not_parsed_again(tmp_path, monkeypatch):
     first = index.snapshot()
     import prx_data.explorer.skips as skips
 
-    def fail(path):
+    def fail(data, path, *args):
         raise AssertionError(f"re-read {path}")
 
-    monkeypatch.setattr(skips, "read_sidecar", fail)
+    monkeypatch.setattr(skips, "parse_sidecar", fail)
     assert index.snapshot() is first
 
 

@@ -24,7 +24,7 @@ from PIL import Image
 from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.export.corpus_index import INDEX_BASENAME, merge_all
-from prx_data.export.mds_writer import MdsWriterConfig, write_partition, write_partition_remote
+from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.skiplist import build_skiplists
 from prx_data.storage_uri import is_remote, list_dir, locate, try_read_bytes
 
@@ -114,10 +114,7 @@ def build_corpus(root: str, options: dict | None = None) -> Corpus:
     """Export, index, skip, then publish again: the corpus job's order."""
     lineages = []
     for parity, source in enumerate(("alpha", "beta")):
-        if is_remote(root):
-            export = write_partition_remote(_samples(source, parity), mds_root=root, source=source, storage_options=options, config=SMALL)
-        else:
-            export = write_partition(_samples(source, parity), mds_root=root, source=source, config=SMALL)
+        export = write_partition(_samples(source, parity), mds_root=root, source=source, storage_options=options, config=SMALL)
         lineages.append(export.lineage)
     lineage = pa.concat_tables(lineages)
     merge_all(root, options, min_stream_samples=MIN_STREAM_SAMPLES, gc_min_age_s=0)

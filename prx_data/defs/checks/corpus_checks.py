@@ -1,83 +1,14 @@
 """Checks on the corpus-wide export: what a trainer will stream."""
 
-import contextlib
-import os
-import tempfile
-import time
-
 import dagster as dg
 
 from prx_data.defs.resources import StorageResource
 from prx_data.export.corpus_index import unpublished_buckets
 from prx_data.export.skiplist import REWRITE_SHARE
+from prx_data.export.stream_check import read_bucket
 from prx_data.export.tree import list_buckets
 
 SKIP_LISTS = dg.AssetKey("skip_lists")
-_MDS_COLUMNS = {"image", "caption", "sample_id"}
-
-
-@contextlib.contextmanager
-def _streaming_endpoint(storage_options: dict | None):
-    # streaming reaches S3 through boto3, which reads the endpoint from S3_ENDPOINT_URL, not from
-    # the storage options Lance takes; without it a MinIO-style endpoint looks unreadable.
-    endpoint = (storage_options or {}).get("aws_endpoint")
-    if not endpoint or os.environ.get("S3_ENDPOINT_URL"):
-        yield
-        return
-    os.environ["S3_ENDPOINT_URL"] = endpoint
-    try:
-        yield
-    finally:
-        os.environ.pop("S3_ENDPOINT_URL", None)
-
-
-def read_bucket(bucket_dir: str, storage_options: dict | None = None, attempts: int = 4) -> int:
-    """Open one bucket folder the way a trainer does, with a plain ``StreamingDataset``, and read
-    its first and last sample (two shards at most: a remote bucket is not downloaded whole).
-    Returns the sample count; raises what streaming raises.
-
-    streaming names its shared memory by the first free number on the machine: two processes
-    opening datasets at the same moment (another run's check, a trainer) can pick the same name
-    and one gets FileExistsError. That says nothing about the bucket, so it is tried again.
-    """
-    for attempt in range(attempts):
-        try:
-            return _read_bucket_once(bucket_dir, storage_options)
-        except FileExistsError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-def _read_bucket_once(bucket_dir: str, storage_options: dict | None) -> int:
-    from streaming import StreamingDataset
-    from streaming.base.util import clean_stale_shared_memory
-
-    clean_stale_shared_memory()
-    with contextlib.ExitStack() as stack:
-        if "://" in bucket_dir:
-            stack.enter_context(_streaming_endpoint(storage_options))
-            local = stack.enter_context(tempfile.TemporaryDirectory(prefix="prx-stream-check-"))
-            ds = StreamingDataset(remote=bucket_dir, local=local, shuffle=False, batch_size=1)
-        else:
-            ds = StreamingDataset(local=bucket_dir, shuffle=False, batch_size=1)
-        try:
-            n = ds.num_samples
-            if n == 0:
-                raise ValueError("the index lists no samples")
-            for i in {0, n - 1}:
-                sample = ds[i]
-                lacking = _MDS_COLUMNS - set(sample)
-                if lacking:
-                    raise ValueError(f"sample {i} lacks column(s) {sorted(lacking)}")
-                if not sample["image"]:
-                    raise ValueError(f"sample {i} has no image bytes")
-            return n
-        finally:
-            # Two live datasets on one folder in a process collide in streaming's shared memory.
-            del ds
-            clean_stale_shared_memory()
 
 
 @dg.asset_check(

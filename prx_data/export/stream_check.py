@@ -1,0 +1,80 @@
+"""Open one published bucket the way a trainer does, and read a sample back.
+
+A plain ``streaming.StreamingDataset`` over the bucket's merged ``index.json`` is what PRX's
+trainer builds, so this is the test that the export is streamable: local folder or object store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+
+from prx_data.storage_uri import local_path, streaming_env
+
+MDS_COLUMNS = {"image", "caption", "sample_id"}
+
+
+@contextlib.contextmanager
+def streaming_credentials(storage_options: Mapping[str, str] | None) -> Iterator[None]:
+    """streaming reaches S3 through its own boto3 client, which reads the endpoint and keys from
+    the environment, not from the storage options Lance takes; set what is unset, for the block."""
+    added = {k: v for k, v in streaming_env(storage_options).items() if not os.environ.get(k)}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def read_bucket(bucket_dir: str, storage_options: dict | None = None, attempts: int = 4) -> int:
+    """Open one bucket with a plain ``StreamingDataset`` and read its first and last sample (two
+    shards at most: a remote bucket is not downloaded whole). Returns the sample count; raises
+    what streaming raises.
+
+    streaming names its shared memory by the first free number on the machine: two processes
+    opening datasets at the same moment (another run's check, a trainer) can pick the same name
+    and one gets FileExistsError. That says nothing about the bucket, so it is tried again.
+    """
+    for attempt in range(attempts):
+        try:
+            return _read_bucket_once(bucket_dir, storage_options)
+        except FileExistsError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _read_bucket_once(bucket_dir: str, storage_options: dict | None) -> int:
+    from streaming import StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+
+    clean_stale_shared_memory()
+    with contextlib.ExitStack() as stack:
+        folder = local_path(bucket_dir)
+        if folder is not None:  # streaming reads a local bucket in place
+            ds = StreamingDataset(local=folder, shuffle=False, batch_size=1)
+        else:
+            stack.enter_context(streaming_credentials(storage_options))
+            cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="prx-stream-check-"))
+            ds = StreamingDataset(remote=bucket_dir, local=cache, shuffle=False, batch_size=1)
+        try:
+            n = ds.num_samples
+            if n == 0:
+                raise ValueError("the index lists no samples")
+            for i in {0, n - 1}:
+                sample = ds[i]
+                lacking = MDS_COLUMNS - set(sample)
+                if lacking:
+                    raise ValueError(f"sample {i} lacks column(s) {sorted(lacking)}")
+                if not sample["image"]:
+                    raise ValueError(f"sample {i} has no image bytes")
+            return n
+        finally:
+            # Two live datasets on one folder in a process collide in streaming's shared memory.
+            del ds
+            clean_stale_shared_memory()
