@@ -18,6 +18,7 @@ class DataCard:
     totals: dict[str, int] = field(default_factory=dict)
 
     def write(self, folder: str, options: dict | None = None) -> str:
+        """Write ``<folder>/data_card.md`` (a folder or an object-store prefix, via ``options``)."""
         from prx_data.storage_uri import locate, write_bytes
 
         path = join(folder, "data_card.md")
@@ -59,7 +60,11 @@ def _unpublished(paths: StoragePaths, options: dict | None) -> list[str]:
     ]
 
 
-def build_data_card(paths: StoragePaths, sources: list[str], *, exclude_labels=(), options: dict | None = None) -> DataCard:
+def build_data_card(
+    paths: StoragePaths, sources: list[str], *, exclude_labels=(), options: dict | None = None, generated_at: datetime | None = None
+) -> DataCard:
+    """The card of ``sources`` under ``paths`` (local or object-store roots alike, via ``options``).
+    ``generated_at`` (default: now) is the one line that differs between two equal corpora."""
     per_source, tiers, buckets, labels, drops = [], Counter(), Counter(), Counter(), Counter()
     caption_models, label_models, words = Counter(), Counter(), []
     exported_ids: set[str] = set()
@@ -97,7 +102,7 @@ def build_data_card(paths: StoragePaths, sources: list[str], *, exclude_labels=(
     lines = [
         "# Data card",
         "",
-        f"Generated {datetime.now(timezone.utc).isoformat(timespec='seconds')}. "
+        f"Generated {(generated_at or datetime.now(timezone.utc)).isoformat(timespec='seconds')}. "
         f"{totals['exported']} samples exported, {totals['skipped']} skipped, **{totals['trainable']} trainable**.",
         "",
         "## Sources",

@@ -9,6 +9,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+# The same feature tests on a local root and on an object store (moto S3).
+pytest_plugins = ["prx_data_tests.storage_parity"]
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 

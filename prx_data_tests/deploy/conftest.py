@@ -3,25 +3,15 @@ S3-compatible server (moto in server mode, with credential checking switched on)
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
-import urllib.request
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOYMENTS = REPO / "deployments"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # PostgreSQL ---------------------------------------------------------------------------------
@@ -70,77 +60,8 @@ def postgres_url(postgres_admin_url: str):
         admin.close()
 
 
-# S3 (moto) ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class S3Server:
-    endpoint: str
-    access_key: str
-    secret_key: str
-    region: str = "us-east-1"
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """The variables prx_data.settings reads for object storage."""
-        return {
-            "PRX_S3_ENDPOINT": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            **extra,
-        }
-
-    def options(self) -> dict[str, str]:
-        from prx_data.settings import _storage_options_from_env
-
-        return _storage_options_from_env(self.env())
-
-    def client(self):
-        import boto3
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name=self.region,
-        )
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    """moto's S3 on a free port of 127.0.0.1, refusing unknown keys and wrong secrets.
-
-    moto accepts any credentials unless told otherwise; the first requests (creating an IAM
-    user with a policy and a key) run unauthenticated, then ``/moto-api/reset-auth`` turns
-    checking on, so a bad key or secret gets the 403 a real store would send.
-    """
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        boot = dict(endpoint_url=endpoint, aws_access_key_id="bootstrap", aws_secret_access_key="bootstrap", region_name="us-east-1")
-        iam = boto3.client("iam", **boot)
-        iam.create_user(UserName="prx")
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName="prx", PolicyName="all", PolicyDocument=json.dumps(policy))
-        key = iam.create_access_key(UserName="prx")["AccessKey"]
-        request = urllib.request.Request(
-            f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"}
-        )
-        urllib.request.urlopen(request, timeout=10).read()
-        yield S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"])
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def s3_bucket(s3_server: S3Server) -> str:
-    name = f"prx-{uuid.uuid4().hex[:12]}"
-    s3_server.client().create_bucket(Bucket=name)
-    return name
+# S3 (moto): s3_server and s3_bucket come from the storage-parity plugin -------------------
+from prx_data_tests.storage_parity import S3Server, free_port  # noqa: E402,F401 (re-exported)
 
 
 @pytest.fixture
