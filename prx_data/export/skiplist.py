@@ -280,7 +280,11 @@ def parse_manifest(data: bytes, path: str) -> ManifestFile:
 
 
 def read_manifest(path: str, storage_options: dict | None = None) -> ManifestFile:
-    data = try_read_bytes(locate(path, storage_options))
+    return _read_manifest_at(locate(path, storage_options), path)
+
+
+def _read_manifest_at(loc: Location, path: str) -> ManifestFile:
+    data = try_read_bytes(loc)
     if data is None:
         raise SkiplistError(
             f"missing skip-list manifest {path}: build skip lists for this tree (skip_lists asset) "
@@ -317,7 +321,7 @@ def load_bucket_skips(
         return local, locate(local)
 
     manifest_path, manifest_loc = where(MANIFEST_BASENAME)
-    manifest = read_manifest(manifest_loc.uri)
+    manifest = _read_manifest_at(manifest_loc, manifest_path)
     sources = dict(manifest.sources)
     if expected_sources is not None and sources != expected_sources:
         changed = sorted(name for name in set(sources) | set(expected_sources) if sources.get(name) != expected_sources.get(name))
