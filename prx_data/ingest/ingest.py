@@ -111,15 +111,22 @@ class _Spill:
         self._dir.cleanup()
 
 
-def _ensure_id_index(ds: lance.LanceDataset) -> lance.LanceDataset:
+def _has_id_index(ds: lance.LanceDataset) -> bool:
+    return any("sample_id" in (idx.get("fields") or []) for idx in ds.list_indices())
+
+
+def _index_ids(ds: lance.LanceDataset, *, refresh: bool) -> lance.LanceDataset:
     """A BTREE index on ``sample_id``: each chunk's lookup of its stored rows (and merge_insert)
-    reads a few index pages instead of the whole id column. Fragments added later are covered
-    by ``optimize_indices`` after each ingest."""
+    reads a few index pages instead of the whole id column. Made once; ``refresh`` (after a run
+    that wrote) covers the new fragments. A run that changed nothing leaves the version alone."""
     if ds.count_rows() == 0:
         return ds
-    if any("sample_id" in (idx.get("fields") or []) for idx in ds.list_indices()):
+    if not _has_id_index(ds):
+        ds.create_scalar_index("sample_id", "BTREE", replace=False)
+    elif refresh:
+        ds.optimize.optimize_indices()
+    else:
         return ds
-    ds.create_scalar_index("sample_id", "BTREE", replace=False)
     return lance.dataset(ds.uri, storage_options=storage_options_of(ds))
 
 
@@ -156,7 +163,7 @@ def ingest_source(
     if ds is not None and optout is not None:
         ds = ensure_columns(ds, PHASH_COLUMNS)  # an opted-out row keeps its fingerprint there (_row)
     if ds is not None:
-        ds = _ensure_id_index(ds)
+        ds = _index_ids(ds, refresh=False)
     schema = _target_schema(source, ds)
     if ds is None and optout is not None:
         schema = pa.schema(list(schema) + list(PHASH_COLUMNS))
@@ -196,10 +203,9 @@ def ingest_source(
     finally:
         spill.close()
         seen.close()
+    wrote = ds.version != job.version
     ds = _compact_if_fragmented(ds, rows_per_fragment)
-    if ds.count_rows() and any("sample_id" in (idx.get("fields") or []) for idx in ds.list_indices()):
-        ds.optimize.optimize_indices()
-        ds = lance.dataset(uri, storage_options=options)
+    ds = _index_ids(ds, refresh=wrote)
     stats.fragments = len(ds.get_fragments())
     stats.rows = ds.count_rows()
     stats.version = ds.version

@@ -46,8 +46,10 @@ def _context(source: RegisteredSource) -> readers._Context:
     return readers._Context(source.spec, location, root)
 
 
-def list_units(source: RegisteredSource, folder_batch: int = FOLDER_BATCH, parquet_rows: int = PARQUET_UNIT_ROWS) -> Iterator[Unit]:
+def list_units(source: RegisteredSource, folder_batch: int | None = None, parquet_rows: int | None = None) -> Iterator[Unit]:
     """The source's units in reading order; raises SourceUnavailable as the readers do."""
+    folder_batch = folder_batch or FOLDER_BATCH
+    parquet_rows = parquet_rows or PARQUET_UNIT_ROWS
     shape = source.spec.shape
     location = source.resolve_location()
     if shape == "image_folder":
