@@ -5,11 +5,14 @@
 Corpus: an image folder of ``n`` photo-like JPEGs (``benchmarks/photos.py``), read as folder
 batches of ``--batch`` files (the input units). Each repeat ingests it from scratch with
 ``workers: 1`` (units read in this process) and ``workers: 2`` (Ray tasks on a local head
-started once, so Ray's start-up is not in the timings; a warm-up run starts its workers).
-Scaling efficiency = t(1) / (2 * t(2)); 1.0 is perfect.
+started once, the driver connected once as a run's RayResource is, so the timings are of the
+work; a warm-up run starts the workers). Scaling efficiency = t(1) / (2 * t(2)); 1.0 is
+perfect. Also printed: a cold 2-worker ingest, where the driver connects to Ray for the ingest
+alone and the job's worker processes start (the fixed cost a run pays once).
 
-Memory: peak RSS of a child driver ingesting n and then 4n files with 2 workers; flat means
-the two stay close, not 4x apart (the workers are separate processes).
+Memory: peak RSS of a child driver ingesting n and then 4n files, with 1 worker (it reads
+every unit itself) and with 2 (the workers are separate processes); flat means the two stay
+close, not 4x apart.
 """
 
 from __future__ import annotations
@@ -42,10 +45,11 @@ def ingest(folder: Path, uri: str, workers: int, batch: int) -> float:
     return took
 
 
-def _child_peak_rss(folder: Path, uri: str, batch: int) -> int:
+def _child_peak_rss(folder: Path, uri: str, batch: int, workers: int) -> int:
+    connect = "import ray,os;ray.init(address=os.environ['PRX_RAY_ADDRESS'],log_to_driver=False);" if workers > 1 else ""
     code = (
-        "import resource;from pathlib import Path;from benchmarks.bench_ingest_scaling import ingest;"
-        f"ingest(Path({str(folder)!r}), {uri!r}, 2, {batch});print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "import resource;from pathlib import Path;from benchmarks.bench_ingest_scaling import ingest;" + connect
+        + f"ingest(Path({str(folder)!r}), {uri!r}, {workers}, {batch});print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent)
     return int(out.stdout.strip().splitlines()[-1])
@@ -75,8 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     total_mb = sum(p.stat().st_size for p in photos) / 1e6
     head = start_head(num_cpus=2)
     os.environ.update({ADDRESS_VAR: head.address, **quiet_ray_env()})
+    import ray
+
     try:
-        ingest(folder, str(work / "warm.lance"), 2, args.batch)  # starts the Ray workers
+        cold = []
+        for _ in range(args.repeats):
+            cold.append(ingest(folder, str(work / "cold.lance"), 2, args.batch))  # connects, starts workers, disconnects
+        ray.init(address=head.address, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        ingest(folder, str(work / "warm.lance"), 2, args.batch)  # starts this job's Ray workers
         times: dict[int, list[float]] = {1: [], 2: []}
         for _ in range(args.repeats):
             for workers in (1, 2):
@@ -87,10 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"1 worker : {args.n / t1:7.1f} images/s  median {t1:.3f}s  runs {[round(t, 3) for t in times[1]]}")
         print(f"2 workers: {args.n / t2:7.1f} images/s  median {t2:.3f}s  runs {[round(t, 3) for t in times[2]]}")
         print(f"speed-up {t1 / t2:.2f}x, scaling efficiency {t1 / (2 * t2):.2f}")
-        rss_1 = _child_peak_rss(folder, str(work / "m1.lance"), args.batch)
-        rss_4 = _child_peak_rss(big, str(work / "m4.lance"), args.batch)
-        print(f"driver peak RSS (2 workers): {rss_1 / 1024:.0f} MB for n={args.n}, {rss_4 / 1024:.0f} MB for n={4 * args.n} "
-              f"(ratio {rss_4 / rss_1:.2f}; +{(rss_4 - rss_1) / 1024:.0f} MB for +{3 * total_mb:.0f} MB of images)")
+        tc = statistics.median(cold)
+        print(f"2 workers, cold (connect + start workers per ingest): median {tc:.3f}s, fixed cost ~{tc - t2:.2f}s per run")
+        ray.shutdown()
+        for workers in (1, 2):
+            rss_1 = _child_peak_rss(folder, str(work / "m1.lance"), args.batch, workers)
+            rss_4 = _child_peak_rss(big, str(work / "m4.lance"), args.batch, workers)
+            print(f"driver peak RSS ({workers} worker(s)): {rss_1 / 1024:.0f} MB for n={args.n}, {rss_4 / 1024:.0f} MB for n={4 * args.n} "
+                  f"(ratio {rss_4 / rss_1:.2f}; +{(rss_4 - rss_1) / 1024:.0f} MB for +{3 * total_mb:.0f} MB of images)")
     finally:
         head.stop()
         shutil.rmtree(work, ignore_errors=True)
