@@ -122,6 +122,14 @@ class SourceSpec(BaseModel):
         description="Accept a run that finds no items where rows existed (deleting them). "
         "Without it such a run fails and keeps the last good table (a vanished mount).",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Input units (files, tar shards, Parquet row-group runs, folder batches) read "
+        "at once at ingest. 1 reads them one after another in the run's process; more runs them "
+        "as Ray tasks on the run's Ray, one CPU each.",
+    )
     enabled: bool = True
     description: str | None = None
     checks: CheckThresholds = Field(default_factory=CheckThresholds)
@@ -174,8 +182,8 @@ class RegisteredSource:
     @property
     def fingerprint(self) -> str:
         """Changes whenever the spec's meaning changes; drives re-runs from the sensor."""
-        # Check thresholds change what is judged, not what is ingested: no re-run for them.
-        payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks"}), sort_keys=True)
+        # Check thresholds change what is judged, and workers how fast: no re-run for them.
+        payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks", "workers"}), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def resolve_location(self) -> Path:

@@ -220,28 +220,34 @@ def _position_key(ctx: _Context, file: Path, row: int) -> str:
 
 
 def read_parquet(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
-    import pyarrow.parquet as pq
-
     ctx = _Context(spec, location, root or Root(default_root(location)))
     for file in _files(location, (".parquet",)):
-        handle, refused = open_contained(file, ctx.root)
-        if handle is None:
-            yield _file_error(file, refused.status, refused.error)
-            continue
-        row = 0
-        with handle:
-            try:
-                parquet = pq.ParquetFile(handle)
-                for batch in parquet.iter_batches(batch_size=256):
-                    for record in batch.to_pylist():
-                        yield _record_to_item(record, ctx, file.parent, _position_key(ctx, file, row))
-                        row += 1
-            except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a bad file
-                where = f"from row {row}" if row else "at all"
-                item = _file_error(file, Status.UNREADABLE.value, f"cannot read {file.name} {where}: {type(exc).__name__}: {exc}"[:500])
-                if row:
-                    item.key = f"{file.name}:unreadable-from-{row}"
-                yield item
+        yield from read_parquet_file(ctx, file)
+
+
+def read_parquet_file(ctx: _Context, file: Path, row_groups: list[int] | None = None, first_row: int = 0) -> Iterator[RawItem]:
+    """One Parquet file, or only ``row_groups`` of it (whose first row is ``first_row`` of the
+    file, so position keys are the same however the file is split)."""
+    import pyarrow.parquet as pq
+
+    handle, refused = open_contained(file, ctx.root)
+    if handle is None:
+        yield _file_error(file, refused.status, refused.error)
+        return
+    row = first_row
+    with handle:
+        try:
+            parquet = pq.ParquetFile(handle)
+            for batch in parquet.iter_batches(batch_size=256, row_groups=row_groups):
+                for record in batch.to_pylist():
+                    yield _record_to_item(record, ctx, file.parent, _position_key(ctx, file, row))
+                    row += 1
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a bad file
+            where = f"from row {row}" if row else "at all"
+            item = _file_error(file, Status.UNREADABLE.value, f"cannot read {file.name} {where}: {type(exc).__name__}: {exc}"[:500])
+            if row:
+                item.key = f"{file.name}:unreadable-from-{row}"
+            yield item
 
 
 def _jsonl_lines(handle, limit: int) -> Iterator[tuple[int, bytes | None]]:
@@ -264,40 +270,45 @@ def _jsonl_lines(handle, limit: int) -> Iterator[tuple[int, bytes | None]]:
 
 def read_jsonl(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
     ctx = _Context(spec, location, root or Root(default_root(location)))
+    for file in _files(location, (".jsonl", ".json")):
+        yield from read_jsonl_file(ctx, file)
+
+
+def read_jsonl_file(ctx: _Context, file: Path) -> Iterator[RawItem]:
+    spec = ctx.spec
     # A line carries at most one image as base64 plus its metadata.
     limit = spec.max_bytes * 4 // 3 + SIDECAR_MAX_BYTES
-    for file in _files(location, (".jsonl", ".json")):
-        handle, refused = open_contained(file, ctx.root)
-        if handle is None:
-            yield _file_error(file, refused.status, refused.error)
-            continue
-        with handle:
-            buffered = io.BufferedReader(handle)
-            try:
-                for line_no, raw in _jsonl_lines(buffered, limit):
-                    position = f"{file.name}:{line_no}"
-                    if raw is None:
-                        yield RawItem(key=position, error=f"line {line_no} of {file.name} is longer than {limit} bytes", error_status=Status.TOO_LARGE.value)
-                        continue
-                    try:
-                        line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-                    except UnicodeDecodeError as exc:
-                        yield RawItem(key=position, error=f"line {line_no} of {file.name} is not UTF-8: {exc.reason} at byte {exc.start}", error_status=_INVALID)
-                        continue
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except (json.JSONDecodeError, RecursionError) as exc:
-                        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-                        yield RawItem(key=position, error=f"line {line_no} of {file.name} is not JSON: {msg}", error_status=_INVALID)
-                        continue
-                    if not isinstance(record, dict):
-                        yield RawItem(key=position, error=f"line {line_no} of {file.name} is not an object", error_status=_INVALID)
-                        continue
-                    yield _record_to_item(record, ctx, file.parent, position)
-            except OSError as exc:
-                yield _file_error(file, Status.UNREADABLE.value, f"cannot read {file.name}: {exc}")
+    handle, refused = open_contained(file, ctx.root)
+    if handle is None:
+        yield _file_error(file, refused.status, refused.error)
+        return
+    with handle:
+        buffered = io.BufferedReader(handle)
+        try:
+            for line_no, raw in _jsonl_lines(buffered, limit):
+                position = f"{file.name}:{line_no}"
+                if raw is None:
+                    yield RawItem(key=position, error=f"line {line_no} of {file.name} is longer than {limit} bytes", error_status=Status.TOO_LARGE.value)
+                    continue
+                try:
+                    line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    yield RawItem(key=position, error=f"line {line_no} of {file.name} is not UTF-8: {exc.reason} at byte {exc.start}", error_status=_INVALID)
+                    continue
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except (json.JSONDecodeError, RecursionError) as exc:
+                    msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                    yield RawItem(key=position, error=f"line {line_no} of {file.name} is not JSON: {msg}", error_status=_INVALID)
+                    continue
+                if not isinstance(record, dict):
+                    yield RawItem(key=position, error=f"line {line_no} of {file.name} is not an object", error_status=_INVALID)
+                    continue
+                yield _record_to_item(record, ctx, file.parent, position)
+        except OSError as exc:
+            yield _file_error(file, Status.UNREADABLE.value, f"cannot read {file.name}: {exc}")
 
 
 # -- image folders --------------------------------------------------------------------------------
@@ -358,24 +369,35 @@ def _sidecar_caption(image: Path, ctx: _Context) -> str | None:
 
 
 def read_image_folder(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
+    ctx = image_folder_context(spec, location, root)
+    for entry in walk_image_folder(ctx):
+        yield read_folder_entry(ctx, *entry)
+
+
+def image_folder_context(spec: SourceSpec, location: Path, root: Root | None = None) -> _Context:
     if not location.is_dir():
         raise SourceUnavailable(f"image folder {location} does not exist")
-    ctx = _Context(spec, location, root or Root(location))
-    for path, unlistable in _walk(location, ctx.root, {os.path.realpath(location)}):
-        key = path.relative_to(location).as_posix()
-        if unlistable:
-            yield RawItem(key=f"{key}:unlistable", error=unlistable, error_status=Status.UNREADABLE.value, file_level=True)
-            continue
-        data, refused = read_contained(path, ctx.root, spec.max_bytes)
-        if refused is not None:
-            yield RawItem(key=key, path=str(path), error=refused.error, error_status=refused.status)
-            continue
-        try:
-            caption = _sidecar_caption(path, ctx)
-        except _BadValue as exc:
-            yield RawItem(key=key, path=str(path), error=str(exc), error_status=_INVALID)
-            continue
-        yield RawItem(key=key, data=data, path=str(path), caption=caption, license=spec.license)
+    return _Context(spec, location, root or Root(location))
+
+
+def walk_image_folder(ctx: _Context) -> Iterator[tuple[Path, str | None]]:
+    """The folder's entries in reading order: (path, None), or (folder, reason) when unlistable."""
+    return _walk(ctx.location, ctx.root, {os.path.realpath(ctx.location)})
+
+
+def read_folder_entry(ctx: _Context, path: Path, unlistable: str | None) -> RawItem:
+    spec = ctx.spec
+    key = path.relative_to(ctx.location).as_posix()
+    if unlistable:
+        return RawItem(key=f"{key}:unlistable", error=unlistable, error_status=Status.UNREADABLE.value, file_level=True)
+    data, refused = read_contained(path, ctx.root, spec.max_bytes)
+    if refused is not None:
+        return RawItem(key=key, path=str(path), error=refused.error, error_status=refused.status)
+    try:
+        caption = _sidecar_caption(path, ctx)
+    except _BadValue as exc:
+        return RawItem(key=key, path=str(path), error=str(exc), error_status=_INVALID)
+    return RawItem(key=key, data=data, path=str(path), caption=caption, license=spec.license)
 
 
 # -- WebDataset -----------------------------------------------------------------------------------
@@ -449,34 +471,39 @@ def read_webdataset(spec: SourceSpec, location: Path, root: Root | None = None) 
     """Members group by key wherever they lie in the tar (an index of headers, then reads)."""
     ctx = _Context(spec, location, root or Root(default_root(location)))
     for file in _files(location, (".tar",)):
-        handle, refused = open_contained(file, ctx.root)
-        if handle is None:
-            yield _file_error(file, refused.status, refused.error)
-            continue
-        with handle:
-            try:
-                archive = tarfile.open(fileobj=handle, mode="r:*")
-            except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
-                yield _file_error(file, Status.UNREADABLE.value, f"cannot open tar {file.name}: {exc}")
-                continue
-            # Only headers are held (TarInfo objects); member data is read per key below.
-            groups: dict[str, dict[str, list[tarfile.TarInfo]]] = {}
-            broken: str | None = None
-            try:
-                for member in archive:
-                    if member.isdir():
-                        continue
-                    key, ext = _wds_key(member.name)
-                    groups.setdefault(key, {}).setdefault(ext, []).append(member)
-            except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
-                broken = f"tar {file.name} is corrupt after {sum(len(g) for g in groups.values())} members: {exc}"
-            try:
-                for key, members in groups.items():
-                    yield _wds_item(archive, key, members, spec)
-            finally:
-                archive.close()
-            if broken:
-                yield RawItem(key=f"{file.name}:corrupt", path=str(file), error=broken, error_status=Status.UNREADABLE.value, file_level=True)
+        yield from read_tar(ctx, file)
+
+
+def read_tar(ctx: _Context, file: Path) -> Iterator[RawItem]:
+    spec = ctx.spec
+    handle, refused = open_contained(file, ctx.root)
+    if handle is None:
+        yield _file_error(file, refused.status, refused.error)
+        return
+    with handle:
+        try:
+            archive = tarfile.open(fileobj=handle, mode="r:*")
+        except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+            yield _file_error(file, Status.UNREADABLE.value, f"cannot open tar {file.name}: {exc}")
+            return
+        # Only headers are held (TarInfo objects); member data is read per key below.
+        groups: dict[str, dict[str, list[tarfile.TarInfo]]] = {}
+        broken: str | None = None
+        try:
+            for member in archive:
+                if member.isdir():
+                    continue
+                key, ext = _wds_key(member.name)
+                groups.setdefault(key, {}).setdefault(ext, []).append(member)
+        except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+            broken = f"tar {file.name} is corrupt after {sum(len(g) for g in groups.values())} members: {exc}"
+        try:
+            for key, members in groups.items():
+                yield _wds_item(archive, key, members, spec)
+        finally:
+            archive.close()
+        if broken:
+            yield RawItem(key=f"{file.name}:corrupt", path=str(file), error=broken, error_status=Status.UNREADABLE.value, file_level=True)
 
 
 # -- Lance ----------------------------------------------------------------------------------------

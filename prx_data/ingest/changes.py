@@ -1,0 +1,197 @@
+"""The work of one input unit (a Ray task, or a call in the driver): read, probe, compare with
+the table, and write the new and changed rows as uncommitted Lance fragments.
+
+Memory stays flat: items are handled in chunks, and each chunk's stored rows are looked up in
+the table by a filtered scan on ``sample_id`` (index-backed, see ``ingest.py``), never loaded
+as a whole. Nothing is committed here; the driver commits every unit's fragments at once, so a
+killed run leaves the last version as it was (the orphaned files are unreferenced).
+
+Plain module: Ray workers import it without Dagster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import lance
+import pyarrow as pa
+from lance.fragment import FragmentMetadata, write_fragments
+
+from prx_data.filters import sql_string
+from prx_data.ids import sample_id
+from prx_data.ingest.rows import (
+    EXAMPLES,
+    METADATA_COLUMNS,
+    IngestStats,
+    OptOutMatcher,
+    item_digest,
+    item_row,
+    metadata_digest,
+    metadata_row,
+    metadata_schema,
+    resolve_urls,
+    to_batch,
+)
+from prx_data.ingest.units import Unit, read_unit
+from prx_data.lance_io import chunked
+from prx_data.registry import RegisteredSource
+from prx_data.schema import Status
+
+# Statuses whose URL was fetched: such a row's URL is not fetched again.
+_FETCHED = (Status.OK.value, Status.OPTED_OUT.value)
+SEEN_SCHEMA = pa.schema([("sample_id", pa.string()), ("unit", pa.int64()), ("pos", pa.int64())])
+REPLACED_SCHEMA = pa.schema([("sample_id", pa.string()), ("_rowaddr", pa.uint64())])
+
+
+@dataclass(frozen=True)
+class UnitJob:
+    """What every unit of one run shares (sent to each Ray worker once)."""
+
+    source: RegisteredSource
+    uri: str
+    version: int | None  # the table version compared against; None before the first ingest
+    storage_options: dict | None
+    schema: pa.Schema  # of the rows written
+    now: datetime
+    run_id: str | None = None
+    optout: OptOutMatcher | None = None
+    rows_per_fragment: int = 1_000_000
+    chunk_size: int = 256
+
+
+@dataclass
+class UnitResult:
+    unit: int
+    stats: IngestStats
+    fragments: list[FragmentMetadata] = field(default_factory=list)
+    seen: pa.Table | None = None  # SEEN_SCHEMA: every sample id this unit holds, first occurrences
+    replaced: pa.Table | None = None  # REPLACED_SCHEMA: stored rows that new rows replace
+    metadata: pa.Table | None = None  # metadata-only updates, in metadata_schema(job.schema)
+    attempt: int = 0  # 1 when the unit was redone to skip keys an earlier unit holds
+
+
+class _Stored:
+    """The stored rows of one chunk's sample ids: (sha, status, metadata digest, row address)."""
+
+    def __init__(self, ds: lance.LanceDataset | None) -> None:
+        self.ds = ds
+        self.columns = []
+        if ds is not None:
+            extra = ["embedding"] if "embedding" in ds.schema.names else []
+            self.columns = ["sample_id", "image_sha256", "status", *METADATA_COLUMNS, *extra]
+
+    def lookup(self, ids: list[str]) -> dict[str, tuple[str | None, str, bytes, int]]:
+        if self.ds is None or not ids:
+            return {}
+        table = self.ds.to_table(
+            columns=self.columns, filter=f"sample_id IN ({', '.join(sql_string(i) for i in ids)})", with_row_address=True
+        )
+        cols = {name: table.column(name).to_pylist() for name in (*self.columns, "_rowaddr")}
+        embeddings = cols.get("embedding") or [None] * table.num_rows
+        return {
+            sid: (
+                cols["image_sha256"][i],
+                cols["status"][i],
+                metadata_digest(cols["source_caption"][i], cols["source_url"][i], cols["license"][i], embeddings[i]),
+                cols["_rowaddr"][i],
+            )
+            for i, sid in enumerate(cols["sample_id"])
+        }
+
+
+def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -> UnitResult:
+    """``skip``: positions in the unit whose key an earlier unit holds (duplicates, not read)."""
+    source, spec = job.source, job.source.spec
+    ds = lance.dataset(job.uri, version=job.version, storage_options=job.storage_options) if job.version is not None else None
+    stored = _Stored(ds)
+    stats = IngestStats(source=source.name, units=1)
+    seen: dict[str, list] = {"sample_id": [], "unit": [], "pos": []}
+    replaced: dict[str, list] = {"sample_id": [], "_rowaddr": []}
+    meta_rows: list[dict] = []
+    local: set[str] = set()  # this unit's ids: bounded by the unit's size, not the source's
+
+    def picked(pairs):
+        for pos, item in pairs:
+            stats.seen += 1
+            sid = sample_id(spec.name, item.key)
+            if pos in skip or sid in local:
+                stats.duplicate_key_count += 1
+                if len(stats.duplicate_keys) < EXAMPLES:
+                    stats.duplicate_keys.append(item.key)
+                continue
+            local.add(sid)
+            seen["sample_id"].append(sid)
+            seen["unit"].append(unit.index)
+            seen["pos"].append(pos)
+            if item.file_level:
+                stats.file_errors += 1
+            yield sid, item
+
+    def batches():
+        for chunk in chunked(picked(enumerate(read_unit(source, unit))), job.chunk_size):
+            before_of = stored.lookup([sid for sid, _ in chunk])
+            skip_fetch = {it.key for sid, it in chunk if it.url and not it.error and sid in before_of and before_of[sid][1] in _FETCHED}
+            resolve_urls([it for _, it in chunk], spec, skip_fetch)
+            rows = []
+            for sid, item in chunk:
+                before = before_of.get(sid)
+                if item.key in skip_fetch:
+                    stats.rows_by_status[before[1]] += 1
+                    _metadata_or_unchanged(before[2] != item_digest(item, spec), sid, item)
+                    continue
+                row = item_row(source, item, job.now, job.optout)
+                stats.rows_by_status[row["status"]] += 1
+                if row["error"] and len(stats.errors_sample) < EXAMPLES:
+                    stats.errors_sample.append(f"{item.key}: {row['error']}")
+                if before is not None and before[:2] == (row["image_sha256"], row["status"]):
+                    digest = metadata_digest(row["source_caption"], row["source_url"], row["license"], row.get("embedding"))
+                    _metadata_or_unchanged(before[2] != digest, sid, item)
+                    continue
+                if before is None:
+                    stats.new += 1
+                else:
+                    stats.updated += 1
+                    replaced["sample_id"].append(sid)
+                    replaced["_rowaddr"].append(before[3])
+                if row["image"] is not None:
+                    stats.bytes_written += len(row["image"])
+                row["ingest_run_id"] = job.run_id
+                rows.append(row)
+            if rows:
+                yield to_batch(rows, job.schema)
+
+    def _metadata_or_unchanged(changed: bool, sid, item) -> None:
+        if changed:
+            stats.metadata_updated += 1
+            row = metadata_row(sid, item, spec, job.now)
+            row["ingest_run_id"] = job.run_id
+            meta_rows.append(row)
+        else:
+            stats.unchanged += 1
+
+    fragments = _write(job, batches())
+    meta_schema = metadata_schema(job.schema)
+    return UnitResult(
+        unit=unit.index,
+        stats=stats,
+        fragments=fragments,
+        seen=pa.table(seen, schema=SEEN_SCHEMA),
+        replaced=pa.table(replaced, schema=REPLACED_SCHEMA),
+        metadata=pa.Table.from_batches([to_batch(meta_rows, meta_schema)]) if meta_rows else None,
+    )
+
+
+def _write(job: UnitJob, batches) -> list[FragmentMetadata]:
+    first = next(batches, None)
+    if first is None:
+        return []
+
+    def all_batches():
+        yield first
+        yield from batches
+
+    reader = pa.RecordBatchReader.from_batches(job.schema, all_batches())
+    return write_fragments(
+        reader, job.uri, schema=job.schema, max_rows_per_file=job.rows_per_fragment, storage_options=job.storage_options
+    )

@@ -1,0 +1,74 @@
+"""Run input units: in this process (``workers: 1``), or as Ray tasks, ``workers`` at a time.
+
+The Ray used is the one the process has (a RayResource), else the command's shared head
+(``PRX_RAY_ADDRESS``, see ``prx_data.local_ray``), else a local Ray started for this ingest
+and stopped after it. Submission is bounded, so a source of a million units is never a million
+queued tasks, and results come back in completion order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+
+from prx_data.ingest.changes import UnitJob, UnitResult, process_unit
+from prx_data.ingest.units import Unit
+
+UnitWork = tuple[Unit, frozenset[int]]
+
+
+def run_units(job: UnitJob, units: Iterable[UnitWork], workers: int) -> Iterator[UnitResult]:
+    if workers <= 1:
+        for unit, skip in units:
+            yield process_unit(job, unit, skip)
+        return
+    with _ray(workers) as ray:
+        yield from _on_ray(ray, job, iter(units), workers)
+
+
+def _on_ray(ray, job: UnitJob, units: Iterator[UnitWork], workers: int) -> Iterator[UnitResult]:
+    # A retried task writes fresh fragments; the failed attempt's are never committed.
+    task = ray.remote(num_cpus=1, max_retries=1)(process_unit)
+    job_ref = ray.put(job)
+    in_flight = []
+    try:
+        while True:
+            while len(in_flight) < workers:
+                work = next(units, None)
+                if work is None:
+                    break
+                in_flight.append(task.remote(job_ref, *work))
+            if not in_flight:
+                return
+            done, in_flight = ray.wait(in_flight, num_returns=1)
+            try:
+                result = ray.get(done[0])
+            except ray.exceptions.RayTaskError as exc:
+                raise (exc.cause or exc) from None
+            yield result
+    finally:
+        for ref in in_flight:
+            ray.cancel(ref)
+
+
+@contextlib.contextmanager
+def _ray(workers: int):
+    import ray
+
+    if ray.is_initialized():
+        yield ray
+        return
+    address = os.environ.get("PRX_RAY_ADDRESS") or None
+    from prx_data.local_ray import quiet_ray_env
+
+    os.environ.update({k: v for k, v in quiet_ray_env().items() if k not in os.environ})
+    options = dict(ignore_reinit_error=True, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    if address:
+        ray.init(address=address, **options)
+    else:
+        ray.init(num_cpus=workers, _node_ip_address="127.0.0.1", **options)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()  # only this process's connection (or the Ray it started)

@@ -1,0 +1,133 @@
+"""Input units: the pieces of a source that ingest reads independently (one Ray task each).
+
+The driver lists units cheaply (a folder walk, a glob, Parquet footers); a worker reads one
+unit with :func:`read_unit` and gets exactly the items the whole-source reader would yield for
+that piece, in the same order, so position keys and error rows do not depend on how a source
+is split. Units are yielded lazily: a folder of 100M files is never a list in the driver.
+
+- image folders: batches of ``folder_batch`` files, in walk order;
+- WebDataset: one tar shard;
+- JSONL: one file;
+- Parquet: one file, or runs of row groups of about ``parquet_rows`` rows (a URL list in one
+  big file becomes several URL batches);
+- Lance: the whole table (one unit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prx_data.ingest.contained import Root, default_root, open_contained
+from prx_data.ingest.items import RawItem
+from prx_data.ingest import readers
+from prx_data.registry import RegisteredSource
+
+FOLDER_BATCH = 512
+PARQUET_UNIT_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int  # order in the source: the first occurrence of a duplicated key wins
+    kind: str
+    file: str | None = None
+    entries: tuple[tuple[str, str | None], ...] = ()  # image folders: (path, unlistable reason)
+    row_groups: tuple[int, ...] | None = None
+    first_row: int = 0
+    label: str = field(default="", compare=False)
+
+
+def _context(source: RegisteredSource) -> readers._Context:
+    location = source.resolve_location()
+    explicit = source.resolve_root()
+    root = Root(explicit) if explicit is not None else Root(default_root(location))
+    return readers._Context(source.spec, location, root)
+
+
+def list_units(source: RegisteredSource, folder_batch: int | None = None, parquet_rows: int | None = None) -> Iterator[Unit]:
+    """The source's units in reading order; raises SourceUnavailable as the readers do."""
+    folder_batch = folder_batch or FOLDER_BATCH
+    parquet_rows = parquet_rows or PARQUET_UNIT_ROWS
+    shape = source.spec.shape
+    location = source.resolve_location()
+    if shape == "image_folder":
+        explicit = source.resolve_root()
+        ctx = readers.image_folder_context(source.spec, location, Root(explicit) if explicit is not None else None)
+        batch: list[tuple[str, str | None]] = []
+        index = 0
+        for path, unlistable in readers.walk_image_folder(ctx):
+            batch.append((str(path), unlistable))
+            if len(batch) >= folder_batch:
+                yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..")
+                index, batch = index + 1, []
+        if batch:
+            yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..")
+        return
+    if shape == "lance":
+        yield Unit(0, shape, file=str(location), label=str(location))
+        return
+    suffixes = {"parquet": (".parquet",), "jsonl": (".jsonl", ".json"), "webdataset": (".tar",)}[shape]
+    files = readers._files(location, suffixes)
+    ctx = _context(source) if shape == "parquet" else None
+    index = 0
+    for file in files:
+        pieces = _row_group_runs(ctx, file, parquet_rows) if ctx is not None else None
+        if not pieces:
+            yield Unit(index, shape, file=str(file), label=str(file))
+            index += 1
+            continue
+        for groups, first_row in pieces:
+            yield Unit(index, shape, file=str(file), row_groups=groups, first_row=first_row, label=f"{file}#{groups[0]}")
+            index += 1
+
+
+def _row_group_runs(ctx: readers._Context, file: Path, rows: int) -> list[tuple[tuple[int, ...], int]] | None:
+    """Runs of row groups of about ``rows`` rows; None to read the file whole (one row group, or
+    a file whose footer cannot be read: its reader then yields the file's error row)."""
+    import pyarrow.parquet as pq
+
+    handle, refused = open_contained(file, ctx.root)
+    if handle is None:
+        return None
+    try:
+        with handle:
+            meta = pq.ParquetFile(handle).metadata
+    except Exception:  # noqa: BLE001 - a bad footer is reported by the reader, as one row
+        return None
+    if meta.num_row_groups <= 1 or meta.num_rows <= rows:
+        return None
+    runs, current, first, seen = [], [], 0, 0
+    for g in range(meta.num_row_groups):
+        if not current:
+            first = seen
+        current.append(g)
+        seen += meta.row_group(g).num_rows
+        if seen - first >= rows:
+            runs.append((tuple(current), first))
+            current = []
+    if current:
+        runs.append((tuple(current), first))
+    return runs
+
+
+def read_unit(source: RegisteredSource, unit: Unit) -> Iterator[RawItem]:
+    spec = source.spec
+    if unit.kind == "lance":
+        explicit = source.resolve_root()
+        yield from readers.read_lance(spec, unit.file, Root(explicit) if explicit is not None else None)
+        return
+    ctx = _context(source)
+    if unit.kind == "image_folder":
+        explicit = source.resolve_root()
+        ctx = readers.image_folder_context(spec, source.resolve_location(), Root(explicit) if explicit is not None else None)
+        for path, unlistable in unit.entries:
+            yield readers.read_folder_entry(ctx, Path(path), unlistable)
+    elif unit.kind == "parquet":
+        groups = list(unit.row_groups) if unit.row_groups is not None else None
+        yield from readers.read_parquet_file(ctx, Path(unit.file), groups, unit.first_row)
+    elif unit.kind == "jsonl":
+        yield from readers.read_jsonl_file(ctx, Path(unit.file))
+    else:
+        yield from readers.read_tar(ctx, Path(unit.file))
