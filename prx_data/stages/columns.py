@@ -18,6 +18,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.compat.lance_rows import take_by_address
 from prx_data.filters import sql_string
 from prx_data.lance_io import ensure_columns, open_table, update_columns
 from prx_data.locking import locks_table
@@ -200,7 +201,7 @@ def read_images(ds: lance.LanceDataset, addresses: list[int], column: str = "ima
 
 def read_rows(ds: lance.LanceDataset, addresses: list[int], columns: list[str]) -> pa.Table:
     """Non-blob columns for row addresses, in order."""
-    return ds._take_rows(addresses, columns=columns) if columns else pa.table({})
+    return take_by_address(ds, addresses, columns) if columns else pa.table({})
 
 
 __all__ = [
