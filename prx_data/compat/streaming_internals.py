@@ -53,11 +53,13 @@ def download_stream_file(stream: Stream, basename: str, to_basename: str | None 
     are retried ``stream.download_retry`` times, as streaming retries its own downloads."""
     remote = os.path.join(stream.remote, stream.split or "", basename)
     local = os.path.join(stream.local, stream.split or "", to_basename or basename)
-    attempts = max(1, int(stream.download_retry))
+    # Set by the dataset a stream belongs to (or by the caller); streaming's defaults otherwise.
+    attempts = max(1, int(getattr(stream, "download_retry", None) or 2))
+    timeout = float(getattr(stream, "download_timeout", None) or 60)
     for attempt in range(1, attempts + 1):
         downloader = CloudDownloader.get(stream.remote)
         try:
-            downloader.download(remote, local, stream.download_timeout)
+            downloader.download(remote, local, timeout)
             return local
         except FileNotFoundError:
             raise
