@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from prx_data.ids import sample_id as make_sample_id
-from prx_data.filters import sql_string
+from prx_data.filters import Expr, equals, one_of
 from prx_data.lance_io import open_table
 from prx_data.paths import StoragePaths
 
@@ -65,7 +65,7 @@ class LineageRecord:
 RunsLookup = Callable[[str, str, dict], dict[str, dict]]  # (source, sample_id, row) -> asset -> run info
 
 
-def _rows(paths: StoragePaths, sources: Iterable[str], where: str, options: dict | None) -> list[dict]:
+def _rows(paths: StoragePaths, sources: Iterable[str], where: Expr, options: dict | None) -> list[dict]:
     found = []
     for source in sources:
         ds = open_table(paths.raw_table(source), options)
@@ -83,7 +83,7 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
     from prx_data.export.skiplist import shard_sidecars
 
     out = []
-    for row in ds.to_table(filter=f"sample_id = {sql_string(sid)}").to_pylist():
+    for row in ds.to_table(filter=equals("sample_id", sid)).to_pylist():
         placement = Placement(
             row["tier"], row["bucket"], row["shard"], row["index_in_shard"], row["drop_reason"], row["export_version"], row.get("export_run_id")
         )
@@ -101,7 +101,7 @@ def _optouts(paths: StoragePaths, sid: str, options: dict | None) -> list[str]:
     ds = open_table(paths.optout_samples_table(), options)
     if ds is None:
         return []
-    return sorted(set(ds.to_table(columns=["request_id"], filter=f"sample_id = {sql_string(sid)}").column("request_id").to_pylist()))
+    return sorted(set(ds.to_table(columns=["request_id"], filter=equals("sample_id", sid)).column("request_id").to_pylist()))
 
 
 def find(
@@ -122,16 +122,16 @@ def find(
     if sample_id:
         if len(sample_id) != 32 or any(c not in "0123456789abcdef" for c in sample_id):
             raise ValueError(f"{sample_id!r} is not a sample id (32 lowercase hex characters)")
-        matches += [("sample_id", r) for r in _rows(paths, sources, f"sample_id = {sql_string(sample_id)}", options)]
+        matches += [("sample_id", r) for r in _rows(paths, sources, equals("sample_id", sample_id), options)]
     if url:
-        matches += [("url", r) for r in _rows(paths, sources, f"source_url = {sql_string(url)}", options)]
+        matches += [("url", r) for r in _rows(paths, sources, equals("source_url", url), options)]
     if source_key:
         if ":" not in source_key:
             raise ValueError(f"{source_key!r}: expected '<source>:<key>'")
         source, key = source_key.split(":", 1)
         if source in sources:
             sid = make_sample_id(source, key)
-            matches += [("source_key", r) for r in _rows(paths, [source], f"sample_id = {sql_string(sid)}", options)]
+            matches += [("source_key", r) for r in _rows(paths, [source], equals("sample_id", sid), options)]
     if image is not None:
         matches += [("image", r) for r in _image_matches(paths, sources, Path(image), max_hamming, options)]
 
@@ -168,7 +168,7 @@ def _image_matches(paths: StoragePaths, sources: list[str], image: Path, max_ham
         hashes = ds.to_table(columns=["sample_id", "phash"], filter="phash IS NOT NULL")
         ids = [sid for sid, h in zip(hashes.column("sample_id").to_pylist(), hashes.column("phash").to_pylist()) if hamming(h, target) <= max_hamming]
         if ids:
-            where = "sample_id IN (" + ", ".join(sql_string(i) for i in ids) + ")"
+            where = one_of("sample_id", ids)
             found += _rows(paths, [source], where, options)
     return found
 

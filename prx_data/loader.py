@@ -33,9 +33,10 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 from streaming import Stream, StreamingDataLoader, StreamingDataset
-from streaming.base.sampling import get_sampling
 from streaming.base.util import number_abbrev_to_int
 
+from prx_data.compat.streaming_internals import download_stream_file, resample_kept
+from prx_data.compat.streaming_internals import reset_weights as _reset_weights
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
 from prx_data.export.tree import INDEX_BASENAME, list_buckets
@@ -46,16 +47,6 @@ Weights = None | Mapping[str, float] | Literal["by_count"]
 
 class SkippedSampleError(KeyError):
     """A skipped sample was requested by global index."""
-
-
-def _reset_weights(stream: Stream) -> None:
-    """Undo ``Stream.apply_weights`` so weights can be derived again (from kept counts)."""
-    for name in ("proportion", "repeat", "choose"):
-        if name in stream.__dict__:
-            delattr(stream, name)
-        given = getattr(stream, f"_{name}", None)
-        if given is not None:
-            setattr(stream, name, given)
 
 
 class PrxStreamingDataset(StreamingDataset):
@@ -126,7 +117,7 @@ class PrxStreamingDataset(StreamingDataset):
         if stream.remote:
             # Always fetch fresh: a cached manifest from an older build would silently un-skip.
             scratch = f"_prx_skip_fetch/{uuid.uuid4().hex}"
-            fetch = lambda rel: stream._download_file(rel, f"{scratch}/{rel}")  # noqa: E731
+            fetch = lambda rel: download_stream_file(stream, rel, f"{scratch}/{rel}")  # noqa: E731
         try:
             if not stream.remote:
                 has_manifest = os.path.exists(os.path.join(local_dir, MANIFEST_BASENAME))
@@ -185,43 +176,7 @@ class PrxStreamingDataset(StreamingDataset):
         return self._resample_kept(epoch, stream_id)
 
     def _resample_kept(self, epoch: int, stream_id: int | None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        rng = (
-            np.random.default_rng(self.shuffle_seed + epoch)
-            if self.sampling_method == "balanced"
-            else np.random.default_rng(self.shuffle_seed)
-        )
-        shuffle_units: list[int] = []
-        sample_ids: list[NDArray[np.int64]] = []
-        stream_ids = range(self.num_streams) if stream_id is None else [stream_id]
-        for sid in stream_ids:
-            first = int(self.shard_offset_per_stream[sid])
-            shard_ids = first + np.arange(int(self.shards_per_stream[sid]))
-            kept_counts = self.kept_per_shard[shard_ids]
-            choose_per_shard = np.zeros(len(shard_ids), np.int64)
-            nonempty = kept_counts > 0  # get_sampling mis-sizes picks next to empty shards
-            choose_per_shard[nonempty] = get_sampling(
-                kept_counts[nonempty],
-                self.streams[sid].choose,
-                self.sampling_granularity,
-                self.shuffle_seed,
-                epoch,
-                self.epoch_seed_change,
-            )
-            for shard_id, kept, choose in zip(shard_ids, kept_counts, choose_per_shard):
-                if not choose:
-                    continue
-                ids = self._kept_ids(int(shard_id))
-                full, partial = divmod(int(choose), int(kept))
-                shuffle_units += [int(kept)] * full
-                sample_ids += [ids] * full
-                if partial:
-                    shuffle_units.append(partial)
-                    drawn = ids[rng.choice(int(kept), partial, False)]
-                    drawn.sort()
-                    sample_ids.append(drawn)
-        units = np.asarray(shuffle_units, np.int64)
-        ids = np.concatenate(sample_ids).astype(np.int64) if sample_ids else np.empty(0, np.int64)
-        return units, ids
+        return resample_kept(self, epoch, stream_id, self.kept_per_shard, self._kept_ids)
 
     def is_skipped(self, sample_id: int) -> bool:
         return bool((self._skip_bitmap[sample_id >> 3] >> (sample_id & 7)) & 1)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.filters import sql_string
+from prx_data.filters import equals
 from prx_data.lance_io import open_table
 from prx_data.paths import StoragePaths
 from prx_data.schema import OPTOUT_BUILD_SCHEMA
@@ -59,13 +59,13 @@ def receipt(paths: StoragePaths, request_id: str, options: dict | None = None) -
     """Everything a requester is owed about one request. Raises KeyError when it was never
     resolved (file it, then ``prx-data optout apply``)."""
     audit = open_table(paths.optout_audit_table(), options)
-    rows = audit.to_table(filter=f"request_id = {sql_string(request_id)}").to_pylist() if audit is not None else []
+    rows = audit.to_table(filter=equals("request_id", request_id)).to_pylist() if audit is not None else []
     if not rows:
         raise KeyError(f"no resolved opt-out request {request_id!r}: file it, then run `prx-data optout apply`")
     row = rows[0]
     matches_ds = open_table(paths.optout_samples_table(), options)
     matches = (
-        matches_ds.to_table(filter=f"request_id = {sql_string(request_id)}").to_pylist() if matches_ds is not None else []
+        matches_ds.to_table(filter=equals("request_id", request_id)).to_pylist() if matches_ds is not None else []
     )
     placements: dict[str, list[dict]] = {}
     for source in sorted({m["source"] for m in matches}):
@@ -120,7 +120,7 @@ def _builds(paths: StoragePaths, request_id: str, options: dict | None) -> dict:
     ds = open_table(paths.optout_builds_table(), options)
     if ds is None:
         return {"excluded_since": None, "latest": None}
-    rows = sorted(ds.to_table(filter=f"request_id = {sql_string(request_id)}").to_pylist(), key=lambda r: (r["built_at"], r["build_id"]))
+    rows = sorted(ds.to_table(filter=equals("request_id", request_id)).to_pylist(), key=lambda r: (r["built_at"], r["build_id"]))
     if not rows:
         return {"excluded_since": None, "latest": None}
     positive = rows[-1]["samples_excluded"] > 0

@@ -1,4 +1,4 @@
-"""A small local HTTP server for tests that need real sockets.
+"""The one local HTTP server for tests that need real sockets (downloads, model servers).
 
 Usage from any test module::
 
@@ -13,17 +13,20 @@ Usage from any test module::
         assert http_server.max_concurrent("/a.png") <= 4
 
 A route is either bytes (served with status 200) or a callable ``handler(request) -> Response |
-bytes``. Handlers run on the server's request threads, so they may block (use
+bytes``; it answers GET, HEAD and POST (``request.body`` holds what was posted, ``request.json()``
+decodes it). Handlers run on the server's request threads, so they may block (use
 ``request.wait(seconds)`` rather than ``time.sleep`` so teardown is not held up).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -36,6 +39,8 @@ __all__ = [
     "Response",
     "chunked",
     "flaky",
+    "free_port",
+    "json_response",
     "http_server",
     "redirect",
     "slow",
@@ -56,6 +61,10 @@ class Request:
     query: str
     headers: dict[str, str]
     _closing: threading.Event = field(repr=False)
+    body: bytes = b""
+
+    def json(self) -> Any:
+        return json.loads(self.body)
 
     def wait(self, seconds: float) -> None:
         """Sleep, but wake up early when the server shuts down."""
@@ -213,14 +222,19 @@ def _make_handler_class(server: HTTPTestServer) -> type[BaseHTTPRequestHandler]:
         def do_HEAD(self) -> None:  # noqa: N802
             self._serve(send_body=False)
 
+        def do_POST(self) -> None:  # noqa: N802
+            self._serve(send_body=True)
+
         def _serve(self, send_body: bool) -> None:
             parts = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
             request = Request(
                 method=self.command,
                 path=parts.path,
                 query=parts.query,
                 headers={k.lower(): v for k, v in self.headers.items()},
                 _closing=server.closing,
+                body=self.rfile.read(length) if length else b"",
             )
             handler = server._enter(parts.path, request)
             try:
@@ -311,6 +325,17 @@ def trickle(interval_s: float, total: int = 1000, byte: bytes = b"x") -> Handler
             req.wait(interval_s)
 
     return lambda req: Response(200, body(req))
+
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(status, json.dumps(payload).encode(), {"Content-Type": "application/json", **(headers or {})})
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (for "server is down" tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def redirect(location: str, code: int = 302) -> Handler:

@@ -1,8 +1,8 @@
 """A small client for OpenAI-compatible chat-completions servers (``vllm serve``).
 
 Shared by the captioner and the label classifier. Failure policy, per request:
-- timeouts, connection errors, 5xx, 408 and 429 are retried with exponential backoff and
-  jitter (a restarting or overloaded server recovers);
+- timeouts, connection errors, 5xx, 408 and 429 are retried under ``prx_data.retry``'s policy
+  (exponential backoff with jitter, Retry-After honoured up to ``backoff_max_s``);
 - 401, 403 and 404 are the configuration's fault (key, URL, model name): every row would get
   the same answer, so :class:`BackendUnavailable` is raised at once;
 - other 4xx are the row's fault (bad image, prompt too long): reported for that row, no retry;
@@ -12,7 +12,6 @@ Shared by the captioner and the label classifier. Failure policy, per request:
 
 from __future__ import annotations
 
-import random
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from prx_data.captioning.base import BackendUnavailable
 from prx_data.captioning.base import CaptionErrorCode as E
 from prx_data.captioning.base import with_detail
+from prx_data.retry import RetryPolicy, Retryable, is_retryable_error, is_retryable_status
 
-_RETRYABLE_STATUS = frozenset({408, 429})
 _CONFIG_STATUS = frozenset({401, 403, 404})
 
 
@@ -58,15 +57,15 @@ class _GaveUp(BackendUnavailable):
     """Stopped because another request of the batch found the server down."""
 
 
-class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.retry_after = retry_after
-
-
 class ChatCompletionsClient:
     def __init__(self, config: ChatServerConfig) -> None:
         self.config = config
+        self.policy = RetryPolicy(
+            retries=config.max_retries,
+            backoff_s=config.backoff_initial_s,
+            max_backoff_s=config.backoff_max_s,
+            max_retry_after_s=config.backoff_max_s,
+        )
         headers = {}
         if config.api_key is not None:
             headers["Authorization"] = f"Bearer {config.api_key.get_secret_value()}"
@@ -114,42 +113,41 @@ class ChatCompletionsClient:
 
     def _complete_one(self, body: dict[str, Any], down: threading.Event) -> ChatReply:
         cfg = self.config
-        last = "no attempt"
-        for attempt in range(cfg.max_retries + 1):
-            if down.is_set():
+
+        def wait(seconds: float) -> None:
+            # On the event, so a batch gives up at once when another request did.
+            if down.wait(seconds):
                 raise _GaveUp(f"{cfg.completions_url}: gave up (another request did)")
-            try:
-                return self._post(body)
-            except BackendUnavailable:
-                down.set()
-                raise
-            except _Retryable as exc:
-                last = str(exc)
-                if attempt == cfg.max_retries:
-                    break
-                delay = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2**attempt)
-                delay = delay * random.uniform(0.5, 1.0)  # jitter: no synchronized retry storms
-                if exc.retry_after is not None:
-                    delay = max(delay, min(exc.retry_after, cfg.backoff_max_s))
-                # Wait on the event so a batch gives up at once when another request did.
-                if down.wait(delay):
-                    raise _GaveUp(f"{cfg.completions_url}: gave up ({last})")
-        down.set()
-        raise BackendUnavailable(
-            f"{cfg.completions_url} still failing after {cfg.max_retries + 1} attempts "
-            f"(last: {last}). Is the OpenAI-compatible server up?"
-        )
+
+        try:
+            for attempt in self.policy.retrying(sleep=wait):
+                if down.is_set():
+                    raise _GaveUp(f"{cfg.completions_url}: gave up (another request did)")
+                with attempt:
+                    return self._post(body)
+        except BackendUnavailable:
+            down.set()
+            raise
+        except Retryable as last:
+            down.set()
+            raise BackendUnavailable(
+                f"{cfg.completions_url} still failing after {cfg.max_retries + 1} attempts "
+                f"(last: {last}). Is the OpenAI-compatible server up?"
+            ) from None
+        raise AssertionError("the retry loop ends with a reply or an exception")
 
     def _post(self, body: dict[str, Any]) -> ChatReply:
         try:
             response = self._client.post(self.config.completions_url, json=body)
-        except httpx.TimeoutException as exc:
-            raise _Retryable(f"timeout: {exc!r}") from exc
-        except httpx.TransportError as exc:  # connection refused/reset, protocol errors
-            raise _Retryable(f"connection error: {exc!r}") from exc
+        except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.TimeoutException):
+                raise Retryable(f"timeout: {exc!r}") from exc
+            if is_retryable_error(exc):  # connection refused/reset, dropped mid-answer
+                raise Retryable(f"connection error: {exc!r}") from exc
+            raise BackendUnavailable(f"{self.config.completions_url}: {exc!r}") from exc
         status = response.status_code
-        if status >= 500 or status in _RETRYABLE_STATUS:
-            raise _Retryable(f"HTTP {status}", _retry_after(response))
+        if is_retryable_status(status):
+            raise Retryable.from_response(response)
         if status in _CONFIG_STATUS:
             raise BackendUnavailable(
                 f"{self.config.completions_url} answered HTTP {status} "
@@ -166,14 +164,6 @@ class ChatCompletionsClient:
         except Exception as exc:  # any shape we cannot read is this reply's problem
             return ChatReply(error=with_detail(E.BAD_RESPONSE, repr(exc)))
         return ChatReply(text=text, finish_reason=choice.get("finish_reason"))
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _error_message(response: httpx.Response) -> str:

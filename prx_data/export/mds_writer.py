@@ -58,6 +58,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 from streaming import MDSWriter
 
+from prx_data.compat.streaming_internals import flush_shard
 from prx_data.schema import EXPORT_SCHEMA
 from prx_data.export._fs import atomic_write_bytes, dumps_stable, fsync_dir
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
@@ -173,11 +174,7 @@ class _BucketWriter:
         self.bytes += len(row["image"])
 
     def flush_early(self) -> None:
-        # MDSWriter has no public "close this shard now"; write() does exactly these two calls
-        # when a shard is full.
-        if self.writer.new_samples:
-            self.writer.flush_shard()
-            self.writer._reset_cache()
+        flush_shard(self.writer)
 
     def cancel(self) -> None:
         self.writer.cancel_future_jobs()

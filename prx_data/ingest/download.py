@@ -17,24 +17,22 @@ compressed body included, so no more than the cap plus one network read is ever 
 
 from __future__ import annotations
 
-import email.utils
 import math
 import queue
-import zlib
-import random
 import re
+import zlib
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import httpx
 
 from prx_data.ingest import netguard
 from prx_data.registry import DownloadConfig
+from prx_data.retry import RetryPolicy, Retryable, is_retryable_status
 from prx_data.schema import Status
 
 __all__ = ["DownloadResult", "download_many", "download_one", "robots_opt_out"]
@@ -139,23 +137,6 @@ def robots_opt_out(values: Iterable[str]) -> str | None:
     return None
 
 
-def _retry_after_s(value: str | None) -> float | None:
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
-
-
 def _content_length(value: str | None) -> int | None:
     try:
         return int(value) if value is not None else None
@@ -189,14 +170,6 @@ def _attempts_suffix(attempts: int) -> str:
 # -- one download --------------------------------------------------------------------------------
 
 
-class _Retry(Exception):
-    def __init__(self, error: str, http_status: int | None = None, wait_s: float | None = None):
-        super().__init__(error)
-        self.error = error
-        self.http_status = http_status
-        self.wait_s = wait_s
-
-
 class _Redirect(Exception):
     def __init__(self, location: str, http_status: int):
         super().__init__(location)
@@ -216,16 +189,16 @@ class _Downloader:
         self.client = client
         self.stop = stop
         self.hosts = _HostLimiter(config.per_host, stop)
-        self.max_retry_after_s = max_retry_after_s
+        self.policy = RetryPolicy(
+            retries=config.retries,
+            backoff_s=config.backoff_s,
+            max_backoff_s=MAX_BACKOFF_S,
+            max_retry_after_s=max_retry_after_s,
+        )
 
     def _sleep(self, seconds: float) -> None:
         if seconds > 0 and self.stop.wait(seconds):
             raise _Cancelled
-
-    def _backoff_s(self, attempt: int) -> float:
-        base = min(self.config.backoff_s * (2 ** (attempt - 1)), MAX_BACKOFF_S)
-        # Jitter keeps many workers that failed together from retrying in lockstep.
-        return random.uniform(base / 2, base)
 
     def fetch(self, key: str, url: str) -> DownloadResult:
         host, reason = _check_url(url)
@@ -244,62 +217,63 @@ class _Downloader:
 
     def _fetch(self, key, url, current, host, failed) -> DownloadResult:
         redirects = 0
-        attempt = 1
+        attempt = 0
         # The deadline starts with the first request, not while queued behind a per-host slot.
         deadline = math.inf
-        while True:
-            if self.stop.is_set():
-                raise _Cancelled
+        retrying = self.policy.retrying(deadline=lambda: deadline, sleep=self._sleep)
+        try:
+            for tried in retrying:
+                with tried:
+                    attempt = tried.retry_state.attempt_number
+                    # Redirect hops belong to one attempt; a retry re-requests the current hop.
+                    while True:
+                        if self.stop.is_set():
+                            raise _Cancelled
+                        if time.monotonic() >= deadline:
+                            return failed(f"deadline of {self.config.deadline_s}s exceeded", attempt)
+                        try:
+                            self.hosts.acquire(host)
+                            if deadline == math.inf:
+                                deadline = time.monotonic() + self.config.deadline_s
+                                netguard.set_deadline(deadline)
+                            try:
+                                return self._attempt(key, url, current, attempt)
+                            finally:
+                                self.hosts.release(host)
+                        except _Redirect as hop:
+                            redirects += 1
+                            if redirects > MAX_REDIRECTS:
+                                return failed(f"more than {MAX_REDIRECTS} redirects", attempt, hop.http_status)
+                            try:
+                                nxt = str(httpx.URL(current).join(hop.location))
+                            except (httpx.InvalidURL, ValueError) as exc:
+                                return failed(f"bad redirect Location {hop.location!r}: {exc}", attempt)
+                            # Each hop is re-checked: a redirect to file:// or ftp:// must not slip through.
+                            next_host, reason = _check_url(nxt)
+                            if reason is not None:
+                                return failed(f"redirect to {nxt!r}: {reason}", attempt, hop.http_status)
+                            current, host = nxt, next_host
+        except Retryable as retry:
             if time.monotonic() >= deadline:
-                return failed(f"deadline of {self.config.deadline_s}s exceeded", attempt)
-            try:
-                self.hosts.acquire(host)
-                if deadline == math.inf:
-                    deadline = time.monotonic() + self.config.deadline_s
-                    netguard.set_deadline(deadline)
-                try:
-                    return self._attempt(key, url, current, attempt)
-                finally:
-                    self.hosts.release(host)
-            except _Redirect as hop:
-                redirects += 1
-                if redirects > MAX_REDIRECTS:
-                    return failed(f"more than {MAX_REDIRECTS} redirects", attempt, hop.http_status)
-                try:
-                    nxt = str(httpx.URL(current).join(hop.location))
-                except (httpx.InvalidURL, ValueError) as exc:
-                    return failed(f"bad redirect Location {hop.location!r}: {exc}", attempt)
-                # Each hop is re-checked: a redirect to file:// or ftp:// must not slip through.
-                next_host, reason = _check_url(nxt)
-                if reason is not None:
-                    return failed(f"redirect to {nxt!r}: {reason}", attempt, hop.http_status)
-                current, host = nxt, next_host
-            except _Retry as retry:
-                if time.monotonic() >= deadline:
-                    return failed(f"deadline of {self.config.deadline_s}s exceeded ({retry.error})", attempt, retry.http_status)
-                if attempt > self.config.retries:
-                    return failed(retry.error + _attempts_suffix(attempt), attempt, retry.http_status)
-                delay = self._backoff_s(attempt)
-                if retry.wait_s is not None:
-                    delay = max(delay, min(retry.wait_s, self.max_retry_after_s))
-                if time.monotonic() + delay >= deadline:
-                    return failed(f"{retry.error}; no time left for a retry before the {self.config.deadline_s}s deadline", attempt, retry.http_status)
-                self._sleep(delay)
-                attempt += 1
-            except netguard.AddressRefused as refused:
-                hop = "" if current == url.strip() else f"redirect to {current!r}: "
-                return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, hop + str(refused), None, None, attempt)
-            except httpx.InvalidURL as exc:
-                return failed(f"invalid URL: {exc}", attempt)
-            except httpx.DecodingError as exc:
-                return failed(f"could not decode body: {exc}", attempt)
-            except httpx.HTTPError as exc:
-                # Anything else httpx raises (unsupported protocol, too many proxies, ...) will
-                # not get better by retrying.
-                return failed(f"{type(exc).__name__}: {exc}", attempt)
+                return failed(f"deadline of {self.config.deadline_s}s exceeded ({retry.reason})", attempt, retry.http_status)
+            if attempt > self.config.retries:
+                return failed(retry.reason + _attempts_suffix(attempt), attempt, retry.http_status)
+            return failed(f"{retry.reason}; no time left for a retry before the {self.config.deadline_s}s deadline", attempt, retry.http_status)
+        except netguard.AddressRefused as refused:
+            hop = "" if current == url.strip() else f"redirect to {current!r}: "
+            return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, hop + str(refused), None, None, attempt)
+        except httpx.InvalidURL as exc:
+            return failed(f"invalid URL: {exc}", attempt)
+        except httpx.DecodingError as exc:
+            return failed(f"could not decode body: {exc}", attempt)
+        except httpx.HTTPError as exc:
+            # Anything else httpx raises (unsupported protocol, too many proxies, ...) will
+            # not get better by retrying.
+            return failed(f"{type(exc).__name__}: {exc}", attempt)
+        raise AssertionError("the retry loop ends with a result or an exception")
 
     def _attempt(self, key: str, url: str, current: str, attempt: int) -> DownloadResult:
-        """One request. Returns a final result or raises _Redirect / _Retry."""
+        """One request. Returns a final result or raises _Redirect / Retryable."""
         max_bytes = self.config.max_bytes
         try:
             with self.client.stream("GET", current) as resp:
@@ -314,8 +288,8 @@ class _Downloader:
                     if not location:
                         return result(Status.DOWNLOAD_FAILED, None, f"HTTP {code} without Location")
                     raise _Redirect(location, code)
-                if code == 429 or code >= 500:
-                    raise _Retry(f"HTTP {code}", code, _retry_after_s(resp.headers.get("retry-after")))
+                if is_retryable_status(code):
+                    raise Retryable.from_response(resp)
                 if not 200 <= code < 300:
                     return result(Status.DOWNLOAD_FAILED, None, f"HTTP {code}")
 
@@ -358,10 +332,10 @@ class _Downloader:
                 return result(Status.OK, bytes(buf), None)
         except httpx.TimeoutException as exc:
             if isinstance(exc.__cause__, netguard.DeadlineExceeded) or "deadline" in str(exc):
-                raise _Retry(f"deadline of {self.config.deadline_s}s exceeded") from None
-            raise _Retry(f"timeout after {self.config.timeout_s}s") from None
+                raise Retryable(f"deadline of {self.config.deadline_s}s exceeded") from None
+            raise Retryable(f"timeout after {self.config.timeout_s}s") from None
         except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise _Retry(f"connection error: {exc or type(exc).__name__}") from None
+            raise Retryable(f"connection error: {exc or type(exc).__name__}") from None
 
 
 # -- many downloads ------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpcore
-from httpcore._backends.sync import SyncStream
+
+from prx_data.compat.httpx_backend import set_network_backend
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -131,28 +132,15 @@ class GuardedBackend(httpcore.SyncBackend):
             if why is not None:
                 raise AddressRefused(host, str(address), why)
         last: Exception | None = None
-        for family, kind, proto, _, sockaddr in infos:
-            sock = socket.socket(family, kind, proto)
+        for *_, sockaddr in infos:
             try:
-                sock.settimeout(_remaining(timeout))
-                if local_address is not None:
-                    sock.bind((local_address, 0))
-                sock.connect(sockaddr)  # the address checked above, not a new lookup
-            except socket.timeout as exc:
-                sock.close()
-                last = httpcore.ConnectTimeout(str(exc) or "connect timeout")
+                # An IP literal: httpcore's own backend connects to the address checked above,
+                # with no second lookup; TLS still verifies the host name httpcore passes on.
+                stream = super().connect_tcp(sockaddr[0], sockaddr[1], _remaining(timeout), local_address, socket_options)
+            except (httpcore.ConnectTimeout, httpcore.ConnectError) as exc:
+                last = exc
                 continue
-            except OSError as exc:
-                sock.close()
-                last = httpcore.ConnectError(str(exc))
-                continue
-            except BaseException:
-                sock.close()
-                raise
-            for option in socket_options or ():
-                sock.setsockopt(*option)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return _DeadlineStream(SyncStream(sock))
+            return _DeadlineStream(stream)
         raise last or httpcore.ConnectError(f"cannot connect to {host}")
 
     def connect_unix_socket(self, *args, **kwargs):
@@ -161,8 +149,4 @@ class GuardedBackend(httpcore.SyncBackend):
 
 def install(transport: Any, allow: tuple = ()) -> None:
     """Make an ``httpx.HTTPTransport`` connect through :class:`GuardedBackend`."""
-    pool = getattr(transport, "_pool", None)
-    if pool is None or not hasattr(pool, "_network_backend") or not isinstance(pool, httpcore.ConnectionPool):
-        # Failing here beats silently fetching without the guard after an httpx upgrade.
-        raise RuntimeError("cannot install the address guard on this httpx transport")
-    pool._network_backend = GuardedBackend(allow)
+    set_network_backend(transport, GuardedBackend(allow))

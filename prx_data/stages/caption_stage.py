@@ -15,6 +15,7 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
+from prx_data.filters import is_set
 from prx_data.captioning.columns import caption_results_table
 from prx_data.captioning.config import (
     CaptionerConfig,
@@ -55,13 +56,13 @@ def caption_stage(config: CaptionerConfig) -> ColumnStage:
             name="caption",
             columns=pa.schema([*CAPTION_COLUMNS, *LABEL_COLUMNS]),
             current={"caption_model": model_id, "caption_prompt_version": prompt_version},
-            redo_also="caption_error IS NOT NULL",
+            redo_also=is_set("caption_error"),
         )
     return ColumnStage(
         name="caption",
         columns=CAPTION_COLUMNS,
         current={"caption_model": model_id, "caption_prompt_version": prompt_version},
-        redo_also="caption_error IS NOT NULL",
+        redo_also=is_set("caption_error"),
         invalidates=tuple(f.name for f in LABEL_COLUMNS),
     )
 

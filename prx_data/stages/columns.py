@@ -17,7 +17,8 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.filters import sql_string
+from prx_data.compat.lance_rows import take_by_address
+from prx_data.filters import STATUS_OK, Expr, all_of, any_of, differs, equals
 from prx_data.lance_io import ensure_columns, open_table, update_columns
 from prx_data.locking import locks_table
 
@@ -30,19 +31,23 @@ class ColumnStage:
     columns: pa.Schema  # the columns it owns (without sample_id)
     # Column values that mark a row as done by the current code (e.g. {"phash_version": "v1"}).
     current: dict[str, str]
-    # Rows eligible at all (e.g. "status = 'ok'"); others are never touched.
-    eligible: str = "status = 'ok'"
-    # Extra condition that also marks a row as needing work (e.g. "caption_error IS NOT NULL").
-    redo_also: str | None = None
+    # Rows eligible at all (e.g. status = 'ok'); others are never touched.
+    eligible: Expr = field(default_factory=lambda: STATUS_OK)
+    # Extra condition that also marks a row as needing work (e.g. caption_error IS NOT NULL).
+    redo_also: Expr | None = None
     # Downstream columns made from this stage's output: nulled for every row this stage redoes
     # (a new caption invalidates its label).
     invalidates: tuple[str, ...] = ()
 
-    def pending_filter(self) -> str:
-        stale = " OR ".join(f"{col} IS NULL OR {col} != {sql_string(val)}" for col, val in self.current.items())
-        if self.redo_also:
-            stale = f"{stale} OR ({self.redo_also})"
-        return f"({self.eligible}) AND ({stale})"
+    def pending_filter(self) -> Expr:
+        stale = [differs(col, val) for col, val in self.current.items()]
+        if self.redo_also is not None:
+            stale.append(self.redo_also)
+        return all_of(self.eligible, any_of(*stale))
+
+    def current_filter(self) -> Expr:
+        """Rows whose stage columns were made by the current code."""
+        return all_of(*(equals(c, v) for c, v in self.current.items()))
 
 
 @dataclass
@@ -122,8 +127,7 @@ def run_column_stage(
     staged = _staged_current(staging, stage, storage_options)
     done: set[str] = set()
     if staged is not None:
-        cond = " AND ".join(f"{c} = {sql_string(v)}" for c, v in stage.current.items())
-        done = set(staged.to_table(columns=["sample_id"], filter=cond).column("sample_id").to_pylist())
+        done = set(staged.to_table(columns=["sample_id"], filter=stage.current_filter()).column("sample_id").to_pylist())
     todo = pending_rows(ds, stage, done)
     stats.pending = todo.num_rows + len(done)
     stats.resumed = len(done)
@@ -142,8 +146,7 @@ def run_column_stage(
 
     final = open_table(staging, storage_options)
     if final is not None:
-        cond = " AND ".join(f"{c} = {sql_string(v)}" for c, v in stage.current.items())
-        results = final.to_table(filter=cond)
+        results = final.to_table(filter=stage.current_filter())
         # Latest staged result per sample wins (a row re-done after a crash appears twice).
         results = _last_per_sample(results)
         for name in stage.invalidates:
@@ -195,7 +198,7 @@ def read_images(ds: lance.LanceDataset, addresses: list[int], column: str = "ima
 
 def read_rows(ds: lance.LanceDataset, addresses: list[int], columns: list[str]) -> pa.Table:
     """Non-blob columns for row addresses, in order."""
-    return ds._take_rows(addresses, columns=columns) if columns else pa.table({})
+    return take_by_address(ds, addresses, columns) if columns else pa.table({})
 
 
 __all__ = [

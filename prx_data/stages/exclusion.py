@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from prx_data.export.dedup import DedupConfig, find_duplicates
 from prx_data.export.skiplist import SkiplistReport, build_skiplists
 from prx_data.imaging.buckets import BucketConfig
-from prx_data.filters import sql_string
+from prx_data.filters import one_of
 from prx_data.lance_io import open_table
 from prx_data.paths import StoragePaths
 
@@ -98,8 +98,7 @@ def label_rows(exports: pa.Table, paths: StoragePaths, sources: Iterable[str], e
         ds = open_table(paths.raw_table(source), options)
         if ds is None or "label" not in ds.schema.names or not exclude:
             continue
-        values = ", ".join(sql_string(label) for label in exclude)
-        labelled = ds.to_table(columns=["sample_id", "label"], filter=f"label IN ({values})")
+        labelled = ds.to_table(columns=["sample_id", "label"], filter=one_of("label", exclude))
         tables.append(labelled)
     return _join_reasons(exports, tables, lambda t: pc.binary_join_element_wise("label:", t["label"], ""))
 

@@ -10,6 +10,7 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
+from prx_data.filters import STATUS_OK, all_of, is_set
 from prx_data.lance_io import storage_options_of
 from prx_data.labeling.base import LabelResult
 from prx_data.labeling.columns import label_results_table, with_label_score
@@ -46,8 +47,8 @@ def label_stage(config: ClassifierConfig) -> ColumnStage:
         name="label",
         columns=LABEL_COLUMNS,
         current={"label_model": model_id, "label_version": version},
-        eligible="status = 'ok' AND caption IS NOT NULL",
-        redo_also="label_error IS NOT NULL",
+        eligible=all_of(STATUS_OK, is_set("caption")),
+        redo_also=is_set("label_error"),
     )
 
 

@@ -1,22 +1,25 @@
 """A small OpenAI-compatible chat-completions server on 127.0.0.1 for tests.
 
 It speaks just enough of the protocol (POST /v1/chat/completions, JSON in and out) and can
-fail its first N requests, answer chosen requests with a 4xx, or reply per request.
+fail its first N requests, answer chosen requests with a 4xx, or reply per request. It is a
+route on the shared test server (prx_data_tests.http_fixtures).
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import json
-import socket
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from PIL import Image
 
+from prx_data_tests.http_fixtures import HTTPTestServer, Request, Response, free_port, json_response
+
+__all__ = ["FakeChatServer", "describe_colour", "dominant_colour", "free_port", "good_caption", "request_image"]
+
 Reply = Callable[[dict], "tuple[str, str]"]
+COMPLETIONS = "/v1/chat/completions"
 
 
 def request_image(body: dict) -> Image.Image | None:
@@ -51,12 +54,6 @@ def describe_colour(body: dict) -> tuple[str, str]:
     return good_caption(dominant_colour(image) if image else "grey"), "stop"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class FakeChatServer:
     def __init__(
         self,
@@ -64,76 +61,55 @@ class FakeChatServer:
         *,
         fail_first: int = 0,
         fail_status: int = 503,
+        fail_headers: dict[str, str] | None = None,
         status_for: Callable[[dict], int | None] | None = None,
     ) -> None:
         self.reply = reply
         self.fail_first = fail_first
         self.fail_status = fail_status
+        self.fail_headers = dict(fail_headers or {})
         self.status_for = status_for
         self.requests: list[dict] = []
         self.responses: list[int] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.http = HTTPTestServer()
+        self.http.add_route(COMPLETIONS, self._complete)
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return self.http.url("/v1")
 
     def __enter__(self) -> "FakeChatServer":
-        self._thread.start()
+        self.http.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self.http.close()
 
-    def _handler(self):
-        fake = self
+    def _complete(self, request: Request) -> Response:
+        if request.method != "POST":
+            return self._send(405, {"error": {"message": "POST only"}})
+        body = request.json()
+        with self._lock:
+            self.requests.append(body)
+            n = len(self.requests)
+        if n <= self.fail_first:
+            return self._send(self.fail_status, {"error": {"message": "warming up"}}, self.fail_headers)
+        status = self.status_for(body) if self.status_for else None
+        if status is not None:
+            return self._send(status, {"error": {"message": "rejected by test"}})
+        text, finish = self.reply(body)
+        return self._send(
+            200,
+            {
+                "id": f"chatcmpl-{n}",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            },
+        )
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with fake._lock:
-                    fake.requests.append(body)
-                    n = len(fake.requests)
-                if self.path != "/v1/chat/completions":
-                    return self._send(404, {"error": {"message": "not found"}})
-                if n <= fake.fail_first:
-                    return self._send(fake.fail_status, {"error": {"message": "warming up"}})
-                status = fake.status_for(body) if fake.status_for else None
-                if status is not None:
-                    return self._send(status, {"error": {"message": "rejected by test"}})
-                text, finish = fake.reply(body)
-                self._send(
-                    200,
-                    {
-                        "id": f"chatcmpl-{n}",
-                        "object": "chat.completion",
-                        "model": body.get("model"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": text},
-                                "finish_reason": finish,
-                            }
-                        ],
-                    },
-                )
-
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                with fake._lock:
-                    fake.responses.append(status)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
+    def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> Response:
+        with self._lock:
+            self.responses.append(status)
+        return json_response(payload, status, headers)

@@ -57,6 +57,20 @@ def test_flaky_server_is_retried_until_it_answers():
     assert len(server.requests) == 5
 
 
+def test_retry_after_as_an_http_date_is_honoured():
+    from datetime import datetime, timedelta, timezone
+    from email.utils import format_datetime
+
+    when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=2), usegmt=True)
+    started = time.monotonic()
+    with FakeChatServer(fail_first=1, fail_status=429, fail_headers={"Retry-After": when}) as server, \
+            make(server.base_url, max_concurrency=1, backoff_max_s=5.0) as c:
+        results = c.caption_images([image_bytes("red")])
+    # Whole-second dates: "in 2 s" is 1 to 2 s away; the backoff alone is 10 ms.
+    assert results[0].ok and server.responses == [429, 200]
+    assert 0.9 <= time.monotonic() - started < 10
+
+
 def test_client_errors_are_per_row_and_not_retried():
     def reject_green(body):
         return 400 if dominant_colour(request_image(body)) == "green" else None

@@ -102,6 +102,32 @@ def test_429_honours_retry_after_up_to_cap(http_server: HTTPTestServer):
     assert 0.2 <= elapsed < 5
 
 
+def _http_date(seconds_ahead: float) -> str:
+    from datetime import datetime, timedelta, timezone
+    from email.utils import format_datetime
+
+    return format_datetime(datetime.now(timezone.utc) + timedelta(seconds=seconds_ahead), usegmt=True)
+
+
+def test_429_honours_retry_after_given_as_an_http_date(http_server: HTTPTestServer):
+    http_server.add_route("/busy", flaky(1, fail_status=429, fail_headers={"Retry-After": _http_date(2.0)}))
+    started = time.monotonic()
+    result = one(http_server.url("/busy"))
+    # The date has whole seconds: "in 2 s" is between 1 and 2 s away; the backoff alone is 10 ms.
+    assert result.ok and result.attempts == 2
+    assert 0.9 <= time.monotonic() - started < 5
+
+
+def test_retry_after_past_the_deadline_gives_up_at_once(http_server: HTTPTestServer):
+    http_server.add_route("/later", status(503, headers={"Retry-After": _http_date(20.0)}))
+    started = time.monotonic()
+    result = list(download_many([("k", http_server.url("/later"))], cfg(deadline_s=3.0), max_retry_after_s=60.0))[0]
+    assert result.status is Status.DOWNLOAD_FAILED and result.attempts == 1
+    assert "no time left for a retry before the 3.0s deadline" in result.error
+    assert time.monotonic() - started < 2
+    assert http_server.hits("/later") == 1
+
+
 def test_timeout_retries_then_fails(http_server: HTTPTestServer):
     http_server.add_route("/slow", slow(5.0))
     started = time.monotonic()

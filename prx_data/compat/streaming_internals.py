@@ -1,0 +1,135 @@
+"""mosaicml-streaming: what the skip-aware loader and the MDS writer need beyond its public API.
+
+- ``flush_shard``: ``MDSWriter`` has no public "close this shard now".
+- ``resample_kept``: ``StreamingDataset.resample_streams`` is the documented override point for
+  the epoch's sample ids, but it has no notion of skipped samples, so the kept-sample variant
+  re-states streaming's algorithm. It must stay sample-for-sample identical to the pinned
+  version's when nothing is skipped (tested), or skip-free and skip-aware runs would order
+  epochs differently.
+- ``reset_weights``: ``Stream.apply_weights`` overwrites the given proportion/repeat/choose with
+  derived values; the originals live in private attributes.
+- ``download_stream_file`` uses public pieces only (``CloudDownloader``); it replaces
+  ``Stream._download_file`` and keeps a not-found answer distinct from a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import streaming
+from numpy.typing import NDArray
+from streaming import MDSWriter, Stream, StreamingDataset
+from streaming.base.sampling import get_sampling
+from streaming.base.storage import CloudDownloader
+
+# Re-read streaming's resample_streams, Writer.write/_reset_cache and Stream.__init__ /
+# apply_weights before changing this.
+WRITTEN_FOR = "0.13.0"
+
+
+def flush_shard(writer: MDSWriter) -> None:
+    """Close the writer's open shard now (no-op when empty): the two calls ``Writer.write``
+    makes when a shard is full."""
+    if writer.new_samples:
+        writer.flush_shard()
+        writer._reset_cache()
+
+
+def reset_weights(stream: Stream) -> None:
+    """Undo ``Stream.apply_weights`` so weights can be derived again (from kept counts)."""
+    for name in ("proportion", "repeat", "choose"):
+        if name in stream.__dict__:
+            delattr(stream, name)
+        given = getattr(stream, f"_{name}", None)
+        if given is not None:
+            setattr(stream, name, given)
+
+
+def download_stream_file(stream: Stream, basename: str, to_basename: str | None = None) -> str:
+    """Fetch ``basename`` of a remote stream into its local folder (as ``to_basename``); returns
+    the local path. ``FileNotFoundError`` at once when the object does not exist; other failures
+    are retried ``stream.download_retry`` times, as streaming retries its own downloads."""
+    remote = os.path.join(stream.remote, stream.split or "", basename)
+    local = os.path.join(stream.local, stream.split or "", to_basename or basename)
+    # Set by the dataset a stream belongs to (or by the caller); streaming's defaults otherwise.
+    attempts = max(1, int(getattr(stream, "download_retry", None) or 2))
+    timeout = float(getattr(stream, "download_timeout", None) or 60)
+    for attempt in range(1, attempts + 1):
+        downloader = CloudDownloader.get(stream.remote)
+        try:
+            downloader.download(remote, local, timeout)
+            return local
+        except FileNotFoundError:
+            raise
+        except Exception:
+            if attempt == attempts:
+                raise
+        finally:
+            downloader.clean_up()
+    raise AssertionError("unreachable")
+
+
+def resample_kept(
+    dataset: StreamingDataset,
+    epoch: int,
+    stream_id: int | None,
+    kept_per_shard: NDArray[np.int64],
+    kept_ids: Callable[[int], NDArray[np.int64]],
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``StreamingDataset.resample_streams`` over kept samples only.
+
+    Same algorithm as streaming 0.13.0's: per shard, whole repeats plus a seeded partial draw;
+    only the shard sizes are ``kept_per_shard`` and the drawn ids come from ``kept_ids(shard)``.
+    Shuffle units shrink with them (a fully skipped shard contributes no unit).
+    """
+    rng = (
+        np.random.default_rng(dataset.shuffle_seed + epoch)
+        if dataset.sampling_method == "balanced"
+        else np.random.default_rng(dataset.shuffle_seed)
+    )
+    shuffle_units: list[int] = []
+    sample_ids: list[NDArray[np.int64]] = []
+    stream_ids = range(dataset.num_streams) if stream_id is None else [stream_id]
+    for sid in stream_ids:
+        first = int(dataset.shard_offset_per_stream[sid])
+        shard_ids = first + np.arange(int(dataset.shards_per_stream[sid]))
+        kept_counts = kept_per_shard[shard_ids]
+        choose_per_shard = np.zeros(len(shard_ids), np.int64)
+        nonempty = kept_counts > 0  # get_sampling mis-sizes picks next to empty shards
+        choose_per_shard[nonempty] = get_sampling(
+            kept_counts[nonempty],
+            dataset.streams[sid].choose,
+            dataset.sampling_granularity,
+            dataset.shuffle_seed,
+            epoch,
+            dataset.epoch_seed_change,
+        )
+        for shard_id, kept, choose in zip(shard_ids, kept_counts, choose_per_shard):
+            if not choose:
+                continue
+            ids = kept_ids(int(shard_id))
+            full, partial = divmod(int(choose), int(kept))
+            shuffle_units += [int(kept)] * full
+            sample_ids += [ids] * full
+            if partial:
+                shuffle_units.append(partial)
+                drawn = ids[rng.choice(int(kept), partial, False)]
+                drawn.sort()
+                sample_ids.append(drawn)
+    units = np.asarray(shuffle_units, np.int64)
+    ids = np.concatenate(sample_ids).astype(np.int64) if sample_ids else np.empty(0, np.int64)
+    return units, ids
+
+
+def version_mismatch() -> str | None:
+    """Why the installed streaming may not be the one these adapters were written for, or None."""
+    if streaming.__version__ == WRITTEN_FOR:
+        return None
+    return (
+        f"mosaicml-streaming is {streaming.__version__}, prx_data.compat.streaming_internals was "
+        f"written for {WRITTEN_FOR}: re-check StreamingDataset.resample_streams (resample_kept "
+        "re-states it), Writer.write/_reset_cache (flush_shard), Stream.__init__/apply_weights "
+        "(reset_weights) and CloudDownloader's not-found errors, then update WRITTEN_FOR"
+    )
