@@ -42,11 +42,25 @@ def take_by_address(ds: lance.LanceDataset, addresses: list[int], columns: list[
     return found.take(order).select(list(columns))
 
 
+def delete_in_fragment(ds: lance.LanceDataset, fragment_id: int, key: str, values: list[str]):
+    """Deletion metadata for the rows of one fragment whose ``key`` is in ``values`` (None when
+    the fragment is left empty), for a caller that commits it with new fragments in one
+    ``LanceOperation.Update``. ``LanceFragment.delete`` is documented "internal API"; the public
+    ``LanceDataset.delete`` commits on its own, which would split a replace into two versions
+    and let a killed run lose or double rows.
+    """
+    from prx_data.filters import sql_string
+
+    predicate = " OR ".join(f"{key} IN ({', '.join(sql_string(v) for v in values[i : i + 1000])})" for i in range(0, len(values), 1000))
+    return ds.get_fragment(fragment_id).delete(predicate)
+
+
 def version_mismatch() -> str | None:
     if lance.__version__ == WRITTEN_FOR:
         return None
     return (
         f"pylance is {lance.__version__}, prx_data.compat.lance_rows was written for {WRITTEN_FOR}: "
         "re-check that a `_rowaddr IN (...)` filter is still planned as a take (explain_plan shows "
-        "no full_filter) and re-run its benchmark, then update WRITTEN_FOR"
+        "no full_filter) and re-run its benchmark, and that LanceFragment.delete(predicate) still "
+        "returns the fragment's new metadata (None when emptied), then update WRITTEN_FOR"
     )

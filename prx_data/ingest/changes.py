@@ -18,7 +18,7 @@ import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
-from prx_data.filters import sql_string
+from prx_data.filters import one_of
 from prx_data.ids import sample_id
 from prx_data.ingest.rows import (
     EXAMPLES,
@@ -85,7 +85,7 @@ class _Stored:
         if self.ds is None or not ids:
             return {}
         table = self.ds.to_table(
-            columns=self.columns, filter=f"sample_id IN ({', '.join(sql_string(i) for i in ids)})", with_row_address=True
+            columns=self.columns, filter=one_of("sample_id", ids), with_row_address=True
         )
         cols = {name: table.column(name).to_pylist() for name in (*self.columns, "_rowaddr")}
         embeddings = cols.get("embedding") or [None] * table.num_rows

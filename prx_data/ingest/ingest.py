@@ -44,8 +44,8 @@ from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import t
 )
 from prx_data.ingest.seen import SeenIds
 from prx_data.ingest.units import list_units
-from prx_data.filters import sql_string
-from prx_data.lance_io import chunked, ensure_columns, open_table, storage_options_of
+from prx_data.compat.lance_rows import delete_in_fragment
+from prx_data.lance_io import ensure_columns, open_table, storage_options_of
 from prx_data.locking import locks_table
 from prx_data.registry import RegisteredSource
 from prx_data.schema import PHASH_COLUMNS, raw_schema
@@ -252,8 +252,7 @@ def _commit(uri: str, ds: lance.LanceDataset | None, schema: pa.Schema, fragment
         by_fragment[frag_id].append(sid)
     updated, removed_ids = [], []
     for frag_id, ids in by_fragment.items():
-        fragment = ds.get_fragment(frag_id)
-        meta = fragment.delete(" OR ".join(f"sample_id IN ({', '.join(sql_string(i) for i in part)})" for part in chunked(ids, 1000)))
+        meta = delete_in_fragment(ds, frag_id, "sample_id", ids)
         if meta is None:
             removed_ids.append(frag_id)
         else:

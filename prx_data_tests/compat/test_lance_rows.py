@@ -56,3 +56,18 @@ def test_the_address_filter_is_planned_as_a_take_not_a_scan(ds) -> None:
     addr = _addresses(ds)
     plan = ds.scanner(columns=["n"], filter=lance_rows.address_filter([addr[1], addr[500]]), with_row_address=True).explain_plan()
     assert "full_filter=--" in plan and "_rowaddr" not in plan.split("full_filter=")[1].split(",")[0], plan
+
+
+def test_delete_in_fragment_gives_metadata_for_one_update_commit(ds) -> None:
+    before = ds.version
+    frag = ds.get_fragments()[1]
+    ids = frag.to_table(columns=["sample_id"]).column("sample_id").to_pylist()
+    kept = frag.count_rows()
+    meta = lance_rows.delete_in_fragment(ds, frag.fragment_id, "sample_id", [ids[0], "s'quote", ids[1]])
+    assert meta is not None and ds.version == before  # nothing committed yet
+    op = lance.LanceOperation.Update(updated_fragments=[meta])
+    after = lance.LanceDataset.commit(ds.uri, op, read_version=ds.version)
+    assert after.count_rows() == ds.count_rows() - 2
+    assert frag.fragment_id in {f.fragment_id for f in after.get_fragments()}
+    assert after.get_fragment(frag.fragment_id).count_rows() == kept - 2
+    assert lance_rows.delete_in_fragment(after, frag.fragment_id, "sample_id", ids) is None  # emptied
