@@ -393,7 +393,14 @@ def refresh(
     started = time.perf_counter()
     sources = sorted(priorities)
     report = apply_requests(paths, optout_dir, sources, options)
-    _, skips = compute_skips(paths, priorities, bucket_cfg=bucket_cfg or BucketConfig(), exclude_labels=exclude_labels, options=options)
+    exports, skips = compute_skips(paths, priorities, bucket_cfg=bucket_cfg or BucketConfig(), exclude_labels=exclude_labels, options=options)
+    from dataclasses import replace
+
+    from prx_data.export.fold import FoldPolicy, apply_fold_policy
+
+    # Skip lists without the fold's 'folded' rows would let folded originals back in.
+    policy = replace(FoldPolicy.from_settings(), min_stream_samples=min_stream_samples)
+    skips, _ = apply_fold_policy(paths, exports, skips, sources=sources, bucket_cfg=bucket_cfg or BucketConfig(), policy=policy, options=options)
     skip_report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
     from prx_data.export.corpus_index import merge_all
