@@ -227,3 +227,16 @@ def test_a_run_killed_after_its_commit_is_repaired(paths: StoragePaths, encodes,
     report, _ = pipeline(paths, ON)
     assert report.folded == 2 and encodes[0] == 4, "the untracked bucket is written again"
     assert set(epoch(paths.mds_root)) >= ids("sparse0", "sparse1")
+
+
+def test_lineage_shows_the_folded_copy(paths: StoragePaths):
+    from prx_data.lineage import find, format_record
+
+    write_raw(paths.raw_table("alpha"), "alpha", corpus_items())
+    pipeline(paths, ON)
+    [record] = find(paths, ["alpha"], sample_id=sample_id("alpha", "sparse0"))
+    text = format_record(record)
+    assert f"folded from {SPARSE}" in text and "SKIPPED    folded" in text
+    copy = [p for p in record.placements if p.folded_from]
+    assert len(copy) == 1 and copy[0].bucket == "464x576" and not copy[0].skipped
+    assert not record.skipped and "yielded by the loader" in text
