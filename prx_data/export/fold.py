@@ -416,9 +416,17 @@ def apply_fold_policy(
     ``policy`` defaults to the settings'; ``writer_cfg`` must give the columns the export used."""
     policy = policy or FoldPolicy.from_settings()
     writer_cfg = writer_cfg or MdsWriterConfig()
+    sources = sorted(set(sources))
+    reserved = [name for name in sources if name.endswith(FOLD_SUFFIX)]
+    if reserved and policy.enabled:
+        raise ValueError(f"source names ending in {FOLD_SUFFIX!r} are reserved for folded copies: rename {reserved}")
     plan = plan_folds(exports, skips, bucket_cfg, policy)
     report = FoldReport(folds=plan.folds, refused=plan.refused)
-    in_tree = fold_folders_in_tree(paths.mds_root, options)
+    # A registered source whose name looks like a fold folder is a source, never a fold.
+    in_tree = {
+        source: found for source, found in fold_folders_in_tree(paths.mds_root, options).items()
+        if f"{source}{FOLD_SUFFIX}" not in reserved
+    }
     visit = sorted(set(sources) | set(in_tree) | set(plan.rows["source"].to_pylist()))
     tables = []
     for source in visit:

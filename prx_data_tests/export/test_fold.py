@@ -240,3 +240,16 @@ def test_lineage_shows_the_folded_copy(paths: StoragePaths):
     copy = [p for p in record.placements if p.folded_from]
     assert len(copy) == 1 and copy[0].bucket == "464x576" and not copy[0].skipped
     assert not record.skipped and "yielded by the loader" in text
+
+
+def test_a_source_named_like_a_fold_folder_is_left_alone(paths: StoragePaths):
+    """'alpha--fold' registered as a source: with the policy off its folders are not taken for
+    folded copies of 'alpha' (and removed); with it on, the name is refused."""
+    write_raw(paths.raw_table("alpha"), "alpha", corpus_items())
+    write_raw(paths.raw_table("alpha--fold"), "alpha--fold", [raw_item("x", 1, 640, 480)])
+    export_source(paths.raw_table("alpha--fold"), "alpha--fold", mds_root=paths.mds_root, exports_uri=paths.exports_table("alpha--fold"), executor="local")
+    exports, skips = compute_skips(paths, {"alpha": 1, "alpha--fold": 1}, bucket_cfg=BucketConfig())
+    apply_fold_policy(paths, exports, skips, sources=["alpha", "alpha--fold"], bucket_cfg=BucketConfig(), policy=OFF)
+    assert Path(paths.mds_root, TARGET, "alpha--fold", "index.json").is_file()
+    with pytest.raises(ValueError, match="reserved"):
+        apply_fold_policy(paths, exports, skips, sources=["alpha", "alpha--fold"], bucket_cfg=BucketConfig(), policy=ON)
