@@ -349,6 +349,7 @@ def _registry_priorities(settings) -> dict[str, int]:
 
 def cmd_optout_apply(args: argparse.Namespace) -> int:
     """Requests, skip lists and the data card only: nothing is re-exported."""
+    from prx_data.export.fold import FoldPolicy
     from prx_data.optout import refresh
     from prx_data.paths import StoragePaths
     from prx_data.settings import get_settings
@@ -364,6 +365,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         options=settings.storage_options,
         min_stream_samples=settings.min_stream_samples,
         dedup_radius=settings.dedup_radius,
+        fold=FoldPolicy.from_settings(settings),
     )
     report = applied.optouts
     for error in report.errors:

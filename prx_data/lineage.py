@@ -37,6 +37,7 @@ class Placement:
     export_version: str | None
     export_run_id: str | None = None  # the run that placed (or dropped) it
     skipped: list[dict] = field(default_factory=list)  # reason, sidecar, kept_sample_id
+    folded_from: str | None = None  # "tier/HxW": a copy the fold policy made (export/fold.py)
 
 
 @dataclass
@@ -53,7 +54,9 @@ class LineageRecord:
 
     @property
     def skipped(self) -> bool:
-        return any(p.skipped for p in self.placements)
+        """No placement is yielded (a folded original is skipped, its copy is not)."""
+        placed = [p for p in self.placements if p.shard]
+        return bool(placed) and all(p.skipped for p in placed)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -83,9 +86,19 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
     from prx_data.export.skiplist import shard_sidecars
 
     out = []
-    for row in ds.to_table(filter=equals("sample_id", sid)).to_pylist():
+    from prx_data.export.fold import folds_table
+
+    rows = ds.to_table(filter=equals("sample_id", sid)).to_pylist()
+    folds = open_table(folds_table(paths, source), options)
+    if folds is not None:
+        rows += [
+            {**r, "drop_reason": None, "export_version": None, "export_run_id": r["fold_run_id"]}
+            for r in folds.to_table(filter=equals("sample_id", sid)).to_pylist()
+        ]
+    for row in rows:
         placement = Placement(
-            row["tier"], row["bucket"], row["shard"], row["index_in_shard"], row["drop_reason"], row["export_version"], row.get("export_run_id")
+            row["tier"], row["bucket"], row["shard"], row["index_in_shard"], row["drop_reason"], row["export_version"],
+            row.get("export_run_id"), folded_from=row.get("folded_from"),
         )
         if row["shard"]:
             for sidecar in shard_sidecars(mds_root, row["shard"], options):
@@ -207,7 +220,8 @@ def format_record(record: LineageRecord) -> str:
     for p in record.placements:
         if p.shard:
             run = f" run={p.export_run_id}" if p.export_run_id else ""
-            lines.append(f"  shard      {p.shard} #{p.index_in_shard}  (tier {p.tier}, bucket {p.bucket}, {p.export_version}{run})")
+            made = f"folded from {p.folded_from}" if p.folded_from else p.export_version
+            lines.append(f"  shard      {p.shard} #{p.index_in_shard}  (tier {p.tier}, bucket {p.bucket}, {made}{run})")
         else:
             lines.append(f"  export     dropped: {p.drop_reason}" + (f" [run={p.export_run_id}]" if p.export_run_id else ""))
         for s in p.skipped:

@@ -383,6 +383,7 @@ def refresh(
     write_card: bool = True,
     min_stream_samples: int = 1,
     dedup_radius: int | None = None,
+    fold=None,
 ) -> Applied:
     """Apply the opt-out folder now: resolve requests, rebuild the skip lists over the current
     export and refresh the data card. Nothing is re-exported, so this takes seconds."""
@@ -395,9 +396,16 @@ def refresh(
     sources = sorted(priorities)
     report = apply_requests(paths, optout_dir, sources, options)
     radius = DEFAULT_DEDUP_RADIUS if dedup_radius is None else dedup_radius
-    _, skips = compute_skips(
+    exports, skips = compute_skips(
         paths, priorities, bucket_cfg=bucket_cfg or BucketConfig(), exclude_labels=exclude_labels, options=options, dedup_radius=radius
     )
+    from dataclasses import replace
+
+    from prx_data.export.fold import FoldPolicy, apply_fold_policy
+
+    # Skip lists without the fold's 'folded' rows would let folded originals back in.
+    policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
+    skips, _ = apply_fold_policy(paths, exports, skips, sources=sources, bucket_cfg=bucket_cfg or BucketConfig(), policy=policy, options=options)
     skip_report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
     from prx_data.export.corpus_index import merge_all

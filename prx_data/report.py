@@ -33,14 +33,30 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
 
 
 def _skips(mds_root: str, options: dict | None) -> tuple[Counter, set[str]]:
+    from prx_data.export.fold import FOLDED
     from prx_data.export.skiplist import iter_root_sidecars
 
     reasons: Counter = Counter()
     skipped: set[str] = set()
     for sidecar in iter_root_sidecars(mds_root, options):
         reasons[sidecar.reason] += len(sidecar.indices)
-        skipped.update(sidecar.sample_ids)
+        if sidecar.reason != FOLDED:  # a folded original is trained from its copy
+            skipped.update(sidecar.sample_ids)
     return reasons, skipped
+
+
+def _folded(paths: StoragePaths, sources: list[str], options: dict | None) -> list[str]:
+    from prx_data.export.fold import fold_summary
+
+    rows = fold_summary(paths, sources, options)
+    if not rows:
+        return ["No bucket is folded (PRX_FOLD_SPARSE_BUCKETS off, or no sparse bucket has a published neighbour in reach)."]
+    return [
+        "Images of sparse buckets re-exported into the nearest published shape of their tier; "
+        "their originals are skipped as `folded`.",
+        "",
+        *_table(("from", "into", "samples"), rows),
+    ]
 
 
 def _unpublished(paths: StoragePaths, options: dict | None) -> list[str]:
@@ -116,6 +132,9 @@ def build_data_card(
         "",
         "## Buckets not published for training",
         *_unpublished(paths, options),
+        "",
+        "## Sparse buckets folded into a neighbour",
+        *_folded(paths, sources, options),
         "",
         "## Dropped at export",
         *_table(("reason", "samples"), sorted(drops.items())),

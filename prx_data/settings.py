@@ -43,6 +43,12 @@ class Settings(BaseModel):
     # size (per-device batch x devices), since a trainer batches per stream and a stream that
     # cannot fill one batch makes streaming raise. Smaller buckets stay in the tree, unpublished.
     min_stream_samples: int = Field(1, ge=1)
+    # Opt-in: re-export the unskipped images of a sparse bucket (fewer than min_stream_samples)
+    # into the nearest bucket of the same tier that is published on its own, at most
+    # fold_max_steps aspect-grid steps away (each step crops about 11 % more of the long side;
+    # docs/trainable_export.md). Further than that the bucket stays unpublished.
+    fold_sparse_buckets: bool = False
+    fold_max_steps: int = Field(2, ge=1, le=4)
     # One writer per source table (prx_data/locking.py): how long a second run waits for the
     # lock, and how long an object-store lease lives without renewal (a killed run's lease).
     lock_wait_s: float = 1800.0
@@ -130,12 +136,24 @@ def load_settings(env: dict | None = None) -> Settings:
         startup_checks=env.get("PRX_STARTUP_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
         rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
         min_stream_samples=int(env.get("PRX_MIN_STREAM_SAMPLES", 1)),
+        fold_sparse_buckets=_flag(env.get("PRX_FOLD_SPARSE_BUCKETS", "0")),
+        fold_max_steps=int(env.get("PRX_FOLD_MAX_STEPS", 2)),
         lock_wait_s=float(env.get("PRX_LOCK_WAIT_S", 1800)),
         lock_ttl_s=float(env.get("PRX_LOCK_TTL_S", 60)),
         dedup_radius=int(env.get("PRX_DEDUP_RADIUS", 2)),
         captioner=_json_env(env, "PRX_CAPTIONER", {"backend": "source"}),
         classifier=_json_env(env, "PRX_CLASSIFIER", {"backend": "minilm"}),
     )
+
+
+def _flag(raw: str) -> bool:
+    """A yes/no setting; anything else is refused rather than read as "no" (an opt-in typo)."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected a yes/no flag (1/0, true/false, yes/no, on/off), got {raw!r}")
 
 
 def _json_env(env, name: str, default: dict) -> dict:

@@ -168,6 +168,37 @@ def shape_index(tier: int, height: int, width: int, cfg: BucketConfig | None = N
         return None
 
 
+def fold_target(tier: int, index: int, candidates, cfg: BucketConfig | None = None, max_steps: int = 2) -> int | None:
+    """The aspect index a sparse bucket of ``tier`` folds into, or None.
+
+    ``candidates``: aspect indexes of the tier's buckets that are published on their own. The
+    nearest one at most ``max_steps`` grid steps away wins; at equal distance the squarer shape
+    (smaller ``|log(w/h)|``), so a fold crops the long side rather than widening the short one.
+    """
+    cfg = cfg or BucketConfig()
+    shapes = _shapes(tier, cfg)
+    best: tuple[tuple[int, float], int] | None = None
+    for j in candidates:
+        steps = abs(int(j) - index)
+        if steps == 0 or steps > max_steps:
+            continue
+        height, width = shapes[j]
+        key = (steps, abs(math.log(width / height)))
+        if best is None or key < best[0]:
+            best = (key, int(j))
+    return None if best is None else best[1]
+
+
+def fold_kept_share(steps: int, cfg: BucketConfig | None = None) -> float:
+    """Share of the long side an image on a grid ratio keeps when folded ``steps`` grid steps
+    (the rest is cropped): 0.89 per step with the default grid."""
+    cfg = cfg or BucketConfig()
+    if cfg.shapes_per_tier < 2:
+        return 1.0
+    step = (math.log(cfg.ar_max) - math.log(cfg.ar_min)) / (cfg.shapes_per_tier - 1)
+    return math.exp(-steps * step)
+
+
 def tier_floor_pixels(tier: int, cfg: BucketConfig | None = None) -> float:
     """Fewest source pixels the tier accepts: (tier / max_upscale)²."""
     cfg = cfg or BucketConfig()

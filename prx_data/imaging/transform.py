@@ -93,11 +93,14 @@ def prepare(
     data: bytes,
     cfg: BucketConfig | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    shape: Assignment | None = None,
 ) -> Prepared | Drop:
     """Bucket, resize and encode one image; any problem becomes a ``Drop`` with a reason.
 
     Reasons: ``invalid_image``, ``too_large``, ``truncated`` (decode), ``too_small``,
-    ``aspect_ratio`` (bucketing). Never raises for bad input.
+    ``aspect_ratio`` (bucketing). Never raises for bad input. ``shape`` overrides the shape the
+    image is cover-cropped to (the fold policy's neighbouring shape of the same tier); the image
+    must still be exportable on its own.
     """
     cfg = cfg or BucketConfig()
     try:
@@ -105,6 +108,7 @@ def prepare(
         target = assign(header.width, header.height, cfg)
         if isinstance(target, Drop):
             return target
+        target = shape or target
         scale = max(target.width / header.width, target.height / header.height)
         # Decode no smaller than the resized (pre-crop) image, so the reduced JPEG decode
         # never costs resolution the bucket keeps.

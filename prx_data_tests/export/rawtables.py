@@ -48,7 +48,7 @@ def write_raw(uri: str, source: str, items: list[dict], storage_options: dict | 
                 "ingested_at": now,
                 "caption": it["caption"],
                 "caption_model": "source",
-                "label": "visual",
+                "label": it.get("label", "visual"),
             }
         )
     lance.write_dataset(pa.Table.from_pylist(rows, schema=schema), uri, mode="overwrite", storage_options=storage_options)

@@ -9,6 +9,7 @@ from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.export.corpus_index import merge_all
+from prx_data.export.fold import FoldPolicy, apply_fold_policy
 from prx_data.settings import get_settings
 from prx_data.stages.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
@@ -128,7 +129,9 @@ def publication_metadata(mds_root: str, merged, min_samples: int) -> dict:
     kinds={"mds"},
     automation_condition=CORPUS_SETTLED,
     description="Per-shard skip-list sidecars: duplicates across sources, excluded labels and "
-    "opt-outs. Shards are never rewritten; the training loader unions the sidecars.",
+    "opt-outs. Shards are never rewritten; the training loader unions the sidecars. With "
+    "PRX_FOLD_SPARSE_BUCKETS=1, first re-exports the unskipped images of sparse buckets into the "
+    "nearest published bucket of the same tier and skips their originals as 'folded'.",
 )
 def skip_lists(
     context: dg.AssetExecutionContext,
@@ -141,6 +144,11 @@ def skip_lists(
     exports, skips = compute_skips(
         storage.paths, priorities, bucket_cfg=export.bucket_config(), exclude_labels=export.exclude_labels, options=storage.options,
         dedup_radius=get_settings().dedup_radius,
+    )
+    # Folding needs the skips (its counts are publication's) and adds 'folded' skips of its own.
+    skips, folds = apply_fold_policy(
+        storage.paths, exports, skips, sources=priorities, bucket_cfg=export.bucket_config(),
+        writer_cfg=export.writer_config(), policy=FoldPolicy.from_settings(get_settings()), options=storage.options, run_id=context.run_id,
     )
     report = write_skip_lists(storage.mds_root, skips, storage.options, paths=storage.paths)
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
@@ -167,6 +175,10 @@ def skip_lists(
             "sidecars_written": report.written,
             "sidecars_unchanged": report.unchanged,
             "sidecars_removed": report.removed,
+            "folded_buckets": dg.MetadataValue.json(folds.folds),
+            "fold_refused": dg.MetadataValue.json(folds.refused),
+            "folded_samples": folds.folded,
+            "fold_images_encoded": folds.encoded,
             **publication_metadata(storage.mds_root, merged, min_samples),
         }
     )
