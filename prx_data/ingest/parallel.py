@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from prx_data.ingest.changes import UnitJob, UnitResult, process_unit
 from prx_data.ingest.units import Unit
+from prx_data.ray_tasks import bounded
 
 UnitWork = tuple[Unit, frozenset[int]]
 
@@ -31,25 +32,7 @@ def _on_ray(ray, job: UnitJob, units: Iterator[UnitWork], workers: int) -> Itera
     # A retried task writes fresh fragments; the failed attempt's are never committed.
     task = ray.remote(num_cpus=1, max_retries=1)(process_unit)
     job_ref = ray.put(job)
-    in_flight = []
-    try:
-        while True:
-            while len(in_flight) < workers:
-                work = next(units, None)
-                if work is None:
-                    break
-                in_flight.append(task.remote(job_ref, *work))
-            if not in_flight:
-                return
-            done, in_flight = ray.wait(in_flight, num_returns=1)
-            try:
-                result = ray.get(done[0])
-            except ray.exceptions.RayTaskError as exc:
-                raise (exc.cause or exc) from None
-            yield result
-    finally:
-        for ref in in_flight:
-            ray.cancel(ref)
+    yield from bounded(ray, lambda work: task.remote(job_ref, *work), units, workers)
 
 
 @contextlib.contextmanager

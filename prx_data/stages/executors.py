@@ -13,6 +13,7 @@ import lance
 import pyarrow as pa
 
 from prx_data.lance_io import storage_options_of
+from prx_data.ray_tasks import bounded
 from prx_data.stages.columns import Processor, address_chunks, read_images, read_rows
 
 # fn(sample_ids, images, rows) -> table with sample_id + the stage's columns. Must be picklable
@@ -54,25 +55,7 @@ def make_processor(
         options = storage_options_of(ds)
         fn_ref = ray.put(fn)
         limit = max_in_flight or max(2, int(ray.available_resources().get("CPU", 1) / num_cpus) * 2)
-        in_flight = []
-        chunks = address_chunks(todo, chunk_rows)
-        while True:
-            # Bounded submission: a billion-row table never becomes a billion queued tasks.
-            while len(in_flight) < limit:
-                chunk = next(chunks, None)
-                if chunk is None:
-                    break
-                in_flight.append(remote.remote(ds.uri, ds.version, options, chunk, fn_ref, columns, with_images))
-            if not in_flight:
-                return
-            done, in_flight = ray.wait(in_flight, num_returns=1)
-            try:
-                result = ray.get(done[0])
-            except ray.exceptions.RayTaskError as exc:
-                # Surface the worker's own exception (e.g. BackendUnavailable), not Ray's wrapper.
-                for ref in in_flight:
-                    ray.cancel(ref)
-                raise (exc.cause or exc) from None
-            yield result
+        submit = lambda chunk: remote.remote(ds.uri, ds.version, options, chunk, fn_ref, columns, with_images)  # noqa: E731
+        yield from bounded(ray, submit, address_chunks(todo, chunk_rows), limit)
 
     return on_ray if executor == "ray" else local
