@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -133,6 +134,31 @@ def load_requests(folder: str | Path) -> RequestSet:
         else:
             out.errors.append(f"{path}: request id {request.id!r} already used by {previous.path} with other content")
     return out
+
+
+def _counted(path: Path) -> bool:
+    # Editor swap files, ".DS_Store" and write_request's "*.tmp" are not requests; counting them
+    # would rebuild the skip lists for nothing.
+    return not path.name.startswith(".") and not path.name.endswith((".tmp", "~"))
+
+
+def folder_version(folder: str | Path) -> tuple[str, int]:
+    """(data version, file count) of the opt-out folder: a hash over every file's relative path
+    and content, so touching a file changes nothing and editing one request changes it."""
+    root = Path(folder)
+    digest = hashlib.sha256()
+    count = 0
+    if root.is_dir():
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                if not _counted(path) or not path.is_file():
+                    continue
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+                count += 1
+    return digest.hexdigest()[:16], count
 
 
 def write_request(folder: str | Path, request: OptOutRequest) -> Path:

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from prx_data.defs.automation import CORPUS_SETTLED
+from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table

@@ -4,7 +4,9 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from prx_data.defs.export.resources import ExportResource
-from prx_data.defs.automation import CORPUS_SETTLED, PER_SOURCE, TRANSIENT_RETRY, export_code_version
+from prx_data.defs.code_versions import export_code_version
+from prx_data.defs.conditions import CORPUS_SETTLED, PER_SOURCE
+from prx_data.defs.policies import TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
