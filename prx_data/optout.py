@@ -413,29 +413,26 @@ def refresh(
     export and refresh the data card. Nothing is re-exported, so this takes seconds."""
     import time
 
+    from prx_data.exclusions_refresh import rebuild_skip_lists, write_data_card
     from prx_data.imaging.buckets import BucketConfig
-    from prx_data.stages.exclusion import compute_skips, write_skip_lists
 
     started = time.perf_counter()
     sources = sorted(priorities)
     report = apply_requests(paths, optout_dir, sources, options)
-    _, skips = compute_skips(paths, priorities, bucket_cfg=bucket_cfg or BucketConfig(), exclude_labels=exclude_labels, options=options)
-    skip_report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
-    # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
-    from prx_data.export.corpus_index import merge_all
-
-    merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples)
-    card_path = None
-    if write_card:
-        from prx_data.report import build_data_card
-
-        card = build_data_card(paths, sources, exclude_labels=exclude_labels, options=options)
-        card_path = card.write(paths.report_dir(), options)
+    rebuilt = rebuild_skip_lists(
+        paths,
+        priorities,
+        bucket_cfg=bucket_cfg or BucketConfig(),
+        exclude_labels=exclude_labels,
+        min_stream_samples=min_stream_samples,
+        options=options,
+    )
+    card_path = write_data_card(paths, sources, exclude_labels=exclude_labels, options=options)[1] if write_card else None
     return Applied(
         optouts=report,
-        skipped_samples=len(set(skips["sample_id"].to_pylist())),
-        sidecars_written=skip_report.written,
-        build_id=getattr(skip_report, "build_id", None),
+        skipped_samples=rebuilt.skipped_samples,
+        sidecars_written=rebuilt.report.written,
+        build_id=getattr(rebuilt.report, "build_id", None),
         card_path=card_path,
         seconds=time.perf_counter() - started,
     )
