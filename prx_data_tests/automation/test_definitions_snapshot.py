@@ -4,6 +4,9 @@ and resource as it was. A deliberate change updates the snapshot:
 
     PYTHONPATH=. .venv/bin/python -m prx_data_tests.automation.test_definitions_snapshot
 
+which also redraws the asset graph in docs/architecture.md (a mermaid block made from the same
+Definitions, so the page cannot drift from the code).
+
 Code versions are left out: they follow prompt and model edits (test_policy checks them).
 """
 
@@ -15,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 
 SNAPSHOT = Path(__file__).with_name("definitions_snapshot.json")
+ARCHITECTURE = Path(__file__).parents[2] / "docs" / "architecture.md"
 
 
 def describe(defs: dg.Definitions) -> dict:
@@ -42,6 +46,41 @@ def describe(defs: dg.Definitions) -> dict:
     }
 
 
+def mermaid(defs: dg.Definitions) -> str:
+    """The asset graph as a mermaid flowchart: per-source assets in one box, checks hanging off
+    the asset they check."""
+    graph = defs.resolve_asset_graph()
+    keys = sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string())
+    per_source = [k for k in keys if graph.get(k).partitions_def is not None]
+    corpus = [k for k in keys if k not in per_source]
+    lines = ["flowchart LR"]
+    lines.append('  subgraph per_source["per source (one dynamic partition each)"]')
+    lines += [f"    {k.to_user_string()}" for k in per_source]
+    lines.append("  end")
+    lines.append('  subgraph corpus_wide["corpus-wide (unpartitioned)"]')
+    for k in corpus:
+        shape = f"{k.to_user_string()}[/{k.to_user_string()}/]" if graph.get(k).is_observable else k.to_user_string()
+        lines.append(f"    {shape}")
+    lines.append("  end")
+    for k in keys:
+        for parent in sorted(graph.get(k).parent_keys, key=lambda p: p.to_user_string()):
+            lines.append(f"  {parent.to_user_string()} --> {k.to_user_string()}")
+    for check in sorted(graph.asset_check_keys, key=lambda c: (c.asset_key.to_user_string(), c.name)):
+        lines.append(f"  {check.asset_key.to_user_string()} -.- {check.name}{{{{{check.name}}}}}")
+    return "\n".join(lines)
+
+
+def _graph_block(text: str) -> str:
+    start = text.index("```mermaid\n") + len("```mermaid\n")
+    return text[start : text.index("\n```", start)]
+
+
+def test_architecture_page_draws_the_loaded_graph(prx_defs):
+    assert _graph_block(ARCHITECTURE.read_text()) == mermaid(prx_defs), (
+        "docs/architecture.md's asset graph is out of date: regenerate (see module doc)"
+    )
+
+
 def test_definitions_match_the_snapshot(prx_defs):
     current = describe(prx_defs)
     expected = json.loads(SNAPSHOT.read_text())
@@ -65,5 +104,9 @@ if __name__ == "__main__":
     os.environ["PRX_DATA_ROOT"] = tempfile.mkdtemp()
     from prx_data.defs.build import build_defs
 
-    SNAPSHOT.write_text(json.dumps(describe(build_defs()), indent=1, sort_keys=True) + "\n")
-    print(f"wrote {SNAPSHOT}")
+    defs = build_defs()
+    SNAPSHOT.write_text(json.dumps(describe(defs), indent=1, sort_keys=True) + "\n")
+    page = ARCHITECTURE.read_text()
+    old = _graph_block(page)
+    ARCHITECTURE.write_text(page.replace(f"```mermaid\n{old}\n```", f"```mermaid\n{mermaid(defs)}\n```", 1))
+    print(f"wrote {SNAPSHOT} and the graph in {ARCHITECTURE}")
