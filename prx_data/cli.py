@@ -19,9 +19,9 @@ def _use_data_root(root: Path) -> None:
     os.environ["PRX_DATA_ROOT"] = str(root)
     home = Path(os.environ.get("DAGSTER_HOME") or root / ".dagster")
     home.mkdir(parents=True, exist_ok=True)
-    from prx_data.locking import dagster_home_lock
+    from prx_data import locking
 
-    with dagster_home_lock(str(home)):  # another run may be setting up the same new root
+    with locking.dagster_home_lock(str(home)):  # another run may be setting up the same new root
         if not (home / "dagster.yaml").exists() and (REPO_ROOT / "dagster.yaml").exists():
             shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
@@ -214,9 +214,9 @@ def cmd_buckets(args: argparse.Namespace) -> int:
 
 def _runs_lookup():
     # Dagster costs seconds to import: only imported when run details are asked for.
-    from prx_data.defs.run_lookup import dagster_runs_lookup
+    from prx_data.defs import run_lookup
 
-    return dagster_runs_lookup()
+    return run_lookup.dagster_runs_lookup()
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
