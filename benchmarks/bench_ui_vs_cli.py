@@ -147,7 +147,7 @@ def _wait_location(client, timeout_s: float = 300) -> None:
 def _add_partition(root: Path, source: str) -> None:
     import dagster as dg
 
-    from prx_data.orchestrate import ensure_partitions
+    from prx_data.defs.orchestrate import ensure_partitions
 
     with dg.DagsterInstance.from_config(str(root / ".dagster")) as instance:
         ensure_partitions(instance, [source])

@@ -7,7 +7,6 @@ import os
 import shutil
 import sys
 from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -20,9 +19,9 @@ def _use_data_root(root: Path) -> None:
     os.environ["PRX_DATA_ROOT"] = str(root)
     home = Path(os.environ.get("DAGSTER_HOME") or root / ".dagster")
     home.mkdir(parents=True, exist_ok=True)
-    from prx_data.locking import dagster_home_lock
+    from prx_data import locking
 
-    with dagster_home_lock(str(home)):  # another run may be setting up the same new root
+    with locking.dagster_home_lock(str(home)):  # another run may be setting up the same new root
         if not (home / "dagster.yaml").exists() and (REPO_ROOT / "dagster.yaml").exists():
             shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
@@ -135,23 +134,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_everything(args)
 
 
-def _open_instance(sources: list[str]):
-    """The Dagster instance with the sources' partitions; two runs starting at once on a new
-    root take turns here, or both create its SQLite storages and fail."""
-    import dagster as dg
-
-    from prx_data.locking import dagster_home_lock
-    from prx_data.orchestrate import ensure_partitions
-
-    with dagster_home_lock():
-        instance = dg.DagsterInstance.get()
-        ensure_partitions(instance, sources)
-    return instance
-
-
 def _run_everything(args: argparse.Namespace) -> int:
-    from prx_data.definitions import build_defs
-    from prx_data.orchestrate import materialize_corpus, materialize_sources
+    from prx_data.defs.build import build_defs
+    from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
     from prx_data.registry import load_registry
     from prx_data.settings import get_settings
 
@@ -169,7 +154,7 @@ def _run_everything(args: argparse.Namespace) -> int:
     # of each run starting and stopping its own.
     with shared_local_ray():
         defs = build_defs()
-        with _open_instance(sources) as instance:
+        with open_instance(sources) as instance:
             outcome = materialize_sources(defs, instance, sources)
             corpus_ok = materialize_corpus(defs, instance)
     _remember_data_root()
@@ -201,12 +186,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if home and not os.environ.get("DAGSTER_HOME"):
         os.environ["DAGSTER_HOME"] = home
     _use_data_root(root)
-    import dagster as dg
+    from prx_data.defs.orchestrate import show_automation_on_in_home
 
-    from prx_data.defs.automation import show_automation_on
-
-    with dg.DagsterInstance.get() as instance:
-        show_automation_on(instance)
+    show_automation_on_in_home()
     return serve_ui(root, Path(os.environ["DAGSTER_HOME"]), port=args.port, host=args.host)
 
 
@@ -232,44 +214,11 @@ def cmd_buckets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dagster_runs_lookup():
-    """(source, sample_id) -> the latest materialization run of each per-source asset."""
-    import dagster as dg
+def _runs_lookup():
+    # Dagster costs seconds to import: only imported when run details are asked for.
+    from prx_data.defs import run_lookup
 
-    try:
-        instance = dg.DagsterInstance.get()
-    except Exception:  # noqa: BLE001 - lineage works without a Dagster home, minus run ids
-        return None
-    assets = ("raw_samples", "phashes", "captions", "caption_labels", "mds_shards")
-
-    def lookup(source: str, _sample_id: str, row: dict | None = None) -> dict[str, dict]:
-        runs = {}
-        for asset in assets:
-            result = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[source]), limit=1
-            )
-            for record in result.records:
-                metadata = record.asset_materialization.metadata if record.asset_materialization else {}
-                runs[asset] = {
-                    "run_id": record.run_id,
-                    "timestamp": datetime.fromtimestamp(record.timestamp, timezone.utc).isoformat(timespec="seconds"),
-                }
-                if "lance_version" in metadata:
-                    runs[asset]["lance_version"] = metadata["lance_version"].value
-        # The runs that wrote this row's derived columns (exact, per row), over the latest per asset.
-        for asset, column in (("phashes", "phash_run_id"), ("captions", "caption_run_id"), ("caption_labels", "label_run_id")):
-            run_id = (row or {}).get(column)
-            if run_id:
-                record = instance.get_run_record_by_id(run_id)
-                when = record.create_timestamp.isoformat(timespec="seconds") if record is not None else "run not in this Dagster instance"
-                runs[asset] = {"run_id": run_id, "timestamp": when, "wrote_this_row": True}
-        for asset in ("optout_requests", "skip_lists"):
-            event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-            if event is not None:
-                runs[asset] = {"run_id": event.run_id, "timestamp": datetime.fromtimestamp(event.timestamp, timezone.utc).isoformat(timespec="seconds")}
-        return runs
-
-    return lookup
+    return run_lookup.dagster_runs_lookup()
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
@@ -297,7 +246,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
             max_hamming=args.distance,
             options=settings.storage_options,
             # Dagster costs seconds to import and query: only when run details are asked for.
-            runs_lookup=_dagster_runs_lookup() if args.runs else None,
+            runs_lookup=_runs_lookup() if args.runs else None,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -39,6 +39,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
+from prx_data.storage_uri import is_remote
+
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.2
@@ -293,7 +295,7 @@ def table_lock(
         return
     wait_s, ttl_s = _defaults(wait_s, ttl_s)
     purpose = purpose or f"a writer of {table_uri}"
-    if "://" not in uri or uri.startswith("file://"):
+    if not is_remote(uri):
         backend = _LocalLock(uri.removeprefix("file://"), purpose)
     elif uri.startswith("s3://"):
         backend = _S3Lease(uri, storage_options, purpose, ttl_s)

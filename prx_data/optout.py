@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -133,6 +134,31 @@ def load_requests(folder: str | Path) -> RequestSet:
         else:
             out.errors.append(f"{path}: request id {request.id!r} already used by {previous.path} with other content")
     return out
+
+
+def _counted(path: Path) -> bool:
+    # Editor swap files, ".DS_Store" and write_request's "*.tmp" are not requests; counting them
+    # would rebuild the skip lists for nothing.
+    return not path.name.startswith(".") and not path.name.endswith((".tmp", "~"))
+
+
+def folder_version(folder: str | Path) -> tuple[str, int]:
+    """(data version, file count) of the opt-out folder: a hash over every file's relative path
+    and content, so touching a file changes nothing and editing one request changes it."""
+    root = Path(folder)
+    digest = hashlib.sha256()
+    count = 0
+    if root.is_dir():
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                if not _counted(path) or not path.is_file():
+                    continue
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+                count += 1
+    return digest.hexdigest()[:16], count
 
 
 def write_request(folder: str | Path, request: OptOutRequest) -> Path:
@@ -389,39 +415,29 @@ def refresh(
     export and refresh the data card. Nothing is re-exported, so this takes seconds."""
     import time
 
+    from prx_data.exclusions_refresh import rebuild_skip_lists, write_data_card
     from prx_data.imaging.buckets import BucketConfig
-    from prx_data.stages.exclusion import DEFAULT_DEDUP_RADIUS, compute_skips, write_skip_lists
+    from prx_data.stages.exclusion import DEFAULT_DEDUP_RADIUS
 
     started = time.perf_counter()
     sources = sorted(priorities)
     report = apply_requests(paths, optout_dir, sources, options)
-    radius = DEFAULT_DEDUP_RADIUS if dedup_radius is None else dedup_radius
-    exports, skips = compute_skips(
-        paths, priorities, bucket_cfg=bucket_cfg or BucketConfig(), exclude_labels=exclude_labels, options=options, dedup_radius=radius
+    rebuilt = rebuild_skip_lists(
+        paths,
+        priorities,
+        bucket_cfg=bucket_cfg or BucketConfig(),
+        exclude_labels=exclude_labels,
+        min_stream_samples=min_stream_samples,
+        dedup_radius=DEFAULT_DEDUP_RADIUS if dedup_radius is None else dedup_radius,
+        fold=fold,
+        options=options,
     )
-    from dataclasses import replace
-
-    from prx_data.export.fold import FoldPolicy, apply_fold_policy
-
-    # Skip lists without the fold's 'folded' rows would let folded originals back in.
-    policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
-    skips, _ = apply_fold_policy(paths, exports, skips, sources=sources, bucket_cfg=bucket_cfg or BucketConfig(), policy=policy, options=options)
-    skip_report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
-    # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
-    from prx_data.export.corpus_index import merge_all
-
-    merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples)
-    card_path = None
-    if write_card:
-        from prx_data.report import build_data_card
-
-        card = build_data_card(paths, sources, exclude_labels=exclude_labels, options=options)
-        card_path = card.write(paths.report_dir(), options)
+    card_path = write_data_card(paths, sources, exclude_labels=exclude_labels, options=options)[1] if write_card else None
     return Applied(
         optouts=report,
-        skipped_samples=len(set(skips["sample_id"].to_pylist())),
-        sidecars_written=skip_report.written,
-        build_id=getattr(skip_report, "build_id", None),
+        skipped_samples=rebuilt.skipped_samples,
+        sidecars_written=rebuilt.report.written,
+        build_id=getattr(rebuilt.report, "build_id", None),
         card_path=card_path,
         seconds=time.perf_counter() - started,
     )

@@ -5,7 +5,7 @@
 - ``config``: one pydantic config per backend, discriminated by ``backend``
 - ``factory``: ``make_captioner(config)``
 - ``source`` / ``openai_backend`` / ``transformers_backend`` / ``vllm_ray``: the backends
-- ``prompt``: the prompt and ``CAPTION_PROMPT_VERSION``; ``quality``: the guards
+- ``prompt``: the prompt and ``caption_prompt_version()``; ``quality``: the guards
 - ``images``: pixel budget and data URLs; ``chat_http``: OpenAI-compatible client
 - ``vlm``: the task abstraction captions and labels share; ``task``: the caption tasks;
   ``vllm_engine``: the shared vLLM-on-Ray path and its H200 settings

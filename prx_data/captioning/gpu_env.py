@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import importlib
 import os
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GPU_WORKER_DIR = Path(__file__).resolve().parents[2] / "deployments" / "gpu-worker"
-DEFAULT_REQUIREMENTS = GPU_WORKER_DIR / "requirements.txt"
+# Packaged with prx_data (package data), so mode 'pip' works from an installed wheel. The source
+# of truth is deployments/gpu-worker/ (the image build reads it); a test keeps the copies equal.
+DEFAULT_REQUIREMENTS = resources.files("prx_data.captioning") / "gpu_worker" / "requirements.txt"
 
 # Propagated from the driver when set there; the defaults keep workers off the model hub, which
 # must never be reached at run time (models come from a local path or object storage).
@@ -39,7 +41,8 @@ class WorkerEnv(BaseModel):
     mode: Literal["none", "python", "image", "pip"] = "none"
     python: str | None = Field(None, description="mode 'python': the environment's interpreter")
     requirements_path: str | None = Field(
-        None, description="mode 'pip': requirements file; defaults to deployments/gpu-worker/"
+        None, description="mode 'pip': requirements file; defaults to the packaged copy of "
+        "deployments/gpu-worker/requirements.txt"
     )
     image_uri: str | None = None
     # A custom Ray resource the nodes holding the environment advertise (e.g. rayStartParams
@@ -49,9 +52,10 @@ class WorkerEnv(BaseModel):
     env_vars: dict[str, str] = Field(default_factory=dict)
 
 
-def read_requirements(path: str | os.PathLike) -> list[str]:
-    """Requirement lines of ``path``, with ``-r other.txt`` includes expanded (relative to it)."""
-    path = Path(path)
+def read_requirements(path) -> list[str]:
+    """Requirement lines of ``path`` (a path or a package resource), with ``-r other.txt``
+    includes expanded (relative to it)."""
+    path = Path(path) if isinstance(path, (str, os.PathLike)) else path
     lines = []
     for raw in path.read_text().splitlines():
         line = raw.split("#", 1)[0].strip()

@@ -11,13 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 from prx_data.captioning.base import BaseCaptioner, CaptionResult, CaptionRow
 from prx_data.captioning.chat_http import LazyChatClient
 from prx_data.captioning.config import OpenAICaptionerConfig
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
+from prx_data.captioning.prompt import caption_prompt_version
 from prx_data.captioning.task import CaptionTask
 from prx_data.captioning.vlm import PrepError
 
 
 class OpenAICaptioner(LazyChatClient, BaseCaptioner):
-    prompt_version = CAPTION_PROMPT_VERSION
+    @property
+    def prompt_version(self) -> str:
+        return caption_prompt_version()
 
     def __init__(self, config: OpenAICaptionerConfig) -> None:
         self.config = config

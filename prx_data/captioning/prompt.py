@@ -2,11 +2,13 @@
 
 The version is a hash of the prompt text, so any edit to the wording bumps it and the
 caption stage's pending filter (``ColumnStage``) re-captions the rows made
-with the old wording. Do not hand-maintain a version number here.
+with the old wording. Do not hand-maintain a version number here. Versions and the fused prompt
+are computed on first use (cached), not at import.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 SYSTEM_PROMPT = """\
@@ -31,9 +33,10 @@ Write plain prose: no lists, no headings, no line breaks. End with a full stop."
 
 USER_PROMPT = "Describe this image."
 
-CAPTION_PROMPT_VERSION = "p-" + hashlib.sha256(
-    f"{SYSTEM_PROMPT}\x00{USER_PROMPT}".encode()
-).hexdigest()[:12]
+
+@functools.cache
+def caption_prompt_version() -> str:
+    return "p-" + hashlib.sha256(f"{SYSTEM_PROMPT}\x00{USER_PROMPT}".encode()).hexdigest()[:12]
 
 
 def text_part(text: str) -> dict:
@@ -58,7 +61,8 @@ def caption_messages(image_url: str | None, system: str = SYSTEM_PROMPT, user: s
 # The fused request: the same caption, then the label of the text-only classifier's rules, as
 # one JSON object whose shape structured output enforces (caption first, so the label is
 # conditioned on it as in the separate pass).
-def _fused_system() -> str:
+@functools.cache
+def fused_system_prompt() -> str:
     from prx_data.labeling.prompt import LABEL_RULES
     from prx_data.schema import LABELS
 
@@ -72,7 +76,6 @@ def _fused_system() -> str:
     )
 
 
-FUSED_SYSTEM_PROMPT = _fused_system()
-FUSED_PROMPT_VERSION = "pf-" + hashlib.sha256(
-    f"{FUSED_SYSTEM_PROMPT}\x00{USER_PROMPT}".encode()
-).hexdigest()[:12]
+@functools.cache
+def fused_prompt_version() -> str:
+    return "pf-" + hashlib.sha256(f"{fused_system_prompt()}\x00{USER_PROMPT}".encode()).hexdigest()[:12]

@@ -11,21 +11,24 @@ from prx_data.captioning.base import with_detail
 from prx_data.captioning.config import CaptionSampling, VLLMCaptionerConfig
 from prx_data.captioning.images import ImageBudget, image_data_url
 from prx_data.captioning.prompt import (
-    CAPTION_PROMPT_VERSION,
-    FUSED_PROMPT_VERSION,
-    FUSED_SYSTEM_PROMPT,
     SYSTEM_PROMPT,
     USER_PROMPT,
     caption_messages,
+    caption_prompt_version,
+    fused_prompt_version,
+    fused_system_prompt,
 )
 from prx_data.captioning.quality import CaptionGuards, judge_caption
 from prx_data.captioning.resume import CAPTION, LABEL
 from prx_data.captioning.vlm import Judged, PrepError, VLMRequest, VLMTask
 from prx_data.schema import LABELS
 
-# The label a fused request writes is versioned by the fused prompt: the text-only
-# classifier's rows (LABEL_PROMPT_VERSION) and these are never mistaken for each other.
-FUSED_LABEL_VERSION = "f-" + FUSED_PROMPT_VERSION.removeprefix("pf-")
+
+def fused_label_version() -> str:
+    """The label a fused request writes is versioned by the fused prompt: the text-only
+    classifier's rows (label_prompt_version) and these are never mistaken for each other."""
+    return "f-" + fused_prompt_version().removeprefix("pf-")
+
 
 FUSED_SCHEMA = {
     "type": "object",
@@ -55,7 +58,7 @@ class CaptionTask(VLMTask):
         budget_for=None,
     ) -> None:
         self.model_id = model_id
-        self.version = CAPTION_PROMPT_VERSION
+        self.version = caption_prompt_version()
         self.sampling = sampling
         self.image = image
         self.guards = guards
@@ -99,14 +102,14 @@ class FusedCaptionLabelTask(CaptionTask):
 
     def __init__(self, model_id: str, **kw: Any) -> None:
         super().__init__(model_id, **kw)
-        self.version = FUSED_PROMPT_VERSION
+        self.version = fused_prompt_version()
 
     @classmethod
     def from_config(cls, cfg: VLLMCaptionerConfig) -> "FusedCaptionLabelTask":
         return cls(cfg.model_id, sampling=cfg.sampling, image=cfg.image, guards=cfg.guards, budget_for=cfg.budget_for)
 
     def system(self) -> str:
-        return FUSED_SYSTEM_PROMPT
+        return fused_system_prompt()
 
     def extra_sampling(self) -> dict[str, Any]:
         return {"structured_outputs": {"json": json.dumps(FUSED_SCHEMA)}}
@@ -124,5 +127,5 @@ class FusedCaptionLabelTask(CaptionTask):
             return Judged(error=result.error)
         if label not in LABELS:
             return Judged(error=with_detail(E.BAD_RESPONSE, f"label {label!r}"))
-        extra = {LABEL.value: label, LABEL.model: self.model_id, LABEL.version: FUSED_LABEL_VERSION, LABEL.error: None}
+        extra = {LABEL.value: label, LABEL.model: self.model_id, LABEL.version: fused_label_version(), LABEL.error: None}
         return Judged(value=result.caption, extra=extra)

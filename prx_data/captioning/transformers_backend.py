@@ -14,7 +14,7 @@ from prx_data.captioning.base import BaseCaptioner, CaptionResult, CaptionRow, w
 from prx_data.captioning.base import CaptionErrorCode as E
 from prx_data.captioning.config import TransformersCaptionerConfig
 from prx_data.captioning.images import load_for_captioning
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT
+from prx_data.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT, caption_prompt_version
 from prx_data.captioning.quality import judge_caption
 
 
@@ -30,7 +30,9 @@ def hf_messages(image: Any) -> list[dict]:
 
 
 class TransformersCaptioner(BaseCaptioner):
-    prompt_version = CAPTION_PROMPT_VERSION
+    @property
+    def prompt_version(self) -> str:
+        return caption_prompt_version()
 
     def __init__(self, config: TransformersCaptionerConfig) -> None:
         self.config = config

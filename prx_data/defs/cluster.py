@@ -7,8 +7,8 @@ Two ways to reach Ray (see deployments/k8s/README.md):
   long-lived, autoscaling RayCluster (``deployments/k8s/raycluster.yaml`` applied once). vLLM
   replicas stay warm between runs; this is the default for corpus builds.
 - unset: each step gets its own cluster as a KubeRay ``RayJob`` in interactive mode
-  (``KubeRayInteractiveJob``), built from the same manifest's ``spec`` (``PRX_KUBERAY_SPEC``
-  names another file). Isolation per run, at the price of a cold start per step.
+  (``KubeRayInteractiveJob``), built from the ``spec`` of the manifest ``PRX_KUBERAY_SPEC`` names
+  (the code-location image names its copy of that same manifest). Isolation per run, at the price of a cold start per step.
 
 ``check_cluster_startup`` runs when the resources are built (code location load), so a wrong or
 missing setting fails the deployment at start, with the setting named, instead of failing a run
@@ -27,8 +27,6 @@ from dagster_ray import LocalRay, RayResource
 
 from prx_data.settings import Settings
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_KUBERAY_SPEC = PROJECT_ROOT / "deployments" / "k8s" / "raycluster.yaml"
 # Ray options for a code location talking to a remote cluster: never start a local one.
 _REMOTE_RAY_INIT = {"ignore_reinit_error": True, "log_to_driver": True}
 
@@ -59,8 +57,17 @@ class RayClusterAddress(LocalRay):
         return f"Ray cluster at {self.address}"
 
 
-def load_raycluster_manifest(path: str | Path | None = None) -> dict[str, Any]:
-    path = Path(path or DEFAULT_KUBERAY_SPEC)
+def load_raycluster_manifest(path: str | Path | None) -> dict[str, Any]:
+    """The RayCluster manifest that ``PRX_KUBERAY_SPEC`` names (the code-location image sets it to
+    its copy of ``deployments/k8s/raycluster.yaml``): named, not looked up beside the package,
+    which an installed wheel does not have."""
+    if not path:
+        raise ClusterStartupError(
+            "PRX_KUBERAY_SPEC is not set: with no PRX_RAY_ADDRESS, each step runs on a KubeRay RayJob "
+            "built from a RayCluster manifest; set PRX_KUBERAY_SPEC to one (deployments/k8s/raycluster.yaml "
+            "in the repository), or PRX_RAY_ADDRESS=ray://<head>:10001 to use a running cluster"
+        )
+    path = Path(path)
     try:
         manifest = yaml.safe_load(path.read_text())
     except FileNotFoundError:

@@ -2,7 +2,7 @@
 
 ``table_maintenance`` is left out of declarative automation on purpose: compaction rewrites
 fragments under the per-source writers, so it runs once a day at a quiet hour instead of after
-every change, and a writer that meets its commit retries (automation.TRANSIENT_RETRY).
+every change, and a writer that meets its commit retries (policies.TRANSIENT_RETRY).
 """
 
 import dagster as dg

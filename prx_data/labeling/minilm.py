@@ -34,6 +34,7 @@ current releases require transformers 5.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -140,14 +141,13 @@ THRESHOLD = 0.5
 # nsfw before text: an explicit screenshot must be skipped as nsfw.
 _ORDER = ("nsfw", "text")
 
-# Everything that decides the answers is the version: a change relabels stale rows.
-MINILM_LABEL_VERSION = "minilm-" + hashlib.sha256(
-    json.dumps(
-        {"prototypes": PROTOTYPES, "text_cues": TEXT_CUES, "nsfw_cues": NSFW_CUES, "top_k": TOP_K,
-         "cue_cap": CUE_CAP, "weights": WEIGHTS, "threshold": THRESHOLD},
-        sort_keys=True,
-    ).encode()
-).hexdigest()[:12]
+
+@functools.cache
+def minilm_label_version() -> str:
+    """Everything that decides the answers is the version: a change relabels stale rows."""
+    decided_by = {"prototypes": PROTOTYPES, "text_cues": TEXT_CUES, "nsfw_cues": NSFW_CUES, "top_k": TOP_K,
+                  "cue_cap": CUE_CAP, "weights": WEIGHTS, "threshold": THRESHOLD}
+    return "minilm-" + hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()[:12]
 
 _MAX_TOKENS = 256  # the checkpoint's max_seq_length
 
@@ -191,7 +191,10 @@ def packaged_model_path() -> Path:
 
 class MiniLMClassifier(BaseClassifier):
     model_id = MINILM
-    label_version = MINILM_LABEL_VERSION
+
+    @property
+    def label_version(self) -> str:
+        return minilm_label_version()
 
     def __init__(self, config: MiniLMClassifierConfig | None = None) -> None:
         self.config = config or MiniLMClassifierConfig()

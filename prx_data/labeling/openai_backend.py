@@ -9,7 +9,7 @@ from typing import Any
 from prx_data.captioning.chat_http import LazyChatClient
 from prx_data.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.labeling.config import OpenAIClassifierConfig
-from prx_data.labeling.prompt import LABEL_PROMPT_VERSION
+from prx_data.labeling.prompt import label_prompt_version
 from prx_data.labeling.task import LabelTask
 from prx_data.schema import LABELS
 
@@ -26,7 +26,9 @@ def constraint_body(config: OpenAIClassifierConfig) -> dict[str, Any]:
 
 
 class OpenAIClassifier(LazyChatClient, BaseClassifier):
-    label_version = LABEL_PROMPT_VERSION
+    @property
+    def label_version(self) -> str:
+        return label_prompt_version()
 
     def __init__(self, config: OpenAIClassifierConfig) -> None:
         self.config = config

@@ -6,6 +6,7 @@ so an edit re-labels the rows labelled under the old wording.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import string
 
@@ -31,9 +32,11 @@ SYSTEM_PROMPT = (
 
 USER_TEMPLATE = "Caption: {caption}\n\nLabel:"
 
-LABEL_PROMPT_VERSION = "l-" + hashlib.sha256(
-    "\x00".join([SYSTEM_PROMPT, USER_TEMPLATE, *LABELS]).encode()
-).hexdigest()[:12]
+
+@functools.cache
+def label_prompt_version() -> str:
+    """A hash of everything the prompt says: an edit relabels the rows made with the old one."""
+    return "l-" + hashlib.sha256("\x00".join([SYSTEM_PROMPT, USER_TEMPLATE, *LABELS]).encode()).hexdigest()[:12]
 
 
 def label_messages(caption: str) -> list[dict]:

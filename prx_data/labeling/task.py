@@ -9,7 +9,7 @@ from prx_data.captioning.base import with_detail
 from prx_data.captioning.resume import LABEL
 from prx_data.captioning.vlm import Judged, PrepError, VLMRequest, VLMTask
 from prx_data.labeling.base import LabelErrorCode
-from prx_data.labeling.prompt import LABEL_PROMPT_VERSION, label_messages, parse_label
+from prx_data.labeling.prompt import label_messages, label_prompt_version, parse_label
 from prx_data.schema import LABELS
 
 # Qwen3 thinks before answering unless told not to; the template then writes an empty think
@@ -27,7 +27,7 @@ class LabelTask(VLMTask):
 
     def __init__(self, model_id: str, max_tokens: int = 3) -> None:
         self.model_id = model_id
-        self.version = LABEL_PROMPT_VERSION
+        self.version = label_prompt_version()
         self.max_tokens = max_tokens
 
     def request(self, row: Mapping[str, Any]) -> VLMRequest:

@@ -15,7 +15,7 @@ from prx_data.captioning import vllm_engine
 from prx_data.captioning.base import with_detail
 from prx_data.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.labeling.config import VLLMClassifierConfig
-from prx_data.labeling.prompt import LABEL_PROMPT_VERSION
+from prx_data.labeling.prompt import label_prompt_version
 from prx_data.labeling.task import NO_THINKING, LabelTask
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ class VLLMClassifier(BaseClassifier):
     """The vLLM backend behind the common interface; use :meth:`label_dataset` for real runs
     (:meth:`label_batch` starts the engine for every call)."""
 
-    label_version = LABEL_PROMPT_VERSION
+    @property
+    def label_version(self) -> str:
+        return label_prompt_version()
 
     def __init__(self, config: VLLMClassifierConfig) -> None:
         self.config = config

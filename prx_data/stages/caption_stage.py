@@ -25,7 +25,7 @@ from prx_data.captioning.config import (
     VLLMCaptionerConfig,
 )
 from prx_data.captioning.factory import make_captioner, parse_captioner_config
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, FUSED_PROMPT_VERSION
+from prx_data.captioning.prompt import caption_prompt_version, fused_prompt_version
 from prx_data.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
 from prx_data.lance_io import storage_options_of
 from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
@@ -38,13 +38,13 @@ def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
     if isinstance(config, SourceCaptionerConfig):
         return SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
     if isinstance(config, OpenAICaptionerConfig):
-        return config.model_id or config.server.model, CAPTION_PROMPT_VERSION
+        return config.model_id or config.server.model, caption_prompt_version()
     if isinstance(config, TransformersCaptionerConfig):
         from pathlib import Path
 
-        return config.model_id or str(Path(config.model_path)), CAPTION_PROMPT_VERSION
+        return config.model_id or str(Path(config.model_path)), caption_prompt_version()
     if isinstance(config, VLLMCaptionerConfig):
-        return config.model_id, FUSED_PROMPT_VERSION if config.fused_label else CAPTION_PROMPT_VERSION
+        return config.model_id, fused_prompt_version() if config.fused_label else caption_prompt_version()
     raise TypeError(type(config).__name__)
 
 

@@ -16,8 +16,8 @@ from prx_data.labeling.base import LabelResult
 from prx_data.labeling.columns import label_results_table, with_label_score
 from prx_data.labeling.config import ClassifierConfig, FusedClassifierConfig, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.labeling.factory import make_classifier, parse_classifier_config
-from prx_data.labeling.minilm import MINILM_LABEL_VERSION
-from prx_data.labeling.prompt import LABEL_PROMPT_VERSION
+from prx_data.labeling.minilm import minilm_label_version
+from prx_data.labeling.prompt import label_prompt_version
 from prx_data.schema import LABEL_COLUMNS
 from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
 from prx_data.stages.executors import make_processor
@@ -29,15 +29,15 @@ def label_identity(config: ClassifierConfig) -> tuple[str, str]:
     if isinstance(config, MiniLMClassifierConfig):
         from prx_data.labeling.config import MINILM
 
-        return MINILM, MINILM_LABEL_VERSION
+        return MINILM, minilm_label_version()
     if isinstance(config, OpenAIClassifierConfig):
-        return config.model_id or config.server.model, LABEL_PROMPT_VERSION
+        return config.model_id or config.server.model, label_prompt_version()
     if isinstance(config, VLLMClassifierConfig):
-        return config.model_id, LABEL_PROMPT_VERSION
+        return config.model_id, label_prompt_version()
     if isinstance(config, FusedClassifierConfig):
-        from prx_data.captioning.task import FUSED_LABEL_VERSION
+        from prx_data.captioning.task import fused_label_version
 
-        return config.model_id, FUSED_LABEL_VERSION
+        return config.model_id, fused_label_version()
     raise TypeError(type(config).__name__)
 
 
@@ -94,11 +94,11 @@ def fused_label_processor(config: FusedClassifierConfig) -> Processor:
     """No model: rows still pending were captioned without the fused label."""
 
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
-        from prx_data.captioning.task import FUSED_LABEL_VERSION
+        from prx_data.captioning.task import fused_label_version
 
         if todo.num_rows:
             n = todo.num_rows
-            yield label_results_table(todo.column("sample_id").to_pylist(), [LabelResult(error=NO_FUSED_LABEL)] * n, config.model_id, FUSED_LABEL_VERSION)
+            yield label_results_table(todo.column("sample_id").to_pylist(), [LabelResult(error=NO_FUSED_LABEL)] * n, config.model_id, fused_label_version())
 
     return run
 

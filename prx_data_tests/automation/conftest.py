@@ -122,21 +122,18 @@ def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, name: st
 @pytest.fixture
 def redeploy(monkeypatch):
     """Load the code location again with another captioner configured, as a restart with new
-    settings would: the captions code version is computed when its module is imported."""
-    import importlib
+    settings would: the caption assets' code versions and pools are read when Definitions are
+    built, so building them again is enough."""
     import json
 
-    import prx_data.defs.caption.assets as caption_assets
-    from prx_data.definitions import build_defs
+    from prx_data.defs.build import build_defs
     from prx_data.settings import get_settings
 
     def load(captioner: dict) -> dg.Definitions:
         monkeypatch.setenv("PRX_CAPTIONER", json.dumps(captioner))
         get_settings.cache_clear()
-        importlib.reload(caption_assets)
         return build_defs()
 
     yield load
     monkeypatch.undo()
     get_settings.cache_clear()
-    importlib.reload(caption_assets)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dagster as dg
 import yaml
 
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
-from prx_data.defs.automation import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
+from prx_data.captioning.prompt import caption_prompt_version
+from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.ingest.assets import INGEST_CODE_VERSION
 from prx_data.imaging.phash import PHASH_VERSION
@@ -47,7 +47,7 @@ def test_every_asset_has_an_automation_condition(prx_defs):
         condition = graph.get(key).automation_condition
         labels[key.to_user_string()] = condition.get_label() if condition else None
     missing = sorted(k for k, label in labels.items() if label is None and k not in NOT_AUTOMATED)
-    assert not missing, f"{missing}: give them automation_condition=PER_SOURCE or CORPUS_SETTLED (prx_data/defs/automation.py)"
+    assert not missing, f"{missing}: give them automation_condition=PER_SOURCE or CORPUS_SETTLED (prx_data/defs/conditions.py)"
     for name, label in labels.items():
         partitioned = graph.get(dg.AssetKey(name)).partitions_def is not None
         if name not in NOT_AUTOMATED:
@@ -65,7 +65,7 @@ def test_code_versions_name_what_decides_each_output(prx_defs, redeploy):
     assert version["mds_shards"] == export_version(ExportResource().bucket_config())
 
     other = redeploy({"backend": "openai", "model_id": "qwen3-vl-8b", "server": {"base_url": "http://127.0.0.1:9/v1", "model": "served"}})
-    assert other.resolve_asset_graph().get(dg.AssetKey("captions")).code_version == f"qwen3-vl-8b@{CAPTION_PROMPT_VERSION}"
+    assert other.resolve_asset_graph().get(dg.AssetKey("captions")).code_version == f"qwen3-vl-8b@{caption_prompt_version()}"
 
 
 def test_one_writer_per_table_gpu_pool_and_retries(prx_defs, redeploy):

@@ -14,7 +14,7 @@ from prx_data.labeling.base import Classifier, LabelResult
 from prx_data.labeling.columns import LABEL_TABLE_SCHEMA, label_table
 from prx_data.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.labeling.factory import make_classifier
-from prx_data.labeling.prompt import LABEL_PROMPT_VERSION, SYSTEM_PROMPT, parse_label
+from prx_data.labeling.prompt import SYSTEM_PROMPT, label_prompt_version, parse_label
 from prx_data.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data.labeling.task import NO_THINKING, LabelTask
 from prx_data.schema import LABEL_COLUMNS, LABELS
@@ -99,7 +99,7 @@ def test_openai_backend_constrains_the_answer_and_parses_it():
         results = clf.label_batch(captions)
     assert [r.label for r in results] == ["nsfw", "text", "visual", None]
     assert results[3].error == "no_caption"
-    assert clf.label_version == LABEL_PROMPT_VERSION and clf.model_id == "qwen3-8b"
+    assert clf.label_version == label_prompt_version() and clf.model_id == "qwen3-8b"
     body = server.requests[0]
     assert body["structured_outputs"] == {"choice": ["visual", "text", "nsfw"]}
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
@@ -147,7 +147,7 @@ def test_vllm_label_preprocess_and_postprocess():
 
     assert post(sample_id="a", generated_text="text") == {
         "sample_id": "a", "label": "text", "label_model": "qwen3-8b",
-        "label_version": LABEL_PROMPT_VERSION, "label_error": None}
+        "label_version": label_prompt_version(), "label_error": None}
     assert error_code(post(sample_id="a", generated_text="vis")["label_error"]) == "invalid_label"
     assert post(sample_id="b", generated_text="", prep_error="no_caption")["label_error"] == "no_caption"
     failed = finalize({"sample_id": "c", "__inference_error__": "OOM"}, task=task)

@@ -9,7 +9,7 @@ from prx_data.captioning.chat_http import ChatServerConfig
 from prx_data.captioning.config import OpenAICaptionerConfig
 from prx_data.captioning.factory import make_captioner
 from prx_data.captioning.images import ImageBudget
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, SYSTEM_PROMPT
+from prx_data.captioning.prompt import SYSTEM_PROMPT, caption_prompt_version
 from prx_data_tests.captioning.fake_openai import (
     FakeChatServer,
     dominant_colour,
@@ -36,7 +36,7 @@ def test_captions_images_through_the_protocol():
     with FakeChatServer() as server, make(server.base_url, max_concurrency=2) as captioner:
         results = captioner.caption_images([image_bytes(c, (300, 200)) for c in colours])
     assert captioner.model_id == "qwen3-vl"
-    assert captioner.prompt_version == CAPTION_PROMPT_VERSION
+    assert captioner.prompt_version == caption_prompt_version()
     assert all(r.ok for r in results)
     # Each reply describes the image the server decoded from that row's data URL, in order.
     assert [r.caption.split()[2] for r in results] == colours

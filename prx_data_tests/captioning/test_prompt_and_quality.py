@@ -31,9 +31,9 @@ def test_prompt_version_is_a_hash_of_the_wording():
     def version(system: str, user: str) -> str:
         return "p-" + hashlib.sha256(f"{system}\x00{user}".encode()).hexdigest()[:12]
 
-    assert prompt.CAPTION_PROMPT_VERSION.startswith("p-")
-    assert version(prompt.SYSTEM_PROMPT, prompt.USER_PROMPT) == prompt.CAPTION_PROMPT_VERSION
-    assert version(prompt.SYSTEM_PROMPT + ".", prompt.USER_PROMPT) != prompt.CAPTION_PROMPT_VERSION
+    assert prompt.caption_prompt_version().startswith("p-")
+    assert version(prompt.SYSTEM_PROMPT, prompt.USER_PROMPT) == prompt.caption_prompt_version()
+    assert version(prompt.SYSTEM_PROMPT + ".", prompt.USER_PROMPT) != prompt.caption_prompt_version()
 
 
 def test_messages_put_the_image_before_the_instruction():

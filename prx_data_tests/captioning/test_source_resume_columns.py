@@ -8,7 +8,7 @@ from prx_data.captioning.base import Captioner
 from prx_data.captioning.columns import CAPTION_TABLE_SCHEMA, caption_table
 from prx_data.captioning.factory import make_captioner, parse_captioner_config
 from prx_data.captioning.config import VLLMCaptionerConfig
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
+from prx_data.captioning.prompt import caption_prompt_version
 from prx_data.captioning.source import SourceCaptioner
 from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
 from prx_data.stages.caption_stage import caption_stage
@@ -45,7 +45,7 @@ def test_caption_table_has_sample_ids_and_the_schema_columns():
     ]
 
 
-V = CAPTION_PROMPT_VERSION
+V = caption_prompt_version()
 ROWS = [
     {"caption": None, "caption_model": None, "caption_prompt_version": None, "caption_error": None},
     {"caption": "ok", "caption_model": "m", "caption_prompt_version": V, "caption_error": None},

@@ -19,8 +19,8 @@ from prx_data.captioning.config import CaptionSampling, VLLMCaptionerConfig
 from prx_data.captioning.factory import make_captioner
 from prx_data.captioning.gpu_env import DEFAULT_REQUIREMENTS, WorkerEnv, gpu_runtime_env
 from prx_data.captioning.images import ImageBudget
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION, SYSTEM_PROMPT, USER_PROMPT
-from prx_data.captioning.task import CaptionTask, FusedCaptionLabelTask, FUSED_LABEL_VERSION
+from prx_data.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT, caption_prompt_version
+from prx_data.captioning.task import CaptionTask, FusedCaptionLabelTask, fused_label_version
 from prx_data.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data.captioning.vllm_ray import VLLMCaptioner, caption_engine_kwargs
 from prx_data_tests.captioning.fake_openai import good_caption
@@ -93,7 +93,7 @@ def test_postprocess_applies_the_guards():
         "sample_id": "a",
         "caption": good_caption("red"),
         "caption_model": "qwen3-vl-8b",
-        "caption_prompt_version": CAPTION_PROMPT_VERSION,
+        "caption_prompt_version": caption_prompt_version(),
         "caption_error": None,
     }
     cut = post(sample_id="b", generated_text=good_caption("red"), num_generated_tokens=300)
@@ -128,7 +128,7 @@ def test_fused_task_reads_caption_and_label_from_one_json_answer():
 
     ok = answer(json.dumps({"caption": good_caption("red"), "label": "text"}))
     assert ok["caption"] == good_caption("red") and ok["label"] == "text"
-    assert ok["label_version"] == FUSED_LABEL_VERSION and ok["label_model"] == "qwen3-vl-8b"
+    assert ok["label_version"] == fused_label_version() and ok["label_model"] == "qwen3-vl-8b"
     short = answer(json.dumps({"caption": "A cat.", "label": "visual"}))
     assert error_code(short["caption_error"]) == "too_short" and short["label"] is None
     assert error_code(answer('{"caption": "A cat')["caption_error"]) == "bad_response"

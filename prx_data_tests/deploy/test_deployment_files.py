@@ -260,10 +260,16 @@ def test_raycluster_has_cpu_and_gpu_groups_with_the_right_images():
 def test_raycluster_spec_builds_the_per_run_kuberay_job():
     from dagster_ray.kuberay import KubeRayInteractiveJob
 
-    from prx_data.defs.cluster import DEFAULT_KUBERAY_SPEC, build_kuberay_job, load_raycluster_manifest
+    from prx_data.defs.cluster import ClusterStartupError, build_kuberay_job, load_raycluster_manifest
 
-    assert DEFAULT_KUBERAY_SPEC == DEPLOYMENTS / "k8s" / "raycluster.yaml"
-    job = build_kuberay_job(load_raycluster_manifest())
+    # The image names the manifest it copies (nothing is looked up beside an installed package).
+    dockerfile = (DEPLOYMENTS / "docker" / "Dockerfile").read_text()
+    named = re.search(r"^ENV PRX_KUBERAY_SPEC=/opt/prx-data/(\S+)$", dockerfile, re.M)
+    assert named and "COPY deployments ./deployments" in dockerfile and "WORKDIR /opt/prx-data" in dockerfile
+    assert (DEPLOYMENTS.parent / named.group(1)) == DEPLOYMENTS / "k8s" / "raycluster.yaml"
+    with pytest.raises(ClusterStartupError, match="PRX_KUBERAY_SPEC is not set"):
+        load_raycluster_manifest(None)
+    job = build_kuberay_job(load_raycluster_manifest(DEPLOYMENTS / "k8s" / "raycluster.yaml"))
     assert isinstance(job, KubeRayInteractiveJob)
     assert job.ray_job.namespace == "prx"
     spec = job.ray_job.spec.ray_cluster_spec
@@ -395,3 +401,17 @@ def test_gpu_worker_image_matches_ray_and_python_of_the_code_location():
     # Ray Serve: the engine's metrics logger imports it (the engine actor dies without it).
     assert f"ray[data,serve]=={RAY_VERSION}" in common and "pylance==" in common
     assert "--no-deps" in text  # prx_data's own transformers<5 pin must not reach this image
+
+
+def test_packaged_gpu_worker_requirements_equal_the_image_build_ones():
+    """mode 'pip' reads the copy packaged with prx_data (an installed wheel has no deployments/);
+    the image build reads deployments/gpu-worker/. Edit there and copy here."""
+    from prx_data.captioning.gpu_env import DEFAULT_REQUIREMENTS, read_requirements
+
+    packaged = DEFAULT_REQUIREMENTS.parent
+    for name in ("requirements.txt", "requirements-common.txt"):
+        assert (packaged / name).read_text() == (DEPLOYMENTS / "gpu-worker" / name).read_text(), (
+            f"cp deployments/gpu-worker/{name} prx_data/captioning/gpu_worker/{name}"
+        )
+    assert read_requirements(DEFAULT_REQUIREMENTS) == read_requirements(DEPLOYMENTS / "gpu-worker" / "requirements.txt")
+    assert "gpu_worker/*.txt" in PYPROJECT["tool"]["setuptools"]["package-data"]["prx_data.captioning"]

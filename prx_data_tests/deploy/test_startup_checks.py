@@ -9,7 +9,7 @@ import pytest
 
 from prx_data.defs.cluster import ClusterStartupError, RayClusterAddress, check_cluster_startup
 from prx_data.settings import load_settings
-from prx_data_tests.deploy.conftest import free_port
+from prx_data_tests.deploy.conftest import DEPLOYMENTS, free_port
 
 
 def cluster_env(s3_server, bucket: str, postgres_url: str = "postgresql+psycopg2://u:p@127.0.0.1:1/db", **extra) -> dict:
@@ -94,8 +94,13 @@ def test_unreachable_ray_address(s3_server, s3_bucket, postgres_url):
 def test_kuberay_mode_needs_a_kubernetes_api(s3_server, s3_bucket, postgres_url, clean_prx_env, tmp_path):
     clean_prx_env.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     clean_prx_env.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
-    with pytest.raises(ClusterStartupError, match="PRX_RAY_ADDRESS is not set"):
+    # No manifest named: that is said first, naming the setting.
+    with pytest.raises(ClusterStartupError, match="PRX_KUBERAY_SPEC is not set"):
         check_cluster_startup(load_settings(cluster_env(s3_server, s3_bucket, postgres_url)), timeout_s=2)
+    # The manifest named, as the code-location image does: then the missing Kubernetes API.
+    spec = str(DEPLOYMENTS / "k8s" / "raycluster.yaml")
+    with pytest.raises(ClusterStartupError, match="PRX_RAY_ADDRESS is not set"):
+        check_cluster_startup(load_settings(cluster_env(s3_server, s3_bucket, postgres_url, PRX_KUBERAY_SPEC=spec)), timeout_s=2)
 
 
 def test_code_location_fails_to_load_with_the_setting_named(s3_server, s3_bucket, postgres_url, clean_prx_env, tmp_path):

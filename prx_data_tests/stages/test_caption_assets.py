@@ -10,7 +10,7 @@ import dagster as dg
 import lance
 import pytest
 
-from prx_data.captioning.prompt import CAPTION_PROMPT_VERSION
+from prx_data.captioning.prompt import caption_prompt_version
 from prx_data.definitions import build_defs
 from prx_data.demo.corpus import build_demo_corpus
 from prx_data.paths import StoragePaths
@@ -64,7 +64,7 @@ def test_captions_then_labels_then_a_vlm_switch(data_root, prx_defs, instance, m
         assert len(server.requests) == len(rows)
         after = _rows("web")
         good = [r for r in after if r["caption"]]
-        assert good and all(r["caption_model"] == "fake-vl" and r["caption_prompt_version"] == CAPTION_PROMPT_VERSION for r in good)
+        assert good and all(r["caption_model"] == "fake-vl" and r["caption_prompt_version"] == caption_prompt_version() for r in good)
         assert all(len(r["caption"].split()) >= 40 for r in good)
         # New captions invalidate the labels made from the old ones.
         assert all(r["label"] is None for r in after)

@@ -8,14 +8,9 @@ from dagster_ray import RayResource
 
 from prx_data.captioning.base import BackendUnavailable
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
-from prx_data.defs.automation import (
-    PER_SOURCE,
-    SOURCE_TABLE_WRITER_TAG,
-    captions_code_version,
-    captions_pool,
-    labels_code_version,
-    labels_pool,
-)
+from prx_data.defs.code_versions import captions_code_version, labels_code_version
+from prx_data.defs.conditions import PER_SOURCE
+from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, captions_pool, labels_pool
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
@@ -40,20 +35,6 @@ class StageRunConfig(dg.Config):
     chunk_rows: int = 64
 
 
-@dg.asset(
-    partitions_def=sources_partitions,
-    deps=["raw_samples"],
-    group_name="caption",
-    kinds={"lance", "ray"},
-    tags=PER_SOURCE_TAG,
-    # From the configured captioner at load time (settings are fixed per code-location process).
-    pool=captions_pool(),
-    code_version=captions_code_version(),
-    automation_condition=PER_SOURCE,
-    op_tags=SOURCE_TABLE_WRITER_TAG,
-    description="Adds caption, caption_model, caption_prompt_version, caption_error. Only rows "
-    "with no caption, an error, or one made by another model/prompt version are captioned.",
-)
 def captions(
     context: dg.AssetExecutionContext,
     config: StageRunConfig,
@@ -92,18 +73,6 @@ def captions(
     )
 
 
-@dg.asset(
-    partitions_def=sources_partitions,
-    deps=["captions"],
-    group_name="caption",
-    kinds={"lance", "ray"},
-    tags=PER_SOURCE_TAG,
-    pool=labels_pool(),
-    code_version=labels_code_version(),
-    automation_condition=PER_SOURCE,
-    op_tags=SOURCE_TABLE_WRITER_TAG,
-    description="Labels each caption visual, text or nsfw from the caption alone.",
-)
 def caption_labels(
     context: dg.AssetExecutionContext,
     config: StageRunConfig,
@@ -136,3 +105,38 @@ def caption_labels(
             "table": dg.MetadataValue.path(uri),
         }
     )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The two model assets, built when the Definitions are loaded: their pool and code version
+    come from the configured backends, so a code location started with other settings gets them
+    without re-importing this module."""
+    captions_asset = dg.asset(
+        name="captions",
+        partitions_def=sources_partitions,
+        deps=["raw_samples"],
+        group_name="caption",
+        kinds={"lance", "ray"},
+        tags=PER_SOURCE_TAG,
+        pool=captions_pool(),
+        code_version=captions_code_version(),
+        automation_condition=PER_SOURCE,
+        op_tags=SOURCE_TABLE_WRITER_TAG,
+        description="Adds caption, caption_model, caption_prompt_version, caption_error. Only rows "
+        "with no caption, an error, or one made by another model/prompt version are captioned.",
+    )(captions)
+    labels_asset = dg.asset(
+        name="caption_labels",
+        partitions_def=sources_partitions,
+        deps=["captions"],
+        group_name="caption",
+        kinds={"lance", "ray"},
+        tags=PER_SOURCE_TAG,
+        pool=labels_pool(),
+        code_version=labels_code_version(),
+        automation_condition=PER_SOURCE,
+        op_tags=SOURCE_TABLE_WRITER_TAG,
+        description="Labels each caption visual, text or nsfw from the caption alone.",
+    )(caption_labels)
+    return dg.Definitions(assets=[captions_asset, labels_asset])

@@ -2,12 +2,12 @@
 
 import dagster as dg
 
-from prx_data.defs.automation import CORPUS_SETTLED
+from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
+from prx_data.exclusions_refresh import write_data_card
 from prx_data.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
 from prx_data.optout import apply_requests
-from prx_data.report import build_data_card
 
 
 @dg.asset(
@@ -87,8 +87,7 @@ def table_maintenance(
 def corpus_report(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, export: ExportResource
 ) -> dg.MaterializeResult:
-    card = build_data_card(storage.paths, sorted(registry.load().sources), exclude_labels=export.exclude_labels, options=storage.options)
-    path = card.write(storage.paths.report_dir(), storage.options)
+    card, path = write_data_card(storage.paths, registry.load().sources, exclude_labels=export.exclude_labels, options=storage.options)
     return dg.MaterializeResult(
         metadata={
             "data_card": dg.MetadataValue.md(card.markdown),

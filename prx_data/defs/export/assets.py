@@ -4,14 +4,16 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from prx_data.defs.export.resources import ExportResource
-from prx_data.defs.automation import CORPUS_SETTLED, PER_SOURCE, TRANSIENT_RETRY, export_code_version
+from prx_data.defs.code_versions import export_code_version
+from prx_data.defs.conditions import CORPUS_SETTLED, PER_SOURCE
+from prx_data.defs.policies import TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
+from prx_data.exclusions_refresh import rebuild_skip_lists
 from prx_data.export.corpus_index import merge_all
-from prx_data.export.fold import FoldPolicy, apply_fold_policy
+from prx_data.export.fold import FoldPolicy
 from prx_data.settings import get_settings
-from prx_data.stages.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
 
 
@@ -141,19 +143,20 @@ def skip_lists(
 ) -> dg.MaterializeResult:
     reg = registry.load()
     priorities = {name: src.spec.priority for name, src in reg.sources.items()}
-    exports, skips = compute_skips(
-        storage.paths, priorities, bucket_cfg=export.bucket_config(), exclude_labels=export.exclude_labels, options=storage.options,
-        dedup_radius=get_settings().dedup_radius,
-    )
-    # Folding needs the skips (its counts are publication's) and adds 'folded' skips of its own.
-    skips, folds = apply_fold_policy(
-        storage.paths, exports, skips, sources=priorities, bucket_cfg=export.bucket_config(),
-        writer_cfg=export.writer_config(), policy=FoldPolicy.from_settings(get_settings()), options=storage.options, run_id=context.run_id,
-    )
-    report = write_skip_lists(storage.mds_root, skips, storage.options, paths=storage.paths)
-    # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
     min_samples = get_settings().min_stream_samples
-    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
+    rebuilt = rebuild_skip_lists(
+        storage.paths,
+        priorities,
+        bucket_cfg=export.bucket_config(),
+        exclude_labels=export.exclude_labels,
+        min_stream_samples=min_samples,
+        dedup_radius=get_settings().dedup_radius,
+        fold=FoldPolicy.from_settings(get_settings()),
+        writer_cfg=export.writer_config(),
+        options=storage.options,
+        run_id=context.run_id,
+    )
+    report, skips, merged, folds = rebuilt.report, rebuilt.skips, rebuilt.merged, rebuilt.folds
     per_reason = _sum_by(report.counts, "reason")
     # In samples: a sample skipped for two reasons is one sample.
     per_source = _distinct_per_source(skips)
@@ -165,8 +168,8 @@ def skip_lists(
             )
     return dg.MaterializeResult(
         metadata={
-            "exported_samples": exports.num_rows,
-            "skipped_samples": len(set(skips.column("sample_id").to_pylist())),
+            "exported_samples": rebuilt.exports.num_rows,
+            "skipped_samples": rebuilt.skipped_samples,
             "per_reason": dg.MetadataValue.json(per_reason),
             "per_source": dg.MetadataValue.json(per_source),
             "per_bucket": dg.MetadataValue.json(_sum_by(report.counts, "bucket")),

@@ -2,7 +2,8 @@
 
 import dagster as dg
 
-from prx_data.defs.automation import PER_SOURCE, SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
+from prx_data.defs.conditions import PER_SOURCE
+from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.ingest import ingest_source

@@ -1,7 +1,7 @@
 """The registry sensor: a new source spec becomes a partition; a changed spec re-ingests.
 
 The sensor only adds partitions and requests ``raw_samples``; declarative automation
-(``prx_data/defs/automation.py``) requests the rest of the chain: a new partition is missing, so
+(``prx_data/defs/conditions.py``) requests the rest of the chain: a new partition is missing, so
 its whole chain is requested in one run, and a re-ingested ``raw_samples`` is an upstream update
 for the stages below it. A second path that ran the chain too would run it twice.
 

@@ -1,4 +1,5 @@
-"""Run the asset graph from Python (the CLI and the demo): the same jobs the UI launches."""
+"""Run the asset graph from Python (the CLI and the demo): the same jobs the UI launches, on the
+Dagster instance of ``DAGSTER_HOME``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,25 @@ def ensure_partitions(instance: dg.DagsterInstance, sources: Iterable[str]) -> N
     new = [s for s in sources if s not in known]
     if new:
         instance.add_dynamic_partitions(sources_partitions.name, new)
+
+
+def open_instance(sources: Iterable[str]) -> dg.DagsterInstance:
+    """The Dagster instance with the sources' partitions; two runs starting at once on a new
+    root take turns here, or both create its SQLite storages and fail."""
+    from prx_data.locking import dagster_home_lock
+
+    with dagster_home_lock():
+        instance = dg.DagsterInstance.get()
+        ensure_partitions(instance, sources)
+    return instance
+
+
+def show_automation_on_in_home() -> None:
+    """What ``prx-data ui`` does before it starts the UI (see ``conditions.show_automation_on``)."""
+    from prx_data.defs.conditions import show_automation_on
+
+    with dg.DagsterInstance.get() as instance:
+        show_automation_on(instance)
 
 
 def materialize_sources(
@@ -46,7 +66,7 @@ def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, log: 
     job = defs.resolve_job_def("corpus")
     if not job.asset_layer.executable_asset_keys:
         return True
-    from prx_data.defs.automation import record_optout_folder
+    from prx_data.defs.curation.optout_folder import record_optout_folder
 
     # What the opt-out sensor would record: the UI opened later sees the folder as unchanged.
     record_optout_folder(instance, defs.resources["registry"].optout_dir)
