@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.export._fs import sha256_bytes
-from prx_data.export.mds_writer import MdsWriterConfig, write_partition, write_partition_remote
+from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
 from prx_data.imaging.buckets import Assignment, BucketConfig, fold_target, shape_index
@@ -53,7 +53,7 @@ from prx_data.lance_io import open_table
 from prx_data.locking import table_lock
 from prx_data.paths import StoragePaths
 from prx_data.stages.columns import read_images
-from prx_data.storage_uri import is_remote, locate, try_read_bytes
+from prx_data.storage_uri import locate, try_read_bytes
 
 FOLDED = "folded"  # skip reason of an original whose image is trained from its folded copy
 FOLD_SUFFIX = "--fold"
@@ -338,13 +338,10 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
 
     rewrite = {BucketRef(int(rel.split("/")[0]), *parse_bucket(rel.split("/")[1])) for rel in changed}
     with tempfile.TemporaryDirectory(prefix=f"prx-fold-{source}-", dir=scratch_dir) as scratch:
-        if is_remote(mds_root):
-            export = write_partition_remote(
-                samples(scratch), mds_root=mds_root, source=fold, storage_options=options, config=writer_cfg,
-                run_id=None, allow_empty=True, scratch_dir=scratch_dir, rewrite=rewrite,
-            )
-        else:
-            export = write_partition(samples(scratch), mds_root=mds_root, source=fold, config=writer_cfg, allow_empty=True, rewrite=rewrite)
+        export = write_partition(
+            samples(scratch), mds_root=mds_root, source=fold, storage_options=options, config=writer_cfg,
+            allow_empty=True, scratch_dir=scratch_dir, rewrite=rewrite,
+        )
     report.buckets_written += [f"{ref.rel}/{fold}" for ref in sorted(rewrite) if ref.rel in export.samples_per_bucket]
     report.buckets_removed += [f"{ref.rel}/{fold}" for ref in export.removed_buckets]
 

@@ -596,11 +596,6 @@ def _remote_source_buckets(mds_root: str, source: str, storage_options: dict | N
     return [ref for ref in list_buckets(mds_root, storage_options) if exists(root.child(ref.rel, source, INDEX_BASENAME))]
 
 
-def write_partition_remote(samples: Iterable[Mapping[str, Any]], **kwargs: Any) -> PartitionExport:
-    """``write_partition`` (kept for callers written before it took object-store roots)."""
-    return write_partition(samples, **kwargs)
-
-
 def _publish_to_object_store(
     samples: Iterable[Mapping[str, Any]],
     *,

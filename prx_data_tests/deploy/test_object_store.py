@@ -15,7 +15,7 @@ from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.export import mds_writer
 from prx_data.export.corpus_index import merge_all
-from prx_data.export.mds_writer import COMMITS_DIR, recover_remote_source, write_partition_remote
+from prx_data.export.mds_writer import COMMITS_DIR, recover_remote_source, write_partition
 from prx_data.export.tree import list_buckets, list_sources
 from prx_data.imaging.buckets import assign
 from prx_data.ingest.ingest import ingest_source
@@ -135,7 +135,7 @@ def test_publish_is_all_or_nothing_and_rolls_forward(s3_server, s3_bucket, tmp_p
     root = locate(mds_root, options)
     client = s3_server.client()
 
-    first = write_partition_remote(make_samples("alpha", 30, seed=1), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
+    first = write_partition(make_samples("alpha", 30, seed=1), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
     merge_all(mds_root, options, gc_min_age_s=0)
     rels = [ref.rel for ref in first.buckets]
     published = {rel: _source_index(root, rel, "alpha") for rel in rels}
@@ -155,7 +155,7 @@ def test_publish_is_all_or_nothing_and_rolls_forward(s3_server, s3_bucket, tmp_p
 
     monkeypatch.setattr(mds_writer, "upload_file", flaky_upload)
     with pytest.raises(OSError, match="connection reset"):
-        write_partition_remote(make_samples("alpha", 20, seed=2), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
+        write_partition(make_samples("alpha", 20, seed=2), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
     monkeypatch.setattr(mds_writer, "upload_file", real_upload)
     assert {rel: _source_index(root, rel, "alpha") for rel in rels} == published
     assert not _keys(client, s3_bucket, f"mds/{COMMITS_DIR}/")
@@ -173,7 +173,7 @@ def test_publish_is_all_or_nothing_and_rolls_forward(s3_server, s3_bucket, tmp_p
 
     monkeypatch.setattr(mds_writer, "_apply_remote_journal", killed)
     with pytest.raises(KeyboardInterrupt):
-        write_partition_remote(make_samples("alpha", 20, seed=3), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
+        write_partition(make_samples("alpha", 20, seed=3), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
     monkeypatch.setattr(mds_writer, "_apply_remote_journal", real_apply)
     assert {rel: _source_index(root, rel, "alpha") for rel in rels} == published
     assert _keys(client, s3_bucket, f"mds/{COMMITS_DIR}/") == [f"mds/{COMMITS_DIR}/alpha.json"]

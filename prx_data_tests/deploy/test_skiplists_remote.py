@@ -10,7 +10,7 @@ from pathlib import Path
 from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.export.corpus_index import merge_all
-from prx_data.export.mds_writer import write_partition_remote
+from prx_data.export.mds_writer import write_partition
 from prx_data.export.skiplist import MANIFEST_BASENAME, SKIP_INFIX, build_skiplists, iter_root_sidecars
 from prx_data.export.tree import list_buckets, list_sources
 from prx_data.loader import PrxStreamingDataset
@@ -43,7 +43,7 @@ def test_skiplists_on_s3_root_are_honoured_by_the_remote_loader(tmp_path: Path, 
     options = s3_server.options()
     mds_root = f"s3://{s3_bucket}/mds"
     client = s3_server.client()
-    export = write_partition_remote(make_samples("alpha", 30, seed=1), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
+    export = write_partition(make_samples("alpha", 30, seed=1), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
     merge_all(mds_root, options, gc_min_age_s=0)
     lineage = export.lineage
     rels = sorted(ref.rel for ref in list_buckets(mds_root, options))
