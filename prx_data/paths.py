@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from prx_data.settings import Settings, get_settings
+from prx_data.settings import Settings
 
 
 def join(root: str, *parts: str) -> str:
@@ -24,8 +24,7 @@ class StoragePaths:
     mds_root: str
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> "StoragePaths":
-        settings = settings or get_settings()
+    def from_settings(cls, settings: Settings) -> "StoragePaths":
         return cls(lance_root=settings.lance_root, mds_root=settings.mds_root)
 
     # Lance tables -------------------------------------------------------------------------
