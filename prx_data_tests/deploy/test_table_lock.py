@@ -136,9 +136,9 @@ def test_runs_starting_at_once_on_a_new_root_share_its_dagster_setup(tmp_path, c
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "AWS_")) and k != "DAGSTER_HOME"}
     env.update(PYTHONPATH=str(REPO), DAGSTER_DISABLE_TELEMETRY="1")
     code = (
-        "import sys; from pathlib import Path; from prx_data.cli import _use_data_root, _open_instance\n"
+        "import sys; from pathlib import Path; from prx_data.cli import _use_data_root; from prx_data.defs.orchestrate import open_instance\n"
         "_use_data_root(Path(sys.argv[1]))\n"
-        "with _open_instance(['alpha', 'beta']) as instance:\n"
+        "with open_instance(['alpha', 'beta']) as instance:\n"
         "    print(sorted(instance.get_dynamic_partitions('sources')), len(instance.get_runs()))\n"
     )
     root = tmp_path / "new-root"

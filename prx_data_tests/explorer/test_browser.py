@@ -90,7 +90,12 @@ def test_more_like_this_and_stats(page, live_server, corpus):
     page.goto(f"{live_server}/sample/archive/{sid}")
     page.click("#more-like-this")
     page.wait_for_selector("#results .card")
-    assert page.locator("#results .card").count() == 6
+    import lance
+
+    from prx_data.paths import StoragePaths
+
+    table = lance.dataset(StoragePaths.from_settings(corpus.settings).raw_table("archive")).to_table(columns=["embedding"])
+    assert page.locator("#results .card").count() == table.column("embedding").drop_null().length() - 1  # every other one
 
     page.goto(live_server + "/stats")
     bars = page.eval_on_selector_all("#chart-tiers g.bar", "els => els.map(e => [e.dataset.label, +e.dataset.value])")
