@@ -306,6 +306,9 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
     if args.root:
         _use_data_root(Path(args.root).resolve())
     settings = get_settings()
+    from prx_data.locking import configure
+
+    configure(settings.lock_policy())  # the fold writes its tables under their locks
     applied = refresh(
         StoragePaths.from_settings(settings),
         settings.optout_dir,

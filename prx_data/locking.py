@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
@@ -262,14 +263,25 @@ _held: dict[str, _Held] = {}
 _held_guard = threading.Lock()
 
 
-def _defaults(wait_s: float | None, ttl_s: float | None) -> tuple[float, float]:
-    if wait_s is None or ttl_s is None:
-        from prx_data.settings import get_settings
+@dataclass(frozen=True)
+class LockPolicy:
+    wait_s: float = 1800.0  # how long a second writer waits for the lock
+    ttl_s: float = 60.0  # how long an object-store lease lives without renewal (a killed run's)
 
-        settings = get_settings()
-        wait_s = settings.lock_wait_s if wait_s is None else wait_s
-        ttl_s = settings.lock_ttl_s if ttl_s is None else ttl_s
-    return wait_s, ttl_s
+
+_policy = LockPolicy()
+
+
+def configure(policy: LockPolicy) -> None:
+    """Set by the entry point from its settings (the code location's ``StorageResource``, the
+    CLI): every table writer takes its lock through ``locks_table``/``table_lock``, deep below
+    signatures that have no reason to carry lock timings."""
+    global _policy
+    _policy = policy
+
+
+def _defaults(wait_s: float | None, ttl_s: float | None) -> tuple[float, float]:
+    return (_policy.wait_s if wait_s is None else wait_s, _policy.ttl_s if ttl_s is None else ttl_s)
 
 
 @contextlib.contextmanager
@@ -371,4 +383,4 @@ def dagster_home_lock(home: str | None = None):
     return local_file_lock(os.path.join(home, ".prx-startup.lock"))
 
 
-__all__ = ["LeaseLost", "TableLocked", "dagster_home_lock", "local_file_lock", "lock_uri", "locks_table", "table_lock"]
+__all__ = ["LeaseLost", "LockPolicy", "TableLocked", "configure", "dagster_home_lock", "local_file_lock", "lock_uri", "locks_table", "table_lock"]

@@ -61,6 +61,11 @@ class Settings(BaseModel):
     captioner: dict = Field(default_factory=lambda: {"backend": "source"})
     classifier: dict = Field(default_factory=lambda: {"backend": "minilm"})
 
+    def lock_policy(self):
+        from prx_data.locking import LockPolicy
+
+        return LockPolicy(wait_s=self.lock_wait_s, ttl_s=self.lock_ttl_s)
+
     @model_validator(mode="after")
     def _cluster_needs_remote_roots(self) -> "Settings":
         if self.env == "cluster":

@@ -24,9 +24,6 @@ SETTINGS_READERS = {
 }
 # Hidden defaults still to turn into parameters; listed so that no new one appears unnoticed.
 SETTINGS_HIDDEN_DEFAULTS = {
-    # Every table writer (ingest, row stages, export, fold, maintenance) takes the lock through
-    # one decorator; threading wait/ttl through all of their signatures is still to do.
-    "locking.py": "lock wait / ttl defaults (PRX_LOCK_WAIT_S, PRX_LOCK_TTL_S)",
 }
 
 

@@ -8,6 +8,8 @@ import dagster as dg
 from dagster_ray import LocalRay, RayResource
 from pydantic import Field
 
+from prx_data.locking import LockPolicy
+from prx_data.locking import configure as configure_locks
 from prx_data.paths import StoragePaths
 from prx_data.registry import Registry, load_registry
 from prx_data.settings import Settings, get_settings
@@ -20,6 +22,12 @@ class StorageResource(dg.ConfigurableResource):
     mds_root: str
     storage_options: dict[str, str] = Field(default_factory=dict)
     rows_per_fragment: int = 1_000_000
+    lock_wait_s: float = 1800.0
+    lock_ttl_s: float = 60.0
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # Every table writer of the run takes its lock with these timings.
+        configure_locks(LockPolicy(wait_s=self.lock_wait_s, ttl_s=self.lock_ttl_s))
 
     @property
     def paths(self) -> StoragePaths:
@@ -91,6 +99,8 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
             mds_root=settings.mds_root,
             storage_options=settings.storage_options,
             rows_per_fragment=settings.rows_per_fragment,
+            lock_wait_s=settings.lock_wait_s,
+            lock_ttl_s=settings.lock_ttl_s,
         ),
         "registry": SourceRegistryResource(sources_dir=settings.sources_dir, optout_dir=settings.optout_dir),
         "ray": ray,

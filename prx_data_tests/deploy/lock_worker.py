@@ -14,9 +14,10 @@ import sys
 def main(argv: list[str]) -> int:
     action = argv[0]
     if action in ("hold", "try"):
-        from prx_data.locking import TableLocked, table_lock
+        from prx_data.locking import TableLocked, configure, table_lock
         from prx_data.settings import get_settings
 
+        configure(get_settings().lock_policy())  # PRX_LOCK_TTL_S from the test's environment
         options = get_settings().storage_options
         wait = float(argv[2]) if action == "try" else 5.0
         try:
@@ -36,7 +37,10 @@ def main(argv: list[str]) -> int:
         from prx_data.stages.export_stage import export_source
         from prx_data.stages.phash_stage import compute_phashes
 
+        from prx_data.locking import configure
+
         settings = get_settings()
+        configure(settings.lock_policy())
         paths = StoragePaths.from_settings(settings)
         (source,) = load_registry(argv[1]).sources.values()
         uri = paths.raw_table(source.name)

@@ -150,3 +150,29 @@ def test_runs_starting_at_once_on_a_new_root_share_its_dagster_setup(tmp_path, c
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]
         assert out.strip() == "['alpha', 'beta'] 0"
+
+
+def test_the_storage_resource_sets_the_lock_timings_of_its_run(store):
+    """Plain modules take no settings: the code location's StorageResource hands the run its lock
+    timings, and a second writer then gives up after the configured wait."""
+    import dagster as dg
+
+    from prx_data import locking
+    from prx_data.defs.resources import StorageResource
+
+    lance_root, mds_root, options, env = store
+    uri = f"{lance_root}/sources/alpha.lance"
+    holder = _worker("hold", uri, env=env)
+    _held(holder)
+    resource = StorageResource(lance_root=lance_root, mds_root=mds_root, storage_options=options or {}, lock_wait_s=0.5, lock_ttl_s=30)
+    try:
+        with dg.build_resources({"storage": resource}):
+            started = time.monotonic()
+            with pytest.raises(TableLocked, match="alpha"):
+                with table_lock(uri, options):  # no wait given: the resource's 0.5 s
+                    pass
+            assert time.monotonic() - started < 10
+    finally:
+        locking.configure(locking.LockPolicy())
+        holder.stdin.close()
+        holder.wait(timeout=30)
