@@ -161,8 +161,11 @@ def skip_lists(
     # In samples: a sample skipped for two reasons is one sample.
     per_source = _distinct_per_source(skips)
     streams = report.streams.to_pylist()
+    # An unpublished bucket (too few samples left, or folded away) is streamed by no trainer:
+    # rewriting it would buy nothing.
+    unpublished = {m.bucket_dir.rstrip("/") for m in merged if not m.published}
     for stream in streams:
-        if stream["rewrite_recommended"]:
+        if stream["rewrite_recommended"] and not any(d.endswith("/" + stream["bucket"]) for d in unpublished):
             context.log.warning(
                 f"stream {stream['bucket']}: {stream['share']:.1%} of samples skipped (> 10%): consider rewriting it"
             )
