@@ -1,16 +1,10 @@
-"""Stable JSON and digests shared by the export modules.
-
-Writing (atomic local writes, whole-object PUTs) lives in ``prx_data.storage_uri``; the local
-helpers are re-exported here for the MDS writer's staging folders.
-"""
+"""Stable JSON and digests shared by the export modules (writing lives in ``prx_data.storage_uri``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from typing import Any
-
-from prx_data.storage_uri import atomic_write_bytes, fsync_dir  # noqa: F401 (re-exported)
 
 
 def dumps_stable(obj: Any) -> bytes:

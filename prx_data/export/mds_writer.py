@@ -60,11 +60,13 @@ from streaming import MDSWriter
 
 from prx_data.compat.streaming_internals import flush_shard
 from prx_data.schema import EXPORT_SCHEMA
-from prx_data.export._fs import atomic_write_bytes, dumps_stable, fsync_dir
+from prx_data.export._fs import dumps_stable
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
 from prx_data.storage_uri import (
+    atomic_write_bytes,
     delete_file,
     exists,
+    fsync_dir,
     local_path,
     locate,
     try_read_bytes,

@@ -42,8 +42,9 @@ def _ray(workers: int):
     if ray.is_initialized():
         yield ray
         return
-    address = os.environ.get("PRX_RAY_ADDRESS") or None
-    from prx_data.local_ray import quiet_ray_env
+    from prx_data.local_ray import ADDRESS_VAR, quiet_ray_env
+
+    address = os.environ.get(ADDRESS_VAR) or None
 
     os.environ.update({k: v for k, v in quiet_ray_env().items() if k not in os.environ})
     options = dict(ignore_reinit_error=True, include_dashboard=False, configure_logging=False, log_to_driver=False)
