@@ -212,14 +212,6 @@ def list_dir(loc: Location) -> list[Entry]:
     )
 
 
-def file_entry(loc: Location) -> Entry | None:
-    """Size and mtime of one file, or None when there is none."""
-    info = loc.fs.get_file_info(loc.path)
-    if info.type != pafs.FileType.File:
-        return None
-    return Entry(posixpath.basename(loc.path), False, info.size, info.mtime)
-
-
 def glob_entries(loc: Location, pattern: str, *, recursive: bool = False) -> list[Entry]:
     """Files under ``loc`` whose name matches ``pattern``, sorted; ``Entry.name`` is the path
     relative to ``loc`` ('/'-separated). One listing, sizes and mtimes included, so callers can
