@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_rerun import SOURCE, write_table  # noqa: E402
 from benchmarks.photos import DEFAULT_CACHE, make_photo_jpegs  # noqa: E402
-from prx_data.paths import StoragePaths  # noqa: E402
+from prx_data.core.paths import StoragePaths  # noqa: E402
 from prx_data.stages.export_stage import export_source  # noqa: E402
 
 

@@ -45,7 +45,7 @@ def baseline(paths: list[Path], uri: str, blob: bool = True) -> float:
 
 def ours(folder: Path, uri: str) -> float:
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.registry import RegisteredSource, SourceSpec
+    from prx_data.ingest.registry import RegisteredSource, SourceSpec
 
     spec = SourceSpec(name="bench", shape="image_folder", location=str(folder))
     start = time.perf_counter()

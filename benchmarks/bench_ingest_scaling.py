@@ -33,7 +33,7 @@ from benchmarks.photos import make_photo_jpegs
 def ingest(folder: Path, uri: str, workers: int, batch: int) -> float:
     from prx_data.ingest import units
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.registry import RegisteredSource, SourceSpec
+    from prx_data.ingest.registry import RegisteredSource, SourceSpec
 
     units.FOLDER_BATCH = batch
     spec = SourceSpec(name="bench", shape="image_folder", location=str(folder))
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
 
-    from prx_data.local_ray import ADDRESS_VAR, quiet_ray_env, start_head
+    from prx_data.app.local_ray import ADDRESS_VAR, quiet_ray_env, start_head
 
     photos = make_photo_jpegs(args.n, Path(__file__).parent / "_cache" / "photos")
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-scaling-"))

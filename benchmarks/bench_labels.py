@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prx_data.labeling.minilm import MiniLMClassifier, cue_counts, decide  # noqa: E402
-from prx_data.schema import LABELS  # noqa: E402
+from prx_data.models.labeling.minilm import MiniLMClassifier, cue_counts, decide  # noqa: E402
+from prx_data.core.schema import LABELS  # noqa: E402
 from prx_data_tests.labeling_eval import load  # noqa: E402
 
 

@@ -31,7 +31,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def time_lookups(paths, names, picks, kind: str) -> list[float]:
-    from prx_data.lineage import find
+    from prx_data.curation.lineage import find
 
     out = []
     for row in picks:
@@ -50,8 +50,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks.bench_optout import synthetic
-    from prx_data.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
-    from prx_data.paths import StoragePaths
+    from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
+    from prx_data.core.paths import StoragePaths
 
     root = Path(tempfile.mkdtemp(prefix="bench-lineage-"))
     started = time.perf_counter()
@@ -85,7 +85,7 @@ def main() -> None:
         for _ in range(3):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "prx_data.cli", "lineage", "--id", row["sample_id"], *extra], env=env, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([sys.executable, "-m", "prx_data.app.cli", "lineage", "--id", row["sample_id"], *extra], env=env, check=True, stdout=subprocess.DEVNULL)
             walls.append(time.perf_counter() - started)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -93,8 +93,8 @@ def main() -> None:
         print(f"{label}: wall median {statistics.median(walls):.2f}s, CPU median {statistics.median(cpus):.2f}s incl. start-up "
               f"(goal < 2 s wall without --runs; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import prx_data.cli"], env=env, check=True)
-    print(f"  (bare interpreter + `import prx_data.cli`: {time.perf_counter() - started:.2f}s)")
+    subprocess.run([sys.executable, "-c", "import prx_data.app.cli"], env=env, check=True)
+    print(f"  (bare interpreter + `import prx_data.app.cli`: {time.perf_counter() - started:.2f}s)")
 
 
 if __name__ == "__main__":

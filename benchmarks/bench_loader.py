@@ -27,7 +27,7 @@ from streaming.base.util import clean_stale_shared_memory
 from prx_data.export.corpus_index import merge_all
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.skiplist import build_skiplists
-from prx_data.loader import PrxStreamingDataset, build_bucket_streams
+from prx_data.training.loader import PrxStreamingDataset, build_bucket_streams
 
 BUCKETS = [(512, 512, 512), (512, 448, 576), (512, 576, 448), (1024, 1024, 1024), (1024, 896, 1152), (1024, 1152, 896)]
 BATCH = 32

@@ -47,7 +47,7 @@ def _cli(root: Path, *args: str) -> float:
     """Wall seconds of one CLI call as a fresh process; its CPU seconds go to ``CPU``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "prx_data.cli", *args, "--root", str(root)], check=True, env=_env(root), stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "prx_data.app.cli", *args, "--root", str(root)], check=True, env=_env(root), stdout=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return time.perf_counter() - started
@@ -58,10 +58,10 @@ def process_demo(root: Path) -> None:
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.paths import StoragePaths
-    from prx_data.registry import load_registry
+    from prx_data.core.paths import StoragePaths
+    from prx_data.ingest.registry import load_registry
     from prx_data.stages.caption_stage import compute_captions
-    from prx_data.stages.exclusion import compute_skips, write_skip_lists
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.stages.export_stage import export_source
     from prx_data.stages.phash_stage import compute_phashes
 
@@ -83,7 +83,7 @@ def yielded(mds_root: str) -> set[str]:
     from streaming.base.util import clean_stale_shared_memory
 
     from prx_data.export.tree import list_buckets
-    from prx_data.loader import PrxStreamingDataset
+    from prx_data.training.loader import PrxStreamingDataset
 
     seen = set()
     for ref in list_buckets(mds_root):
@@ -101,8 +101,8 @@ def yielded(mds_root: str) -> set[str]:
 def demo_part(root: Path | None, run_baseline: bool = False) -> None:
     import lance
 
-    from prx_data.paths import StoragePaths
-    from prx_data.registry import load_registry
+    from prx_data.core.paths import StoragePaths
+    from prx_data.ingest.registry import load_registry
 
     made = root is None
     if made:
@@ -132,7 +132,7 @@ def demo_part(root: Path | None, run_baseline: bool = False) -> None:
 
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
-    from prx_data.stages.exclusion import compute_skips, write_skip_lists
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.stages.export_stage import export_source
 
     started = time.perf_counter()
@@ -155,8 +155,8 @@ def demo_part(root: Path | None, run_baseline: bool = False) -> None:
 def synthetic(root: Path, rows: int, sources: int = 4) -> tuple[list[str], pa.Table]:
     import lance
 
-    from prx_data.ids import sample_id
-    from prx_data.paths import StoragePaths
+    from prx_data.core.ids import sample_id
+    from prx_data.core.paths import StoragePaths
 
     paths = StoragePaths(lance_root=str(root / "lance"), mds_root=str(root / "mds"))
     rng = np.random.default_rng(0)
@@ -226,9 +226,9 @@ def old_resolve_one(request, corpus_lists) -> int:
 
 
 def synthetic_part(rows: int, requests: int) -> None:
-    from prx_data.optout import apply_requests, load_requests
-    from prx_data.paths import StoragePaths
-    from prx_data.stages.exclusion import exported_samples, optout_samples
+    from prx_data.curation.optout.requests import apply_requests, load_requests
+    from prx_data.core.paths import StoragePaths
+    from prx_data.curation.exclusion import exported_samples, optout_samples
 
     root = Path(tempfile.mkdtemp(prefix="bench-optout-1m-"))
     started = time.perf_counter()

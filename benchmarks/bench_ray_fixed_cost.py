@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    from prx_data.local_ray import start_head
+    from prx_data.app.local_ray import start_head
 
     before = [one_run(None) for _ in range(args.runs)]
     print(f"Ray per run (before):   {[round(t, 1) for t in before]}", flush=True)

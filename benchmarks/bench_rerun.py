@@ -30,10 +30,10 @@ import lance  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from benchmarks.photos import DEFAULT_CACHE, make_photo_jpegs  # noqa: E402
-from prx_data.ids import sample_id  # noqa: E402
+from prx_data.core.ids import sample_id  # noqa: E402
 from prx_data.imaging.decode import read_header  # noqa: E402
-from prx_data.paths import StoragePaths  # noqa: E402
-from prx_data.schema import CAPTION_COLUMNS, raw_schema  # noqa: E402
+from prx_data.core.paths import StoragePaths  # noqa: E402
+from prx_data.core.schema import CAPTION_COLUMNS, raw_schema  # noqa: E402
 from prx_data.stages.export_stage import export_source  # noqa: E402
 
 SOURCE = "bench"

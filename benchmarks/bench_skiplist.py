@@ -25,7 +25,7 @@ import tracemalloc
 import numpy as np
 import pyarrow as pa
 
-from prx_data.export.dedup import find_duplicates
+from prx_data.curation.dedup import find_duplicates
 from prx_data.export.skiplist import build_skiplists
 
 BUCKETS = [(1024, h, w) for h, w in [(1024, 1024), (896, 1152), (1152, 896), (768, 1344), (1344, 768)]] + [

@@ -51,7 +51,7 @@ def child_env(root: Path) -> dict[str, str]:
 def cli_run(root: Path, source: str) -> float:
     reset_tables(root)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "prx_data.cli", "run", "--root", str(root), "--source", source],
+    done = subprocess.run([sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root), "--source", source],
                           env=child_env(root), cwd=REPO, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
@@ -85,9 +85,9 @@ def wait_run(client, run_id: str, timeout_s: float = 1200) -> str:
 def ui_runs(root: Path, source: str, repeats: int, log) -> list[float]:
     from dagster_graphql import DagsterGraphQLClient
 
-    from prx_data.local_ray import free_port, shared_local_ray, stop_process_group
-    from prx_data.settings import get_settings
-    from prx_data.ui import start_ui, wait_for_port
+    from prx_data.app.local_ray import free_port, shared_local_ray, stop_process_group
+    from prx_data.core.settings import get_settings
+    from prx_data.app.ui import start_ui, wait_for_port
 
     saved = dict(os.environ)
     os.environ.clear()

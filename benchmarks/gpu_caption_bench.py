@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Check before importing Ray: a missing vLLM or GPU should be one clear line, not a
     # traceback from inside a Ray actor minutes later.
-    from prx_data.captioning.gpu_env import gpu_environment_problems
+    from prx_data.models.captioning.gpu_env import gpu_environment_problems
 
     problems = gpu_environment_problems() if args.worker_env == "none" else []
     if problems:
@@ -94,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
-    from prx_data.captioning.config import VLLMCaptionerConfig
-    from prx_data.captioning.gpu_env import WorkerEnv
-    from prx_data.captioning.images import ImageBudget
-    from prx_data.captioning.vllm_ray import caption_dataset_vllm
+    from prx_data.models.captioning.config import VLLMCaptionerConfig
+    from prx_data.models.captioning.gpu_env import WorkerEnv
+    from prx_data.models.captioning.images import ImageBudget
+    from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
 
     replicas = args.replicas or max(1, torch.cuda.device_count())
     cfg = VLLMCaptionerConfig(
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_env=WorkerEnv(mode=args.worker_env),
         **overrides(args),
     )
-    from prx_data.captioning.vllm_ray import caption_engine_kwargs
+    from prx_data.models.captioning.vllm_ray import caption_engine_kwargs
 
     print_profile(cfg, caption_engine_kwargs(cfg))
     rows = load_rows(args)

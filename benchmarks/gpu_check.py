@@ -29,7 +29,7 @@ def parse_args(argv=None):
 
 
 def write_table(uri: str, n: int) -> list[str]:
-    from prx_data.schema import raw_schema
+    from prx_data.core.schema import raw_schema
     from prx_data_tests.images import jpeg
 
     schema = raw_schema()
@@ -67,7 +67,7 @@ def configs(models: Path, device: str) -> tuple[dict, dict]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from prx_data.captioning.gpu_env import gpu_environment_problems
+    from prx_data.models.captioning.gpu_env import gpu_environment_problems
 
     problems = gpu_environment_problems(require_gpu=args.device == "gpu")
     if problems:
@@ -76,11 +76,11 @@ def main(argv=None) -> int:
     import lance
     import ray
 
-    from prx_data.captioning.factory import parse_captioner_config
-    from prx_data.captioning.vllm_engine import engine_kwargs
-    from prx_data.captioning.vllm_ray import caption_engine_kwargs
-    from prx_data.labeling.factory import parse_classifier_config
-    from prx_data.schema import LABELS
+    from prx_data.models.captioning.factory import parse_captioner_config
+    from prx_data.models.captioning.vllm_engine import engine_kwargs
+    from prx_data.models.captioning.vllm_ray import caption_engine_kwargs
+    from prx_data.models.labeling.factory import parse_classifier_config
+    from prx_data.core.schema import LABELS
     from prx_data.stages.caption_stage import compute_captions
     from prx_data.stages.label_stage import compute_labels
 

@@ -43,7 +43,7 @@ def timed(ds) -> tuple[list[dict], float, float]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from prx_data.captioning.gpu_env import gpu_environment_problems
+    from prx_data.models.captioning.gpu_env import gpu_environment_problems
 
     problems = gpu_environment_problems() if args.worker_env == "none" else []
     if problems:
@@ -52,11 +52,11 @@ def main(argv=None) -> int:
     import ray
     import torch
 
-    from prx_data.captioning.config import VLLMCaptionerConfig
-    from prx_data.captioning.gpu_env import WorkerEnv
-    from prx_data.captioning.vllm_ray import caption_dataset_vllm
-    from prx_data.labeling.config import VLLMClassifierConfig
-    from prx_data.labeling.vllm_ray import label_dataset_vllm
+    from prx_data.models.captioning.config import VLLMCaptionerConfig
+    from prx_data.models.captioning.gpu_env import WorkerEnv
+    from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
+    from prx_data.models.labeling.config import VLLMClassifierConfig
+    from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 
     replicas = args.replicas or max(1, torch.cuda.device_count())
     env = WorkerEnv(mode=args.worker_env)

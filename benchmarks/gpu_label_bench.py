@@ -80,7 +80,7 @@ def steady_rate(stamps: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from prx_data.captioning.gpu_env import gpu_environment_problems
+    from prx_data.models.captioning.gpu_env import gpu_environment_problems
 
     problems = gpu_environment_problems() if args.worker_env == "none" else []
     if problems:
@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
-    from prx_data.captioning.gpu_env import WorkerEnv
-    from prx_data.labeling.config import VLLMClassifierConfig
-    from prx_data.labeling.vllm_ray import label_dataset_vllm
+    from prx_data.models.captioning.gpu_env import WorkerEnv
+    from prx_data.models.labeling.config import VLLMClassifierConfig
+    from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 
     replicas = args.replicas or max(1, torch.cuda.device_count())
     cfg = VLLMClassifierConfig(
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_env=WorkerEnv(mode=args.worker_env),
         **overrides(args),
     )
-    from prx_data.captioning.vllm_engine import engine_kwargs
+    from prx_data.models.captioning.vllm_engine import engine_kwargs
 
     print_profile(cfg, engine_kwargs(cfg))
     captions = load_captions(args)

@@ -18,7 +18,7 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 @pytest.fixture
 def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from prx_data.settings import get_settings
+    from prx_data.core.settings import get_settings
 
     root = tmp_path / "data"
     (root / "sources").mkdir(parents=True)
@@ -144,11 +144,11 @@ def process_corpus_locally(data_root: Path, sources: tuple[str, ...] | None = No
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.paths import StoragePaths
-    from prx_data.registry import load_registry
-    from prx_data.settings import get_settings
+    from prx_data.core.paths import StoragePaths
+    from prx_data.ingest.registry import load_registry
+    from prx_data.core.settings import get_settings
     from prx_data.stages.caption_stage import compute_captions
-    from prx_data.stages.exclusion import compute_skips, write_skip_lists
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.stages.export_stage import export_source
     from prx_data.stages.label_stage import compute_labels
     from prx_data.stages.phash_stage import compute_phashes

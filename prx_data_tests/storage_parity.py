@@ -35,7 +35,7 @@ class S3Server:
     region: str = "us-east-1"
 
     def env(self, **extra: str) -> dict[str, str]:
-        """The variables prx_data.settings reads for object storage."""
+        """The variables prx_data.core.settings reads for object storage."""
         return {
             "PRX_S3_ENDPOINT": self.endpoint,
             "AWS_ACCESS_KEY_ID": self.access_key,
@@ -45,7 +45,7 @@ class S3Server:
         }
 
     def options(self) -> dict[str, str]:
-        from prx_data.settings import _storage_options_from_env
+        from prx_data.core.settings import _storage_options_from_env
 
         return _storage_options_from_env(self.env())
 
@@ -112,20 +112,20 @@ class StorageRoot:
     server: S3Server | None = None
 
     def uri(self, *parts: str) -> str:
-        from prx_data.storage_uri import join
+        from prx_data.core.storage import join
 
         return join(self.base, *parts)
 
     def files(self, *parts: str) -> dict[str, bytes]:
         """Every file under ``uri(*parts)`` by its '/'-separated relative path, with its bytes."""
-        from prx_data.storage_uri import glob_files, locate, read_bytes
+        from prx_data.core.storage import glob_files, locate, read_bytes
 
         loc = locate(self.uri(*parts), self.options)
         return {rel: read_bytes(loc.child(rel)) for rel in glob_files(loc, "*", recursive=True)}
 
     def streaming_env(self) -> dict[str, str]:
         """What a streaming reader of this root needs in its environment (nothing when local)."""
-        from prx_data.storage_uri import streaming_env
+        from prx_data.core.storage import streaming_env
 
         return streaming_env(self.options) if self.server else {}
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import lance
 import pytest
 
-from prx_data.cli import main
+from prx_data.app.cli import main
 from prx_data.demo.corpus import build_demo_corpus
-from prx_data.paths import StoragePaths
-from prx_data.settings import get_settings
+from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import get_settings
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_demo_export_streams_and_skips(demo):
     from streaming.base.util import clean_stale_shared_memory
 
     from prx_data.export.tree import list_buckets
-    from prx_data.loader import PrxStreamingDataset
+    from prx_data.training.loader import PrxStreamingDataset
 
     code, manifest, _out = demo
     assert code == 0

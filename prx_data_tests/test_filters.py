@@ -6,8 +6,8 @@ import lance
 import pyarrow as pa
 import pytest
 
-from prx_data import filters as F
-from prx_data.stages.columns import ColumnStage
+from prx_data.core import filters as F
+from prx_data.stages.column_stage import ColumnStage
 
 NASTY = ["plain", "it's", "it''s", "back\\slash", "trail\\", "ünïcødé ☃ 画像", 'quo"te', "%_like*", "a' OR '1'='1", "", "new\nline"]
 

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from prx_data.registry import load_registry
+from prx_data.ingest.registry import load_registry
 
 
 def write(folder: Path, name: str, text: str) -> Path:

@@ -9,7 +9,7 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from prx_data.retry import RetryPolicy, Retryable, is_retryable_error, is_retryable_status, retry_after_s
+from prx_data.core.retry import RetryPolicy, Retryable, is_retryable_error, is_retryable_status, retry_after_s
 
 NOW = datetime(2026, 11, 3, 12, 0, 0, tzinfo=timezone.utc)
 

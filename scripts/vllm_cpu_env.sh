@@ -27,7 +27,7 @@ if [ ! -f "$ENV_DIR/.complete" ]; then
   "$ENV_DIR/bin/python" -m pip install --quiet torch==2.14.1 torchvision==0.29.1 >&2 2>/dev/null \
     || "$ENV_DIR/bin/python" -m pip install --quiet torch==2.14.1 torchvision==0.29.1 >&2
   "$ENV_DIR/bin/python" -m pip uninstall --quiet -y torchaudio torchcodec >&2 || true
-  PYTHONPATH=$PWD HF_HUB_OFFLINE=1 "$ENV_DIR/bin/python" -m prx_data.captioning.gpu_env --cpu >&2
+  PYTHONPATH=$PWD HF_HUB_OFFLINE=1 "$ENV_DIR/bin/python" -m prx_data.models.captioning.gpu_env --cpu >&2
   touch "$ENV_DIR/.complete"
   echo "vllm_cpu_env: built in $(( $(date +%s) - started ))s" >&2
 fi

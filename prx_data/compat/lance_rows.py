@@ -49,7 +49,7 @@ def delete_in_fragment(ds: lance.LanceDataset, fragment_id: int, key: str, value
     ``LanceDataset.delete`` commits on its own, which would split a replace into two versions
     and let a killed run lose or double rows.
     """
-    from prx_data.filters import sql_string
+    from prx_data.core.filters import sql_string
 
     predicate = " OR ".join(f"{key} IN ({', '.join(sql_string(v) for v in values[i : i + 1000])})" for i in range(0, len(values), 1000))
     return ds.get_fragment(fragment_id).delete(predicate)

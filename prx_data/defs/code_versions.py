@@ -8,8 +8,8 @@ from __future__ import annotations
 def captions_code_version() -> str:
     """caption_model@caption_prompt_version of the configured captioner (what the stage writes
     into each row and compares to find stale rows)."""
-    from prx_data.captioning.factory import parse_captioner_config
-    from prx_data.settings import get_settings
+    from prx_data.models.captioning.factory import parse_captioner_config
+    from prx_data.core.settings import get_settings
     from prx_data.stages.caption_stage import caption_identity
 
     model, prompt_version = caption_identity(parse_captioner_config(get_settings().captioner))
@@ -17,8 +17,8 @@ def captions_code_version() -> str:
 
 
 def labels_code_version() -> str:
-    from prx_data.labeling.factory import parse_classifier_config
-    from prx_data.settings import get_settings
+    from prx_data.models.labeling.factory import parse_classifier_config
+    from prx_data.core.settings import get_settings
     from prx_data.stages.label_stage import label_identity
 
     model, version = label_identity(parse_classifier_config(get_settings().classifier))

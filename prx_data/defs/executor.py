@@ -15,7 +15,7 @@ def executor() -> dg.Definitions:
     chain gains nothing from parallel steps: raw_samples, phashes, captions and caption_labels
     all commit to the same Lance table of the run's source (one writer at a time) and
     mds_shards needs all of them. The work inside a step is parallel on Ray, and the steps of a
-    run share one Ray connection (``prx_data.local_ray`` keeps one Ray per command locally).
+    run share one Ray connection (``prx_data.app.local_ray`` keeps one Ray per command locally).
     Runs of different sources still run side by side, kept apart per partition by the run queue
     (dagster.yaml).
     """

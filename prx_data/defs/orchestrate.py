@@ -24,7 +24,7 @@ def ensure_partitions(instance: dg.DagsterInstance, sources: Iterable[str]) -> N
 def open_instance(sources: Iterable[str]) -> dg.DagsterInstance:
     """The Dagster instance with the sources' partitions; two runs starting at once on a new
     root take turns here, or both create its SQLite storages and fail."""
-    from prx_data.locking import dagster_home_lock
+    from prx_data.core.locking import dagster_home_lock
 
     with dagster_home_lock():
         instance = dg.DagsterInstance.get()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from prx_data.progress import ProgressBar, bars_enabled
+from prx_data.core.progress import ProgressBar, bars_enabled
 
 
 def format_duration(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""Typed resources, built in one place from the chosen environment (``prx_data.settings``)."""
+"""Typed resources, built in one place from the chosen environment (``prx_data.core.settings``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import dagster as dg
 from dagster_ray import LocalRay, RayResource
 from pydantic import Field
 
-from prx_data.locking import LockPolicy
-from prx_data.locking import configure as configure_locks
-from prx_data.paths import StoragePaths
-from prx_data.registry import Registry, load_registry
-from prx_data.settings import Settings, get_settings
+from prx_data.core.locking import LockPolicy
+from prx_data.core.locking import configure as configure_locks
+from prx_data.core.paths import StoragePaths
+from prx_data.ingest.registry import Registry, load_registry
+from prx_data.core.settings import Settings, get_settings
 
 
 class StorageResource(dg.ConfigurableResource):

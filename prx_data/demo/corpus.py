@@ -45,8 +45,8 @@ import yaml
 from PIL import Image
 
 from prx_data.demo import images as im
-from prx_data.registry import CheckThresholds, SourceSpec
-from prx_data.schema import Status
+from prx_data.ingest.registry import CheckThresholds, SourceSpec
+from prx_data.core.schema import Status
 
 ItemRef = tuple[str, str]  # (source name, key inside the source)
 

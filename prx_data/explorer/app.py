@@ -40,9 +40,9 @@ from prx_data.explorer.security import SecurityHeaders, allowed_hosts_for
 from prx_data.explorer.skips import SkipIndex
 from prx_data.explorer.stats import Figures, aspect_label, bucket_sort_key
 from prx_data.explorer.thumbs import SIZES, ThumbnailCache, placeholder_svg
-from prx_data.schema import LABELS
-from prx_data.settings import Settings, get_settings, load_settings
-from prx_data.storage_uri import resolve_root
+from prx_data.core.schema import LABELS
+from prx_data.core.settings import Settings, get_settings, load_settings
+from prx_data.core.storage import resolve_root
 
 PACKAGE = "prx_data.explorer"
 

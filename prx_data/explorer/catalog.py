@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import lance
 
 from prx_data.export.tree import SOURCE_RE
-from prx_data.lance_io import open_table
-from prx_data.paths import StoragePaths, join
-from prx_data.settings import Settings
-from prx_data.storage_uri import list_dir, locate
+from prx_data.core.lance_io import open_table
+from prx_data.core.paths import StoragePaths, join
+from prx_data.core.settings import Settings
+from prx_data.core.storage import list_dir, locate
 from prx_data.explorer import validate
 
 TEXT_COLUMNS = ("caption", "source_caption")

@@ -13,7 +13,7 @@ import numpy as np
 from prx_data.explorer import validate
 from prx_data.explorer.catalog import ROW_COLUMNS, Catalog
 from prx_data.explorer.skips import SkipEntry, SkipSnapshot
-from prx_data.storage_uri import is_file, locate
+from prx_data.core.storage import is_file, locate
 
 NEIGHBOURS = 24
 

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from prx_data.export.skiplist import SkiplistError, parse_sidecar, root_sidecar_entries
-from prx_data.storage_uri import locate, try_read_bytes
+from prx_data.core.storage import locate, try_read_bytes
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ import os
 import re
 import unicodedata
 
-from prx_data.paths import join
-from prx_data.schema import Status
-from prx_data.storage_uri import local_path
+from prx_data.core.paths import join
+from prx_data.core.schema import Status
+from prx_data.core.storage import local_path
 
 SAMPLE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 BUCKET_RE = re.compile(r"^[0-9]{1,5}x[0-9]{1,5}$")
@@ -113,7 +113,7 @@ def query(value: str | None) -> str:
 
 
 # Lance filter expressions ---------------------------------------------------------------------
-from prx_data.filters import sql_string  # noqa: E402,F401  (re-exported for the explorer)
+from prx_data.core.filters import sql_string  # noqa: E402,F401  (re-exported for the explorer)
 
 
 def like_contains(column: str, text: str) -> str:

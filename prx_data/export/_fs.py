@@ -1,4 +1,4 @@
-"""Stable JSON and digests shared by the export modules (writing lives in ``prx_data.storage_uri``)."""
+"""Stable JSON and digests shared by the export modules (writing lives in ``prx_data.core.storage``)."""
 
 from __future__ import annotations
 

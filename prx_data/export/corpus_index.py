@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
-from prx_data.storage_uri import (
+from prx_data.core.storage import (
     Location,
     delete_file,
     is_file,

@@ -59,10 +59,10 @@ from pydantic import BaseModel, Field
 from streaming import MDSWriter
 
 from prx_data.compat.streaming_internals import flush_shard
-from prx_data.schema import EXPORT_SCHEMA
+from prx_data.core.schema import EXPORT_SCHEMA
 from prx_data.export._fs import dumps_stable
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
-from prx_data.storage_uri import (
+from prx_data.core.storage import (
     atomic_write_bytes,
     delete_file,
     exists,

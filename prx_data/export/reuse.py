@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from streaming.base.format import reader_from_json
 
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets
-from prx_data.storage_uri import drop_local_copy, fetch_local, locate, try_read_bytes
+from prx_data.core.storage import drop_local_copy, fetch_local, locate, try_read_bytes
 
 
 def source_indexes(mds_root: str, source: str, storage_options: dict | None = None) -> dict[BucketRef, dict]:

@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
-from prx_data.storage_uri import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
+from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 
 SIDECAR_FORMAT = "prx-skiplist"
 SIDECAR_VERSION = 1

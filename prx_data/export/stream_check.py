@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 
-from prx_data.storage_uri import local_path, streaming_env
+from prx_data.core.storage import local_path, streaming_env
 
 MDS_COLUMNS = {"image", "caption", "sample_id"}
 

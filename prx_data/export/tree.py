@@ -1,6 +1,6 @@
 """The MDS tree's layout: ``<mds root>/<tier>/<height>x<width>/<source>/shard.NNNNN.mds``.
 
-Paths of real folders come from ``prx_data.paths``; this module only adds what paths.py does
+Paths of real folders come from ``prx_data.core.paths``; this module only adds what paths.py does
 not know: how to list the tree and how to recognise the transient folders that the atomic
 export leaves beside a source's folder (``<source>.staging-<run>``, ``<source>.old-<run>``).
 Source names never contain a dot (registry rule), so a dot marks a transient folder.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from prx_data.paths import StoragePaths
-from prx_data.storage_uri import is_file, list_dir, locate
+from prx_data.core.paths import StoragePaths
+from prx_data.core.storage import is_file, list_dir, locate
 
 SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 BUCKET_RE = re.compile(r"^(\d+)x(\d+)$")

@@ -18,8 +18,8 @@ import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
-from prx_data.filters import one_of
-from prx_data.ids import sample_id
+from prx_data.core.filters import one_of
+from prx_data.core.ids import sample_id
 from prx_data.ingest.rows import (
     EXAMPLES,
     METADATA_COLUMNS,
@@ -34,9 +34,9 @@ from prx_data.ingest.rows import (
     to_batch,
 )
 from prx_data.ingest.units import Unit, read_unit
-from prx_data.lance_io import chunked
-from prx_data.registry import RegisteredSource
-from prx_data.schema import Status
+from prx_data.core.lance_io import chunked
+from prx_data.ingest.registry import RegisteredSource
+from prx_data.core.schema import Status
 
 # Statuses whose URL was fetched: such a row's URL is not fetched again.
 _FETCHED = (Status.OK.value, Status.OPTED_OUT.value)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from prx_data.schema import Status
+from prx_data.core.schema import Status
 
 _CHUNK = 1024 * 1024
 _FD_DIR = "/proc/self/fd"

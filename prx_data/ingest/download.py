@@ -31,9 +31,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from prx_data.ingest import netguard
-from prx_data.registry import DownloadConfig
-from prx_data.retry import RetryPolicy, Retryable, is_retryable_status
-from prx_data.schema import Status
+from prx_data.ingest.registry import DownloadConfig
+from prx_data.core.retry import RetryPolicy, Retryable, is_retryable_status
+from prx_data.core.schema import Status
 
 __all__ = ["DownloadResult", "download_many", "download_one", "robots_opt_out"]
 

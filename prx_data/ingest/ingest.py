@@ -45,10 +45,10 @@ from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import t
 from prx_data.ingest.seen import SeenIds
 from prx_data.ingest.units import list_units
 from prx_data.compat.lance_rows import delete_in_fragment
-from prx_data.lance_io import ensure_columns, open_table, storage_options_of
-from prx_data.locking import locks_table
-from prx_data.registry import RegisteredSource
-from prx_data.schema import PHASH_COLUMNS, raw_schema
+from prx_data.core.lance_io import ensure_columns, open_table, storage_options_of
+from prx_data.core.locking import locks_table
+from prx_data.ingest.registry import RegisteredSource
+from prx_data.core.schema import PHASH_COLUMNS, raw_schema
 
 
 class EmptySource(SourceUnavailable):

@@ -1,7 +1,7 @@
 """Run input units: in this process (``workers: 1``), or as Ray tasks, ``workers`` at a time.
 
 The Ray used is the one the process has (a RayResource), else the command's shared head
-(``PRX_RAY_ADDRESS``, see ``prx_data.local_ray``), else a local Ray started for this ingest
+(``PRX_RAY_ADDRESS``, see ``prx_data.app.local_ray``), else a local Ray started for this ingest
 and stopped after it. Submission is bounded, so a source of a million units is never a million
 queued tasks, and results come back in completion order.
 """
@@ -12,9 +12,10 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 
+from prx_data.core.quiet import quiet_ray_env
+from prx_data.core.ray_tasks import ADDRESS_VAR, bounded
 from prx_data.ingest.changes import UnitJob, UnitResult, process_unit
 from prx_data.ingest.units import Unit
-from prx_data.ray_tasks import bounded
 
 UnitWork = tuple[Unit, frozenset[int]]
 
@@ -42,8 +43,6 @@ def _ray(workers: int):
     if ray.is_initialized():
         yield ray
         return
-    from prx_data.local_ray import ADDRESS_VAR, quiet_ray_env
-
     address = os.environ.get(ADDRESS_VAR) or None
 
     os.environ.update({k: v for k, v in quiet_ray_env().items() if k not in os.environ})

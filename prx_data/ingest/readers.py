@@ -29,8 +29,8 @@ from typing import Any
 
 from prx_data.ingest.contained import Root, default_root, open_contained, read_capped, read_contained
 from prx_data.ingest.items import RawItem
-from prx_data.registry import RegisteredSource, SourceSpec
-from prx_data.schema import Status
+from prx_data.ingest.registry import RegisteredSource, SourceSpec
+from prx_data.core.schema import Status
 
 # Sidecar files beside images: read with their image, never items themselves.
 SIDECAR_EXTENSIONS = (".txt", ".json")

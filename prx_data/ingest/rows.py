@@ -11,12 +11,12 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from prx_data.fingerprints import ingest_fingerprint
-from prx_data.ids import sample_id
+from prx_data.imaging.fingerprints import ingest_fingerprint
+from prx_data.core.ids import sample_id
 from prx_data.ingest.items import RawItem
 from prx_data.ingest.probe import probe_image
-from prx_data.registry import RegisteredSource
-from prx_data.schema import Status
+from prx_data.ingest.registry import RegisteredSource
+from prx_data.core.schema import Status
 
 # Decides at ingest whether an item is covered by an opt-out request: (source, sample_id, item)
 # -> the request id, or None.

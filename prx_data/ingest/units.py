@@ -22,7 +22,7 @@ from pathlib import Path
 from prx_data.ingest.contained import Root, default_root, open_contained
 from prx_data.ingest.items import RawItem
 from prx_data.ingest import readers
-from prx_data.registry import RegisteredSource
+from prx_data.ingest.registry import RegisteredSource
 
 FOLDER_BATCH = 512
 PARQUET_UNIT_ROWS = 8192

@@ -15,21 +15,21 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
-from prx_data.filters import is_set
-from prx_data.captioning.columns import caption_results_table
-from prx_data.captioning.config import (
+from prx_data.core.filters import is_set
+from prx_data.models.captioning.caption_columns import caption_results_table
+from prx_data.models.captioning.config import (
     CaptionerConfig,
     OpenAICaptionerConfig,
     SourceCaptionerConfig,
     TransformersCaptionerConfig,
     VLLMCaptionerConfig,
 )
-from prx_data.captioning.factory import make_captioner, parse_captioner_config
-from prx_data.captioning.prompt import caption_prompt_version, fused_prompt_version
-from prx_data.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
-from prx_data.lance_io import storage_options_of
-from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
-from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
+from prx_data.models.captioning.factory import make_captioner, parse_captioner_config
+from prx_data.models.captioning.prompt import caption_prompt_version, fused_prompt_version
+from prx_data.models.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
+from prx_data.core.lance_io import storage_options_of
+from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
+from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
 from prx_data.stages.executors import make_processor
 
 
@@ -95,7 +95,7 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
 
-        from prx_data.captioning.vllm_ray import caption_dataset_vllm
+        from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
 
         chunks = [
             {"addresses": c.column("_rowaddr").to_pylist(), "sample_ids": c.column("sample_id").to_pylist()}

@@ -12,9 +12,9 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
-from prx_data.lance_io import storage_options_of
-from prx_data.ray_tasks import bounded
-from prx_data.stages.columns import Processor, address_chunks, read_images, read_rows
+from prx_data.core.lance_io import storage_options_of
+from prx_data.core.ray_tasks import bounded
+from prx_data.stages.column_stage import Processor, address_chunks, read_images, read_rows
 
 # fn(sample_ids, images, rows) -> table with sample_id + the stage's columns. Must be picklable
 # (a module-level function or a functools.partial of one) to run on Ray.

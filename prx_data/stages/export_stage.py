@@ -48,11 +48,11 @@ from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop, assign
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
-from prx_data.lance_io import open_table, storage_options_of
-from prx_data.locking import table_lock
-from prx_data.paths import superseded_uri
-from prx_data.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
-from prx_data.stages.columns import address_chunks, read_images
+from prx_data.core.lance_io import open_table, storage_options_of
+from prx_data.core.locking import table_lock
+from prx_data.core.paths import superseded_uri
+from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
+from prx_data.stages.column_stage import address_chunks, read_images
 from prx_data.stages.executors import make_processor
 
 # Bump when the resize/encode path changes in a way that changes exported bytes.
@@ -149,7 +149,7 @@ def export_source(
 ) -> ExportStats:
     """Bring the source's export up to date with its table, doing only the work that changed.
 
-    Holds the source's table lock (``prx_data.locking``) for the whole run. ``write_workers``
+    Holds the source's table lock (``prx_data.core.locking``) for the whole run. ``write_workers``
     > 1 (with ``executor='ray'``) splits the rows to encode into that many Ray tasks, each of
     which encodes its rows and writes its own shards per bucket; the driver then merges their
     indexes and commits once. The tasks write into ``<mds root>/_commits/`` (local roots) or

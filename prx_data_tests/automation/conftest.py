@@ -127,7 +127,7 @@ def redeploy(monkeypatch):
     import json
 
     from prx_data.defs.build import build_defs
-    from prx_data.settings import get_settings
+    from prx_data.core.settings import get_settings
 
     def load(captioner: dict) -> dg.Definitions:
         monkeypatch.setenv("PRX_CAPTIONER", json.dumps(captioner))

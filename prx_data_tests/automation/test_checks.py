@@ -8,8 +8,8 @@ import pytest
 
 from prx_data.definitions import build_defs
 from prx_data.export.tree import list_buckets
-from prx_data.paths import StoragePaths
-from prx_data.settings import get_settings
+from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import get_settings
 from prx_data_tests import images
 from prx_data_tests.automation.conftest import CORPUS, PER_SOURCE, Automation, write_folder_source
 
@@ -84,7 +84,7 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
 
     # The same source, its noise declared in its spec: green while it is as declared, and the
     # spec change re-runs nothing (thresholds are not part of the source's fingerprint).
-    from prx_data.registry import load_registry
+    from prx_data.ingest.registry import load_registry
 
     spec = data_root / "sources" / "bad.yaml"
     before = load_registry(data_root / "sources").get("bad").fingerprint

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dagster as dg
 import yaml
 
-from prx_data.captioning.prompt import caption_prompt_version
+from prx_data.models.captioning.prompt import caption_prompt_version
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.ingest.assets import INGEST_CODE_VERSION

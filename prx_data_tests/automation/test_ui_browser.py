@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from prx_data.cli import main
+from prx_data.app.cli import main
 from prx_data.demo.corpus import build_demo_corpus
-from prx_data.local_ray import free_port, listening
-from prx_data.settings import get_settings
+from prx_data.app.local_ray import free_port, listening
+from prx_data.core.settings import get_settings
 
 CHROMIUM = os.environ.get("PRX_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -55,7 +55,7 @@ def ui(data_root, tmp_path, monkeypatch):
     env["PYTHONPATH"] = str(REPO)
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     log = open(tmp_path / "ui.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "prx_data.cli", "ui", "--port", str(port)], cwd=tmp_path, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "prx_data.app.cli", "ui", "--port", str(port)], cwd=tmp_path, env=env,
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None and "open http://" not in (tmp_path / "ui.log").read_text():

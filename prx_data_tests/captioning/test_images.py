@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 from pydantic import ValidationError
 
-from prx_data.captioning.images import ImageBudget, fit_size, image_data_url, load_for_captioning
+from prx_data.models.captioning.images import ImageBudget, fit_size, image_data_url, load_for_captioning
 from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
 
 BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=256 * 256, multiple=32)
@@ -81,7 +81,7 @@ def test_transparent_areas_become_white_not_black(mode):
 
 
 def test_remote_model_sources_are_refused_for_captions():
-    from prx_data.captioning.config import VLLMCaptionerConfig
+    from prx_data.models.captioning.config import VLLMCaptionerConfig
 
     with pytest.raises(ValidationError, match="local checkpoint"):
         VLLMCaptionerConfig(model_source="s3://models/Qwen3-VL-8B-Instruct")

@@ -8,16 +8,16 @@ import json
 import pyarrow as pa
 import pytest
 
-from prx_data.captioning.base import BackendUnavailable, error_code
-from prx_data.captioning.chat_http import ChatServerConfig
-from prx_data.labeling.base import Classifier, LabelResult
-from prx_data.labeling.columns import LABEL_TABLE_SCHEMA, label_table
-from prx_data.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
-from prx_data.labeling.factory import make_classifier
-from prx_data.labeling.prompt import SYSTEM_PROMPT, label_prompt_version, parse_label
-from prx_data.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
-from prx_data.labeling.task import NO_THINKING, LabelTask
-from prx_data.schema import LABEL_COLUMNS, LABELS
+from prx_data.models.captioning.base import BackendUnavailable, error_code
+from prx_data.models.captioning.chat_http import ChatServerConfig
+from prx_data.models.labeling.base import Classifier, LabelResult
+from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, label_table
+from prx_data.models.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
+from prx_data.models.labeling.factory import make_classifier
+from prx_data.models.labeling.prompt import SYSTEM_PROMPT, label_prompt_version, parse_label
+from prx_data.models.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
+from prx_data.models.labeling.task import NO_THINKING, LabelTask
+from prx_data.core.schema import LABEL_COLUMNS, LABELS
 from prx_data_tests.captioning.fake_openai import FakeChatServer
 
 # A dozen hand-written captions whose label is obvious.
@@ -155,7 +155,7 @@ def test_vllm_label_preprocess_and_postprocess():
 
 
 def test_vllm_label_engine_config():
-    from prx_data.captioning.vllm_engine import engine_kwargs
+    from prx_data.models.captioning.vllm_engine import engine_kwargs
 
     cfg = VLLMClassifierConfig(replicas=4, batch_size=512, cpu_stage_concurrency=6)
     pc = processor_config(cfg, engine=engine_kwargs(cfg), multimodal=False, chat_template_kwargs=NO_THINKING)

@@ -4,12 +4,12 @@ import time
 
 import pytest
 
-from prx_data.captioning.base import BackendUnavailable, error_code
-from prx_data.captioning.chat_http import ChatServerConfig
-from prx_data.captioning.config import OpenAICaptionerConfig
-from prx_data.captioning.factory import make_captioner
-from prx_data.captioning.images import ImageBudget
-from prx_data.captioning.prompt import SYSTEM_PROMPT, caption_prompt_version
+from prx_data.models.captioning.base import BackendUnavailable, error_code
+from prx_data.models.captioning.chat_http import ChatServerConfig
+from prx_data.models.captioning.config import OpenAICaptionerConfig
+from prx_data.models.captioning.factory import make_captioner
+from prx_data.models.captioning.images import ImageBudget
+from prx_data.models.captioning.prompt import SYSTEM_PROMPT, caption_prompt_version
 from prx_data_tests.captioning.fake_openai import (
     FakeChatServer,
     dominant_colour,

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from prx_data.captioning import prompt
-from prx_data.captioning.base import CaptionResult, error_code
-from prx_data.captioning.quality import CaptionGuards, judge_caption, judge_source_caption
+from prx_data.models.captioning import prompt
+from prx_data.models.captioning.base import CaptionResult, error_code
+from prx_data.models.captioning.quality import CaptionGuards, judge_caption, judge_source_caption
 from prx_data_tests.captioning.fake_openai import good_caption
 
 GOOD = good_caption("red")  # 125 words, ends with a full stop

@@ -4,15 +4,15 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
-from prx_data.captioning.base import Captioner
-from prx_data.captioning.columns import CAPTION_TABLE_SCHEMA, caption_table
-from prx_data.captioning.factory import make_captioner, parse_captioner_config
-from prx_data.captioning.config import VLLMCaptionerConfig
-from prx_data.captioning.prompt import caption_prompt_version
-from prx_data.captioning.source import SourceCaptioner
-from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
+from prx_data.models.captioning.base import Captioner
+from prx_data.models.captioning.caption_columns import CAPTION_TABLE_SCHEMA, caption_table
+from prx_data.models.captioning.factory import make_captioner, parse_captioner_config
+from prx_data.models.captioning.config import VLLMCaptionerConfig
+from prx_data.models.captioning.prompt import caption_prompt_version
+from prx_data.models.captioning.source import SourceCaptioner
+from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
 from prx_data.stages.caption_stage import caption_stage
-from prx_data.stages.columns import pending_rows
+from prx_data.stages.column_stage import pending_rows
 
 
 def test_source_backend_keeps_source_captions_and_flags_missing_ones():

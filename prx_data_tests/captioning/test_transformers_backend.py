@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from prx_data.captioning.base import CaptionErrorCode, error_code
-from prx_data.captioning.config import CaptionSampling, TransformersCaptionerConfig
-from prx_data.captioning.factory import make_captioner
-from prx_data.captioning.images import ImageBudget
-from prx_data.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT
-from prx_data.captioning.quality import CaptionGuards
+from prx_data.models.captioning.base import CaptionErrorCode, error_code
+from prx_data.models.captioning.config import CaptionSampling, TransformersCaptionerConfig
+from prx_data.models.captioning.factory import make_captioner
+from prx_data.models.captioning.images import ImageBudget
+from prx_data.models.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT
+from prx_data.models.captioning.quality import CaptionGuards
 from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
 
 SMALL = ImageBudget(min_pixels=32 * 32, max_pixels=128 * 128)
@@ -37,7 +37,7 @@ def test_prompt_is_the_real_chat_template_with_an_image_slot(tiny_vlm_dir):
 
 
 def test_runs_the_image_path_and_returns_text(tiny_vlm_dir):
-    from prx_data.captioning.images import load_for_captioning
+    from prx_data.models.captioning.images import load_for_captioning
 
     captioner = make_captioner(config(tiny_vlm_dir))
     images = [load_for_captioning(image_bytes(c, size), SMALL)

@@ -25,9 +25,9 @@ import lance
 import pyarrow as pa
 import pytest
 
-from prx_data.paths import StoragePaths
-from prx_data.schema import LABELS, raw_schema
-from prx_data.settings import get_settings
+from prx_data.core.paths import StoragePaths
+from prx_data.core.schema import LABELS, raw_schema
+from prx_data.core.settings import get_settings
 from prx_data_tests.conftest import materializations, run_source
 from prx_data_tests.images import jpeg, png
 

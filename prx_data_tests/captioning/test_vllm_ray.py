@@ -14,15 +14,15 @@ import json
 import pytest
 from PIL import Image
 
-from prx_data.captioning.base import error_code
-from prx_data.captioning.config import CaptionSampling, VLLMCaptionerConfig
-from prx_data.captioning.factory import make_captioner
-from prx_data.captioning.gpu_env import DEFAULT_REQUIREMENTS, WorkerEnv, gpu_runtime_env
-from prx_data.captioning.images import ImageBudget
-from prx_data.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT, caption_prompt_version
-from prx_data.captioning.task import CaptionTask, FusedCaptionLabelTask, fused_label_version
-from prx_data.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
-from prx_data.captioning.vllm_ray import VLLMCaptioner, caption_engine_kwargs
+from prx_data.models.captioning.base import error_code
+from prx_data.models.captioning.config import CaptionSampling, VLLMCaptionerConfig
+from prx_data.models.captioning.factory import make_captioner
+from prx_data.models.captioning.gpu_env import DEFAULT_REQUIREMENTS, WorkerEnv, gpu_runtime_env
+from prx_data.models.captioning.images import ImageBudget
+from prx_data.models.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT, caption_prompt_version
+from prx_data.models.captioning.task import CaptionTask, FusedCaptionLabelTask, fused_label_version
+from prx_data.models.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
+from prx_data.models.captioning.vllm_ray import VLLMCaptioner, caption_engine_kwargs
 from prx_data_tests.captioning.fake_openai import good_caption
 from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
 

@@ -54,9 +54,9 @@ def _transformers_major() -> int:
 
 
 def _corpus() -> list[str]:
-    from prx_data.captioning import prompt as caption_prompt
-    from prx_data.labeling import prompt as label_prompt
-    from prx_data.schema import LABELS
+    from prx_data.models.captioning import prompt as caption_prompt
+    from prx_data.models.labeling import prompt as label_prompt
+    from prx_data.core.schema import LABELS
 
     return [
         caption_prompt.SYSTEM_PROMPT,

@@ -53,7 +53,7 @@ def _tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
-    from prx_data.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT
+    from prx_data.models.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -13,7 +13,7 @@ from streaming import MDSWriter, Stream, StreamingDataset
 from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.compat import streaming_internals as compat
-from prx_data.loader import PrxStreamingDataset
+from prx_data.training.loader import PrxStreamingDataset
 
 BS = 4
 COLUMNS = {"sample_id": "str", "payload": "bytes"}

@@ -70,7 +70,7 @@ class World:
     captioner: int = 0
 
     def __post_init__(self) -> None:
-        from prx_data.paths import StoragePaths
+        from prx_data.core.paths import StoragePaths
 
         (self.root / "sources").mkdir(parents=True, exist_ok=True)
         (self.root / "optout").mkdir(parents=True, exist_ok=True)
@@ -109,8 +109,8 @@ class World:
     # Pipeline steps --------------------------------------------------------------------------
     def ingest(self, name: str, run_id: str | None = None) -> None:
         from prx_data.ingest.ingest import ingest_source
-        from prx_data.optout import ingest_matcher
-        from prx_data.registry import load_registry
+        from prx_data.curation.optout.requests import ingest_matcher
+        from prx_data.ingest.registry import load_registry
         from prx_data.stages.phash_stage import compute_phashes
 
         registry = load_registry(self.root / "sources")
@@ -119,7 +119,7 @@ class World:
         compute_phashes(uri, executor="local", storage_options=self.options, run_id=run_id)
 
     def caption(self, name: str, run_id: str | None = None) -> None:
-        from prx_data.stages.columns import run_column_stage
+        from prx_data.stages.column_stage import run_column_stage
         from prx_data.stages.executors import make_processor
 
         fn = functools.partial(caption_rows, self.captioner)
@@ -151,19 +151,19 @@ class World:
 
     def apply(self):
         """``prx-data optout apply``: requests, skip lists, data card; nothing re-exported."""
-        from prx_data.optout import refresh
+        from prx_data.curation.refresh import refresh
 
         return refresh(self.paths, self.optout_dir, self.priorities(), exclude_labels=(), options=self.options, write_card=False)
 
     def rebuild_skip_lists(self) -> None:
         from prx_data.imaging.buckets import BucketConfig
-        from prx_data.stages.exclusion import compute_skips, write_skip_lists
+        from prx_data.curation.exclusion import compute_skips, write_skip_lists
 
         _, skips = compute_skips(self.paths, self.priorities(), bucket_cfg=BucketConfig(), exclude_labels=(), options=self.options)
         write_skip_lists(self.mds_root, skips, self.options, paths=self.paths)
 
     def compact(self) -> None:
-        from prx_data.maintenance import SOURCE_INDEXES, maintain_table
+        from prx_data.curation.maintenance import SOURCE_INDEXES, maintain_table
 
         for name in self.sources:
             maintain_table(self.paths.raw_table(name), target_rows_per_fragment=1000, indexes=SOURCE_INDEXES, options=self.options)
@@ -173,7 +173,7 @@ class World:
         from streaming.base.util import clean_stale_shared_memory
 
         from prx_data.export.tree import list_buckets
-        from prx_data.loader import PrxStreamingDataset
+        from prx_data.training.loader import PrxStreamingDataset
 
         seen: set[str] = set()
         for ref in list_buckets(self.mds_root, self.options):
@@ -198,14 +198,14 @@ class World:
     def _has_index(self, rel: str) -> bool:
         if not self.options:
             return os.path.isfile(os.path.join(self.mds_root, rel, "index.json"))
-        from prx_data.storage_uri import locate, try_read_bytes
+        from prx_data.core.storage import locate, try_read_bytes
 
         return try_read_bytes(locate(f"{self.mds_root}/{rel}/index.json", self.options)) is not None
 
     def exported_and_dedup(self) -> tuple[set[str], set[str]]:
         """Exported sample ids, and those the dedup rule skips (not an opt-out matter)."""
         from prx_data.imaging.buckets import BucketConfig
-        from prx_data.stages.exclusion import dedup_config, dedup_rows, exported_samples
+        from prx_data.curation.exclusion import dedup_config, dedup_rows, exported_samples
 
         exports = exported_samples(self.paths, self.priorities(), self.options)
         dups = dedup_rows(exports, dedup_config(BucketConfig()))
@@ -227,8 +227,8 @@ def _open_dataset(cls, kwargs: dict):
 
 
 def captioner_stage(version: int):
-    from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
-    from prx_data.stages.columns import ColumnStage
+    from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
+    from prx_data.stages.column_stage import ColumnStage
 
     return ColumnStage(
         name="caption",

@@ -10,8 +10,8 @@ import lance
 import pyarrow as pa
 import pytest
 
-from prx_data.cli import main
-from prx_data.maintenance import maintain_table
+from prx_data.app.cli import main
+from prx_data.curation.maintenance import maintain_table
 from prx_data_tests.conftest import materializations, process_corpus_locally
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from prx_data.ids import sample_id
-from prx_data.lineage import find, format_record
+from prx_data.core.ids import sample_id
+from prx_data.curation.lineage import find, format_record
 from prx_data_tests.curation.optout_world import Item, World
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -51,7 +51,7 @@ def test_each_row_records_the_run_that_wrote_it(data_root):
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "PRX_DATA_ROOT": str(data_root)}
     code = (
-        "import sys; from prx_data.cli import main; rc = main(['lineage', '--key', 's1:b', '--json']); "
+        "import sys; from prx_data.app.cli import main; rc = main(['lineage', '--key', 's1:b', '--json']); "
         "assert 'dagster' not in sys.modules, 'lineage imported Dagster'; sys.exit(rc)"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from prx_data.cli import main
-from prx_data.ids import sample_id
+from prx_data.app.cli import main
+from prx_data.core.ids import sample_id
 from prx_data_tests.curation.optout_world import Item, World, fingerprint, variant_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -133,7 +133,7 @@ def test_domain_and_image_requests_and_the_receipt(world, capsys):
 
 def test_degenerate_images_match_by_content_key_only():
     """A flat image's phash is no fingerprint: its rows match by image_sha256, not by hash."""
-    from prx_data.optout_match import fingerprints_of_samples, hashed_candidates, keyed_candidates, match_fingerprints, one_match_per_sample
+    from prx_data.curation.optout.match import fingerprints_of_samples, hashed_candidates, keyed_candidates, match_fingerprints, one_match_per_sample
 
     raw = pa.table(
         {

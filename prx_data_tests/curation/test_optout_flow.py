@@ -16,11 +16,11 @@ from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.demo.corpus import build_demo_corpus
 from prx_data.export.tree import list_buckets
-from prx_data.ids import sample_id
-from prx_data.lineage import find
-from prx_data.loader import PrxStreamingDataset
-from prx_data.paths import StoragePaths
-from prx_data.settings import get_settings
+from prx_data.core.ids import sample_id
+from prx_data.curation.lineage import find
+from prx_data.training.loader import PrxStreamingDataset
+from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import get_settings
 from prx_data_tests.conftest import materializations, run_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -96,7 +96,7 @@ def test_optout_request_end_to_end(data_root, prx_defs, instance):
     assert audit["shards_touched"] and audit["unmatched"] == ["source_key photos:does/not/exist.jpg"]
     assert audit["problems"] == ["1 of 3 names matched nothing (listed in 'unmatched')"]
     # The skip_lists asset recorded its build: the receipt names it.
-    from prx_data.optout_receipt import receipt
+    from prx_data.curation.optout.receipt import receipt
 
     assert receipt(paths, "req-42")["builds"]["latest"]["samples_excluded"] > 0
 

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from prx_data.ids import sample_id
+from prx_data.core.ids import sample_id
 from prx_data_tests.curation.optout_world import HOSTS, KINDS, Item, World, fingerprint, host, variant_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

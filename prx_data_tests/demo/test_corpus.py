@@ -31,7 +31,7 @@ from prx_data.demo.corpus import (
     build_demo_corpus,
     serve_folder,
 )
-from prx_data.registry import load_registry
+from prx_data.ingest.registry import load_registry
 
 
 @pytest.fixture(scope="module")

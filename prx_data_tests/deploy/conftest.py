@@ -67,7 +67,7 @@ from prx_data_tests.storage_parity import S3Server, free_port  # noqa: E402,F401
 @pytest.fixture
 def clean_prx_env(monkeypatch: pytest.MonkeyPatch):
     """No PRX_* / AWS_* / DAGSTER_HOME from the caller's shell leaks into a test."""
-    from prx_data.settings import get_settings
+    from prx_data.core.settings import get_settings
 
     for name in list(os.environ):
         if name.startswith(("PRX_", "AWS_", "S3_ENDPOINT")) or name == "DAGSTER_HOME":

@@ -14,8 +14,8 @@ import sys
 def main(argv: list[str]) -> int:
     action = argv[0]
     if action in ("hold", "try"):
-        from prx_data.locking import TableLocked, configure, table_lock
-        from prx_data.settings import get_settings
+        from prx_data.core.locking import TableLocked, configure, table_lock
+        from prx_data.core.settings import get_settings
 
         configure(get_settings().lock_policy())  # PRX_LOCK_TTL_S from the test's environment
         options = get_settings().storage_options
@@ -30,14 +30,14 @@ def main(argv: list[str]) -> int:
             return 3
         return 0
     if action == "pipeline":
-        from prx_data.paths import StoragePaths
-        from prx_data.registry import load_registry
-        from prx_data.settings import get_settings
+        from prx_data.core.paths import StoragePaths
+        from prx_data.ingest.registry import load_registry
+        from prx_data.core.settings import get_settings
         from prx_data.ingest.ingest import ingest_source
         from prx_data.stages.export_stage import export_source
         from prx_data.stages.phash_stage import compute_phashes
 
-        from prx_data.locking import configure
+        from prx_data.core.locking import configure
 
         settings = get_settings()
         configure(settings.lock_policy())

@@ -1,6 +1,6 @@
 """Every deployment file parses and says what the code needs: the right module, images that
 exist in this repository's build files, versions that match the pins, settings that
-prx_data.settings accepts, and (for the Helm values) only keys the official chart knows.
+prx_data.core.settings accepts, and (for the Helm values) only keys the official chart knows.
 
 No Docker engine, Kubernetes or Helm here, so the checks are static; a broken deployment file
 fails CI all the same. Each check returns its problems, so a mutated copy can prove it bites.
@@ -19,9 +19,9 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from prx_data.captioning.config import CaptionerConfig
-from prx_data.labeling.config import ClassifierConfig
-from prx_data.settings import load_settings
+from prx_data.models.captioning.config import CaptionerConfig
+from prx_data.models.labeling.config import ClassifierConfig
+from prx_data.core.settings import load_settings
 from prx_data_tests.deploy.conftest import DEPLOYMENTS, REPO
 
 CODE_MODULE = "prx_data.definitions"
@@ -406,12 +406,12 @@ def test_gpu_worker_image_matches_ray_and_python_of_the_code_location():
 def test_packaged_gpu_worker_requirements_equal_the_image_build_ones():
     """mode 'pip' reads the copy packaged with prx_data (an installed wheel has no deployments/);
     the image build reads deployments/gpu-worker/. Edit there and copy here."""
-    from prx_data.captioning.gpu_env import DEFAULT_REQUIREMENTS, read_requirements
+    from prx_data.models.captioning.gpu_env import DEFAULT_REQUIREMENTS, read_requirements
 
     packaged = DEFAULT_REQUIREMENTS.parent
     for name in ("requirements.txt", "requirements-common.txt"):
         assert (packaged / name).read_text() == (DEPLOYMENTS / "gpu-worker" / name).read_text(), (
-            f"cp deployments/gpu-worker/{name} prx_data/captioning/gpu_worker/{name}"
+            f"cp deployments/gpu-worker/{name} prx_data/models/captioning/gpu_worker/{name}"
         )
     assert read_requirements(DEFAULT_REQUIREMENTS) == read_requirements(DEPLOYMENTS / "gpu-worker" / "requirements.txt")
-    assert "gpu_worker/*.txt" in PYPROJECT["tool"]["setuptools"]["package-data"]["prx_data.captioning"]
+    assert "gpu_worker/*.txt" in PYPROJECT["tool"]["setuptools"]["package-data"]["prx_data.models.captioning"]

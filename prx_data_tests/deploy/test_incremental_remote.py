@@ -12,13 +12,13 @@ from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.export.corpus_index import merge_all
 from prx_data.export.tree import list_buckets
-from prx_data.ids import sample_id
+from prx_data.core.ids import sample_id
 from prx_data.imaging.buckets import BucketConfig
-from prx_data.loader import PrxStreamingDataset
-from prx_data.paths import StoragePaths
-from prx_data.stages.exclusion import compute_skips, write_skip_lists
+from prx_data.training.loader import PrxStreamingDataset
+from prx_data.core.paths import StoragePaths
+from prx_data.curation.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
-from prx_data.storage_uri import streaming_env
+from prx_data.core.storage import streaming_env
 from prx_data_tests.export.rawtables import item, write_raw
 
 

@@ -9,7 +9,7 @@ import lance
 import pytest
 
 from prx_data.ingest.ingest import EmptySource, ingest_source
-from prx_data.registry import RegisteredSource, SourceSpec
+from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 
 

@@ -19,12 +19,12 @@ from prx_data.export.mds_writer import COMMITS_DIR, recover_remote_source, write
 from prx_data.export.tree import list_buckets, list_sources
 from prx_data.imaging.buckets import assign
 from prx_data.ingest.ingest import ingest_source
-from prx_data.paths import StoragePaths
-from prx_data.registry import load_registry
-from prx_data.settings import load_settings
+from prx_data.core.paths import StoragePaths
+from prx_data.ingest.registry import load_registry
+from prx_data.core.settings import load_settings
 from prx_data.stages.export_stage import export_source
 from prx_data.stages.phash_stage import compute_phashes
-from prx_data.storage_uri import locate, streaming_env, try_read_bytes
+from prx_data.core.storage import locate, streaming_env, try_read_bytes
 from prx_data_tests import images
 from prx_data_tests.export.conftest import SMALL, make_samples
 

@@ -11,9 +11,9 @@ import lance
 import pytest
 import yaml
 
-from prx_data.cli import main
-from prx_data.ids import sample_id
-from prx_data.storage_uri import streaming_env
+from prx_data.app.cli import main
+from prx_data.core.ids import sample_id
+from prx_data.core.storage import streaming_env
 from prx_data_tests.curation.optout_world import Item, World, fingerprint
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -65,7 +65,7 @@ def test_optout_on_object_store_roots(tmp_path: Path, s3_server, s3_bucket, clea
     records = json.loads(capsys.readouterr().out)
     reasons = {s["reason"] for r in records for p in r["placements"] for s in p["skipped"]}
     assert "optout:req-s3" in reasons
-    from prx_data.report import build_data_card
+    from prx_data.curation.report import build_data_card
 
     card = build_data_card(world.paths, sorted(world.sources), options=options)
     assert card.totals["skipped"] == 1 and card.totals["trainable"] == card.totals["exported"] - 1, card.totals  # the copy, by optout

@@ -13,8 +13,8 @@ from prx_data.export.corpus_index import merge_all
 from prx_data.export.mds_writer import write_partition
 from prx_data.export.skiplist import MANIFEST_BASENAME, SKIP_INFIX, build_skiplists, iter_root_sidecars
 from prx_data.export.tree import list_buckets, list_sources
-from prx_data.loader import PrxStreamingDataset
-from prx_data.storage_uri import locate, read_bytes, streaming_env
+from prx_data.training.loader import PrxStreamingDataset
+from prx_data.core.storage import locate, read_bytes, streaming_env
 from prx_data_tests.export.conftest import SMALL, make_samples
 from prx_data_tests.export.test_skiplist import skip_table
 

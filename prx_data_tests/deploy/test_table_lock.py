@@ -15,7 +15,7 @@ import lance
 import pyarrow.compute as pc
 import pytest
 
-from prx_data.locking import TableLocked, table_lock
+from prx_data.core.locking import TableLocked, table_lock
 from prx_data_tests import images
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ def test_a_live_lease_is_renewed_not_taken_over(s3_server, s3_bucket, clean_prx_
     with table_lock(uri, options, wait_s=1, ttl_s=2):
         # Without renewal the lease would expire after 2 s and this contender would take it.
         with pytest.raises(TableLocked):
-            from prx_data import locking
+            from prx_data.core import locking
 
             # A second owner in this process: bypass the per-process re-entrancy.
             lease = locking._S3Lease(locking.lock_uri(uri), options, "contender", 2)
@@ -136,7 +136,7 @@ def test_runs_starting_at_once_on_a_new_root_share_its_dagster_setup(tmp_path, c
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "AWS_")) and k != "DAGSTER_HOME"}
     env.update(PYTHONPATH=str(REPO), DAGSTER_DISABLE_TELEMETRY="1")
     code = (
-        "import sys; from pathlib import Path; from prx_data.cli import _use_data_root; from prx_data.defs.orchestrate import open_instance\n"
+        "import sys; from pathlib import Path; from prx_data.app.cli import _use_data_root; from prx_data.defs.orchestrate import open_instance\n"
         "_use_data_root(Path(sys.argv[1]))\n"
         "with open_instance(['alpha', 'beta']) as instance:\n"
         "    print(sorted(instance.get_dynamic_partitions('sources')), len(instance.get_runs()))\n"
@@ -157,7 +157,7 @@ def test_the_storage_resource_sets_the_lock_timings_of_its_run(store):
     timings, and a second writer then gives up after the configured wait."""
     import dagster as dg
 
-    from prx_data import locking
+    from prx_data.core import locking
     from prx_data.defs.resources import StorageResource
 
     lance_root, mds_root, options, env = store

@@ -21,7 +21,7 @@ from pathlib import Path
 import lance
 import pyarrow as pa
 
-from prx_data.settings import Settings, load_settings
+from prx_data.core.settings import Settings, load_settings
 
 RECAPTIONED = ("photos", "landscape/coffee.jpg")
 MODEL_CAPTION = "A steaming espresso cup on an oak table beside a folded newspaper."
@@ -47,11 +47,11 @@ def build(root: Path) -> ExploredCorpus:
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.lance_io import update_columns
-    from prx_data.paths import StoragePaths
-    from prx_data.registry import load_registry
+    from prx_data.core.lance_io import update_columns
+    from prx_data.core.paths import StoragePaths
+    from prx_data.ingest.registry import load_registry
     from prx_data.stages.caption_stage import compute_captions
-    from prx_data.stages.exclusion import compute_skips, write_skip_lists
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.stages.export_stage import export_source
     from prx_data.stages.label_stage import compute_labels
     from prx_data.stages.phash_stage import compute_phashes

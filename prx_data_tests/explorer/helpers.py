@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import lance
 
-from prx_data.paths import StoragePaths
+from prx_data.core.paths import StoragePaths
 
 CARD_RE = re.compile(r'<div class="card" data-sample-id="([0-9a-f]{32})" data-source="([a-z0-9_-]+)">')
 BAR_RE = re.compile(r'<g class="bar" data-label="([^"]*)" data-value="(\d+)">')

@@ -92,7 +92,7 @@ def test_more_like_this_and_stats(page, live_server, corpus):
     page.wait_for_selector("#results .card")
     import lance
 
-    from prx_data.paths import StoragePaths
+    from prx_data.core.paths import StoragePaths
 
     table = lance.dataset(StoragePaths.from_settings(corpus.settings).raw_table("archive")).to_table(columns=["embedding"])
     assert page.locator("#results .card").count() == table.column("embedding").drop_null().length() - 1  # every other one

@@ -7,7 +7,7 @@ import io
 import lance
 from PIL import Image
 
-from prx_data.paths import StoragePaths
+from prx_data.core.paths import StoragePaths
 from prx_data_tests.explorer.corpus import CAPTION_MODEL, MODEL_CAPTION, PROMPT_VERSION, RECAPTIONED
 from prx_data_tests.explorer.helpers import card_ids, exports, section, sidecar_reasons
 

@@ -15,8 +15,8 @@ from streaming.base.format import reader_from_json
 
 from prx_data.export.skiplist import read_shard_skips
 from prx_data.export.tree import list_buckets, list_sources
-from prx_data.ids import sample_id
-from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS, raw_schema
+from prx_data.core.ids import sample_id
+from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, raw_schema
 from prx_data_tests import images
 
 # (width, height) that land in distinct 512-tier buckets

@@ -90,8 +90,8 @@ def test_sparse_and_fully_skipped_buckets_are_not_published(tmp_path) -> None:
 
 
 def test_data_card_lists_unpublished_buckets_with_counts(tmp_path) -> None:
-    from prx_data.paths import StoragePaths
-    from prx_data.report import build_data_card
+    from prx_data.core.paths import StoragePaths
+    from prx_data.curation.report import build_data_card
     from prx_data_tests.export.trainable import build_corpus
 
     root = tmp_path / "mds"

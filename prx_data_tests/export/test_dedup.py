@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from prx_data.export.dedup import DedupConfig, aspect_ratio_index, find_duplicates
+from prx_data.curation.dedup import DedupConfig, aspect_ratio_index, find_duplicates
 
 
 def _table(rows: list[tuple]) -> pa.Table:

@@ -17,18 +17,18 @@ import pyarrow.compute as pc
 import pytest
 from PIL import Image
 
-from prx_data.export import fold as fold_mod
+from prx_data.curation import fold as fold_mod
 from prx_data.export.corpus_index import merge_all, unpublished_buckets
-from prx_data.export.fold import FOLDED, FoldPolicy, apply_fold_policy, folds_table, read_folds
+from prx_data.curation.fold import FOLDED, FoldPolicy, apply_fold_policy, folds_table, read_folds
 from prx_data.export.mds_writer import MdsWriterConfig
-from prx_data.ids import sample_id
+from prx_data.core.ids import sample_id
 from prx_data.imaging import transform
 from prx_data.imaging.buckets import BucketConfig, fold_kept_share, fold_target
-from prx_data.lance_io import open_table
-from prx_data.loader import make_loader
-from prx_data.paths import StoragePaths
-from prx_data.report import build_data_card
-from prx_data.stages.exclusion import compute_skips, write_skip_lists
+from prx_data.core.lance_io import open_table
+from prx_data.training.loader import make_loader
+from prx_data.core.paths import StoragePaths
+from prx_data.curation.report import build_data_card
+from prx_data.curation.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
 from prx_data_tests.export.rawtables import write_raw
 from prx_data_tests.export.trainable import release
@@ -230,7 +230,7 @@ def test_a_run_killed_after_its_commit_is_repaired(paths: StoragePaths, encodes,
 
 
 def test_lineage_shows_the_folded_copy(paths: StoragePaths):
-    from prx_data.lineage import find, format_record
+    from prx_data.curation.lineage import find, format_record
 
     write_raw(paths.raw_table("alpha"), "alpha", corpus_items())
     pipeline(paths, ON)

@@ -11,9 +11,9 @@ import pytest
 
 from prx_data.export.corpus_index import merge_all
 from prx_data.imaging.buckets import BucketConfig
-from prx_data.paths import StoragePaths
+from prx_data.core.paths import StoragePaths
 from prx_data.stages import export_stage
-from prx_data.stages.exclusion import compute_skips, write_skip_lists
+from prx_data.curation.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
 from prx_data_tests.export.rawtables import item, visible_samples, write_raw
 
@@ -75,7 +75,7 @@ def all_samples(root: str) -> int:
 
 
 def expect_visible(paths: StoragePaths, items: list[dict]) -> dict[str, dict]:
-    from prx_data.ids import sample_id
+    from prx_data.core.ids import sample_id
 
     seen = visible_samples(paths.mds_root)
     want = {sample_id("alpha", it["key"]): it["caption"] for it in items if it["status"] == "ok"}

@@ -12,7 +12,7 @@ from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.export.mds_writer import write_partition
 from prx_data.export.skiplist import SkiplistError, build_skiplists
-from prx_data.loader import PrxStreamingDataset, SkippedSampleError, build_bucket_streams, make_loader
+from prx_data.training.loader import PrxStreamingDataset, SkippedSampleError, build_bucket_streams, make_loader
 from prx_data_tests.export.conftest import SMALL, make_samples
 from prx_data_tests.export.test_skiplist import skip_table
 
@@ -291,7 +291,7 @@ def test_loader_leaves_out_streams_too_small_for_the_batch_with_one_warning(trai
     import shutil
 
     from prx_data.export.corpus_index import merge_all
-    from prx_data.loader import UntrainableStreamsWarning
+    from prx_data.training.loader import UntrainableStreamsWarning
     from prx_data_tests.export.trainable import loader_epoch
 
     from prx_data.export.corpus_index import merge_bucket_index

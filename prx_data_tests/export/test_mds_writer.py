@@ -17,7 +17,7 @@ from prx_data.export.mds_writer import (
     write_partition,
 )
 from prx_data.export._fs import dumps_stable
-from prx_data.storage_uri import atomic_write_bytes
+from prx_data.core.storage import atomic_write_bytes
 from prx_data_tests.export.conftest import SMALL, make_samples
 
 

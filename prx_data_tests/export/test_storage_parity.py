@@ -1,6 +1,6 @@
 """Every feature that reads or writes beside the Lance tables gives the same answer on a local
 root and on an object store (moto S3 with credentials and its own endpoint), through the one
-storage layer (``prx_data.storage_uri``).
+storage layer (``prx_data.core.storage``).
 
 Two corpora per root, each built once for the module:
 
@@ -24,8 +24,8 @@ import pytest
 import yaml
 from streaming.base.util import clean_stale_shared_memory
 
-from prx_data.ids import sample_id
-from prx_data.storage_uri import glob_files, locate, read_bytes, write_bytes
+from prx_data.core.ids import sample_id
+from prx_data.core.storage import glob_files, locate, read_bytes, write_bytes
 from prx_data_tests.storage_parity import KINDS, StorageRoot
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -52,8 +52,8 @@ def streaming_env(storage_roots):
 
 # World: the pipeline on each root ---------------------------------------------------------------
 def _build_world(root: StorageRoot, folder: Path) -> dict:
-    from prx_data.optout import refresh
-    from prx_data.report import build_data_card
+    from prx_data.curation.refresh import refresh
+    from prx_data.curation.report import build_data_card
     from prx_data_tests.curation.optout_world import Item, World
 
     world = World(root=folder, lance_root=root.uri("world", "lance"), mds_root=root.uri("world", "mds"), options=root.options)
@@ -100,7 +100,7 @@ def test_data_card_and_report_counts_are_equal(worlds) -> None:
 
 
 def test_lineage_reports_the_same_skips(worlds) -> None:
-    from prx_data.lineage import find
+    from prx_data.curation.lineage import find
 
     found = {}
     for kind, built in worlds.items():
@@ -119,7 +119,7 @@ def test_explorer_sees_the_same_skips_sources_and_shards(worlds) -> None:
     from prx_data.explorer.catalog import Catalog
     from prx_data.explorer.samples import placements
     from prx_data.explorer.skips import SkipIndex
-    from prx_data.settings import Settings
+    from prx_data.core.settings import Settings
 
     views = {}
     for kind, built in worlds.items():
@@ -151,7 +151,7 @@ def test_optouts_apply_the_same(worlds) -> None:
 
 
 def test_loader_yields_the_same_samples(worlds, tmp_path) -> None:
-    from prx_data.loader import make_loader
+    from prx_data.training.loader import make_loader
 
     yielded = {}
     for kind, built in worlds.items():
@@ -168,7 +168,7 @@ def test_loader_yields_the_same_samples(worlds, tmp_path) -> None:
 
 def test_corpus_index_publishes_the_same_buckets(worlds) -> None:
     from prx_data.export.corpus_index import unpublished_buckets
-    from prx_data.loader import published_buckets
+    from prx_data.training.loader import published_buckets
 
     seen = {
         kind: (
@@ -181,7 +181,7 @@ def test_corpus_index_publishes_the_same_buckets(worlds) -> None:
 
 
 def test_maintenance_reports_the_same(worlds) -> None:
-    from prx_data.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
+    from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
 
     reports = {}
     for kind, built in worlds.items():
@@ -267,7 +267,7 @@ def test_skip_lists_read_back_the_same(trees) -> None:
 
 
 def test_loader_batches_are_identical(trees, tmp_path) -> None:
-    from prx_data.loader import make_loader
+    from prx_data.training.loader import make_loader
 
     batches = {}
     for kind in KINDS:
@@ -284,7 +284,7 @@ def test_loader_batches_are_identical(trees, tmp_path) -> None:
 
 def test_storage_root_fixture_writes_the_same_bytes(storage_root: StorageRoot) -> None:
     """The plain layer itself, once per kind: whole-object writes, no-op rewrites, listing."""
-    from prx_data.storage_uri import glob_entries, write_if_changed
+    from prx_data.core.storage import glob_entries, write_if_changed
 
     loc = locate(storage_root.uri("a", "b", "x.skip.r.json"), storage_root.options)
     assert write_if_changed(loc, b"one") is True and write_if_changed(loc, b"one") is False

@@ -26,7 +26,7 @@ from streaming.base.util import clean_stale_shared_memory
 from prx_data.export.corpus_index import INDEX_BASENAME, merge_all
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.skiplist import build_skiplists
-from prx_data.storage_uri import is_remote, list_dir, locate, try_read_bytes
+from prx_data.core.storage import is_remote, list_dir, locate, try_read_bytes
 
 MIN_STREAM_SAMPLES = 6
 BATCH_SIZES = (1, 4, MIN_STREAM_SAMPLES)

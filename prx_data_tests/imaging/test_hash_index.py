@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prx_data.export.dedup import DedupConfig, find_duplicates
+from prx_data.curation.dedup import DedupConfig, find_duplicates
 from prx_data.imaging.hash_index import (
     HashIndex,
     as_uint64,
@@ -163,8 +163,8 @@ def test_dedup_radius_matches_brute_force_groups() -> None:
 
 def test_dedup_radius_setting(monkeypatch) -> None:
     from prx_data.imaging.buckets import BucketConfig
-    from prx_data.settings import get_settings, load_settings
-    from prx_data.stages.exclusion import dedup_config
+    from prx_data.core.settings import get_settings, load_settings
+    from prx_data.curation.exclusion import dedup_config
 
     base = {"PRX_DATA_ROOT": "/tmp/prx-radius"}
     assert load_settings(base).dedup_radius == 2  # chosen from benchmarks/bench_near_dup.py

@@ -14,8 +14,8 @@ from prx_data.ingest.download import (
     download_one,
     robots_opt_out,
 )
-from prx_data.registry import DownloadConfig
-from prx_data.schema import Status
+from prx_data.ingest.registry import DownloadConfig
+from prx_data.core.schema import Status
 from prx_data_tests.http_fixtures import (  # noqa: F401  (http_server is a fixture)
     LOCAL_NETWORKS,
     HTTPTestServer,

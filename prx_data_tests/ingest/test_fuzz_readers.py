@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prx_data.ingest.ingest import ingest_source
-from prx_data.registry import RegisteredSource, SourceSpec
+from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 
 EXAMPLES = int(os.environ.get("PRX_FUZZ_EXAMPLES", "12"))

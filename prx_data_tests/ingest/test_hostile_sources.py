@@ -30,7 +30,7 @@ from prx_data.ingest import netguard
 from prx_data.ingest.download import download_many
 from prx_data.ingest.ingest import EmptySource, ingest_source
 from prx_data.ingest.readers import read_source
-from prx_data.registry import DownloadConfig, RegisteredSource, SourceSpec
+from prx_data.ingest.registry import DownloadConfig, RegisteredSource, SourceSpec
 from prx_data_tests import images
 from prx_data_tests.http_fixtures import (  # noqa: F401  (http_server is a fixture)
     LOCAL_NETWORKS,

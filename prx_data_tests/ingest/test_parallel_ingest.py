@@ -19,7 +19,7 @@ import pytest
 from prx_data.ingest import parallel, units
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.readers import read_source
-from prx_data.registry import RegisteredSource, SourceSpec
+from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 
 pytestmark = pytest.mark.timeout(180)

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prx_data.ids import sample_id
-from prx_data.paths import StoragePaths
-from prx_data.settings import get_settings
+from prx_data.core.ids import sample_id
+from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import get_settings
 from prx_data_tests import images
 from prx_data_tests.conftest import materializations, run_source
 from prx_data_tests.http_fixtures import http_server, slow, status  # noqa: F401

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from prx_data.labeling import minilm as M
-from prx_data.labeling.columns import LABEL_TABLE_SCHEMA, with_label_score
-from prx_data.schema import LABEL_COLUMNS, LABELS
+from prx_data.models.labeling import minilm as M
+from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, with_label_score
+from prx_data.core.schema import LABEL_COLUMNS, LABELS
 from prx_data_tests.labeling_eval import load
 
 
@@ -90,7 +90,7 @@ def test_cue_counts_count_distinct_words() -> None:
 
 
 def test_label_stage_rows_carry_the_score(classifier) -> None:
-    from prx_data.labeling.config import MiniLMClassifierConfig
+    from prx_data.models.labeling.config import MiniLMClassifierConfig
     from prx_data.stages.label_stage import label_rows
 
     captions = [load("dev")[0]["caption"], None, "A scanned page of a document with paragraphs of printed text."]

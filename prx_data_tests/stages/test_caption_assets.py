@@ -10,12 +10,12 @@ import dagster as dg
 import lance
 import pytest
 
-from prx_data.captioning.prompt import caption_prompt_version
+from prx_data.models.captioning.prompt import caption_prompt_version
 from prx_data.definitions import build_defs
 from prx_data.demo.corpus import build_demo_corpus
-from prx_data.paths import StoragePaths
-from prx_data.schema import LABELS
-from prx_data.settings import get_settings
+from prx_data.core.paths import StoragePaths
+from prx_data.core.schema import LABELS
+from prx_data.core.settings import get_settings
 from prx_data_tests.captioning.fake_openai import FakeChatServer
 from prx_data_tests.conftest import materializations, run_source
 

@@ -10,9 +10,9 @@ import pytest
 
 from prx_data.demo.corpus import build_demo_corpus
 from prx_data.imaging.phash import PHASH_VERSION
-from prx_data.paths import StoragePaths
-from prx_data.settings import get_settings
-from prx_data.stages.columns import staging_uri
+from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import get_settings
+from prx_data.stages.column_stage import staging_uri
 from prx_data.stages.phash_stage import hash_rows
 from prx_data_tests.conftest import materializations, run_source
 

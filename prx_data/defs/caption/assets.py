@@ -6,7 +6,7 @@ import statistics
 import dagster as dg
 from dagster_ray import RayResource
 
-from prx_data.captioning.base import BackendUnavailable
+from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
 from prx_data.defs.code_versions import captions_code_version, labels_code_version
 from prx_data.defs.conditions import PER_SOURCE

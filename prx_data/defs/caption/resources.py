@@ -1,7 +1,7 @@
 """Captioner and classifier resources: which backend runs, chosen by configuration.
 
-The backend configs are the plain pydantic models of ``prx_data.captioning`` /
-``prx_data.labeling`` (Ray workers receive them as JSON); these resources only hold them.
+The backend configs are the plain pydantic models of ``prx_data.models.captioning`` /
+``prx_data.models.labeling`` (Ray workers receive them as JSON); these resources only hold them.
 """
 
 import json
@@ -10,16 +10,16 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from prx_data.captioning.config import CaptionerConfig
-from prx_data.captioning.factory import parse_captioner_config
-from prx_data.labeling.config import ClassifierConfig
-from prx_data.labeling.factory import parse_classifier_config
+from prx_data.models.captioning.config import CaptionerConfig
+from prx_data.models.captioning.factory import parse_captioner_config
+from prx_data.models.labeling.config import ClassifierConfig
+from prx_data.models.labeling.factory import parse_classifier_config
 
 
 class CaptionerResource(dg.ConfigurableResource):
     """The captioning backend (PRX_CAPTIONER): source (keeps source captions, the CPU default),
     openai (any OpenAI-compatible server), transformers or vllm (GPU workers); the other keys
-    are that backend's config (prx_data/captioning/config.py)."""
+    are that backend's config (prx_data/models/captioning/config.py)."""
 
     config_json: str = Field(default='{"backend": "source"}', description="The backend config as JSON.")
 

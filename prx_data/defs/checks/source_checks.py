@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 
 from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.lance_io import open_table
-from prx_data.registry import CheckThresholds
+from prx_data.core.lance_io import open_table
+from prx_data.ingest.registry import CheckThresholds
 
 # Defaults; a source's spec may set its own (`checks:`), e.g. a scraped list with dead links.
 # Above the error share, a source is mostly broken links or files: worth a look before training

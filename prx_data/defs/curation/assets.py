@@ -5,9 +5,9 @@ import dagster as dg
 from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.exclusions_refresh import write_data_card
-from prx_data.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
-from prx_data.optout import apply_requests
+from prx_data.curation.refresh import write_data_card
+from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
+from prx_data.curation.optout.requests import apply_requests
 
 
 @dg.asset(

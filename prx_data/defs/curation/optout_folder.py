@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from prx_data.defs.resources import SourceRegistryResource
-from prx_data.optout import folder_version
+from prx_data.curation.optout.requests import folder_version
 
 OPTOUT_FOLDER = dg.AssetKey("optout_folder")
 

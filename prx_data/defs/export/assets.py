@@ -10,10 +10,10 @@ from prx_data.defs.policies import TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.exclusions_refresh import rebuild_skip_lists
+from prx_data.curation.refresh import rebuild_skip_lists
 from prx_data.export.corpus_index import merge_all
-from prx_data.export.fold import FoldPolicy
-from prx_data.settings import get_settings
+from prx_data.curation.fold import FoldPolicy
+from prx_data.core.settings import get_settings
 from prx_data.stages.export_stage import export_source
 
 

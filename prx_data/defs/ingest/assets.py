@@ -8,7 +8,7 @@ from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.readers import SourceUnavailable
-from prx_data.optout import ingest_matcher
+from prx_data.curation.optout.requests import ingest_matcher
 
 # Bump when ingest semantics change (schema, probe rules), so the UI shows partitions as stale.
 INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typed records, structural truncation

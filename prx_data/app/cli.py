@@ -1,0 +1,439 @@
+"""``prx-data``: the command line. Heavy imports happen inside each command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _use_data_root(root: Path) -> None:
+    """Point settings and Dagster at ``root`` (before anything reads them)."""
+    from prx_data.core.settings import get_settings
+
+    os.environ["PRX_DATA_ROOT"] = str(root)
+    home = Path(os.environ.get("DAGSTER_HOME") or root / ".dagster")
+    home.mkdir(parents=True, exist_ok=True)
+    from prx_data.core import locking
+
+    with locking.dagster_home_lock(str(home)):  # another run may be setting up the same new root
+        if not (home / "dagster.yaml").exists() and (REPO_ROOT / "dagster.yaml").exists():
+            shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    os.environ["DAGSTER_HOME"] = str(home)
+    get_settings.cache_clear()
+
+
+def _summary(sources: list[str]) -> str:
+    import lance
+
+    from prx_data.core.lance_io import open_table
+    from prx_data.core.paths import StoragePaths
+    from prx_data.core.settings import get_settings
+
+    settings = get_settings()
+    paths = StoragePaths.from_settings(settings)
+    lines = ["", "Summary", "======="]
+    for source in sources:
+        uri = paths.raw_table(source)
+        ds = open_table(uri, settings.storage_options)
+        if ds is None:
+            lines.append(f"{source:>10}: no table (the run failed; see above)")
+            continue
+        statuses = Counter(ds.to_table(columns=["status"]).column("status").to_pylist())
+        status_text = ", ".join(f"{k}={v}" for k, v in sorted(statuses.items()))
+        lines.append(f"{source:>10}: {ds.count_rows():5d} rows ({status_text})  fragments={len(ds.get_fragments())} version={ds.version}")
+        lines.append(f"{'':>10}  {uri}")
+        extra = [c for c in ("phash", "caption", "label") if c in ds.schema.names]
+        if "caption_model" in ds.schema.names:
+            models = Counter(ds.to_table(columns=["caption_model"]).column("caption_model").to_pylist())
+            lines.append(f"{'':>10}  caption models: {dict(models)}")
+        if extra:
+            lines.append(f"{'':>10}  derived columns: {', '.join(extra)}")
+    lines.extend(_corpus_summary(paths, settings, sources))
+    lines.append(f"Lance root: {settings.lance_root}")
+    lines.append(f"MDS root:   {settings.mds_root}")
+    del lance
+    return "\n".join(lines)
+
+
+def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
+    """Exported / dropped per source, and what the skip lists exclude."""
+    import json
+
+    from prx_data.core.lance_io import open_table
+
+    lines = ["", "Export (MDS)"]
+    for source in sources:
+        ds = open_table(paths.exports_table(source), settings.storage_options)
+        if ds is None:
+            continue
+        t = ds.to_table(columns=["shard", "drop_reason"])
+        exported = t.num_rows - t.column("shard").null_count
+        drops = Counter(r.split(":", 1)[0] for r in t.column("drop_reason").to_pylist() if r)
+        lines.append(f"{source:>10}: exported={exported} dropped={dict(sorted(drops.items()))}")
+    from prx_data.export.skiplist import iter_root_sidecars
+    from prx_data.training.loader import published_buckets
+
+    skipped: Counter = Counter()
+    for sidecar in iter_root_sidecars(settings.mds_root, settings.storage_options):
+        skipped[sidecar.reason.split(":")[0] if sidecar.reason.startswith("optout") else sidecar.reason] += len(sidecar.indices)
+    buckets = published_buckets(settings.mds_root, settings.storage_options)
+    lines.append(f"{'':>10}  {len(buckets)} published bucket streams; skipped by reason: {dict(sorted(skipped.items()))}")
+    return lines
+
+
+def _ui_hint() -> str:
+    root = os.environ.get("PRX_DATA_ROOT") or str(Path("data").resolve())
+    return f"\nOpen the Dagster UI on this data:\n  .venv/bin/prx-data ui          # or: prx-data ui --root {root}\n"
+
+
+def _state_file() -> Path:
+    """Where the last ``demo`` / ``run`` records its data root, for ``prx-data ui``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "prx-data" / "last_run.json"
+
+
+def _remember_data_root() -> None:
+    import json
+
+    state = _state_file()
+    try:
+        state.parent.mkdir(parents=True, exist_ok=True)
+        from prx_data.core.settings import get_settings
+
+        root = get_settings().data_root
+        from prx_data.core.storage import resolve_root
+
+        root = resolve_root(root)
+        state.write_text(json.dumps({"data_root": root, "dagster_home": os.environ.get("DAGSTER_HOME")}))
+    except OSError:
+        pass  # a read-only home: `prx-data ui --root` still works
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    root = Path(args.root).resolve()
+    if args.fresh and root.exists():
+        shutil.rmtree(root)
+    _use_data_root(root)
+    from prx_data.demo.corpus import build_demo_corpus
+
+    if not (root / "sources").exists() or not any((root / "sources").glob("*.yaml")):
+        print(f"Building the demo corpus in {root} ...")
+        build_demo_corpus(root)
+    return _run_everything(args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    return _run_everything(args)
+
+
+def _run_everything(args: argparse.Namespace) -> int:
+    from prx_data.defs.build import build_defs
+    from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
+    from prx_data.ingest.registry import load_registry
+    from prx_data.core.settings import get_settings
+
+    from prx_data.core.progress import enable_bars
+
+    enable_bars()  # drawn only when stderr is a terminal
+    settings = get_settings()
+    registry = load_registry(settings.sources_dir)
+    for error in registry.errors:
+        print(f"bad source spec (skipped): {error}")
+    sources = [s for s in registry.sources if not args.source or s in args.source]
+    from prx_data.app.local_ray import shared_local_ray
+
+    # One Ray for the whole command: every source's run and every step connect to it, instead
+    # of each run starting and stopping its own.
+    with shared_local_ray():
+        defs = build_defs()
+        with open_instance(sources) as instance:
+            outcome = materialize_sources(defs, instance, sources)
+            corpus_ok = materialize_corpus(defs, instance)
+    _remember_data_root()
+    print(_summary(sources))
+    print(_ui_hint())
+    failed = [s for s, ok in outcome.items() if not ok]
+    if failed or not corpus_ok:
+        print(f"FAILED: {', '.join(failed) or 'corpus assets'}")
+        return 1
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    import json
+
+    from prx_data.app.ui import serve_ui
+
+    if args.root:
+        root, home = Path(args.root).resolve(), None
+    elif os.environ.get("PRX_DATA_ROOT"):
+        root, home = Path(os.environ["PRX_DATA_ROOT"]).resolve(), None
+    else:
+        try:
+            last = json.loads(_state_file().read_text())
+        except (OSError, ValueError):
+            print("no data root: run `prx-data demo` or `prx-data run` first, or give --root", file=sys.stderr)
+            return 2
+        root, home = Path(last["data_root"]), last.get("dagster_home")
+    if home and not os.environ.get("DAGSTER_HOME"):
+        os.environ["DAGSTER_HOME"] = home
+    _use_data_root(root)
+    from prx_data.defs.orchestrate import show_automation_on_in_home
+
+    show_automation_on_in_home()
+    return serve_ui(root, Path(os.environ["DAGSTER_HOME"]), port=args.port, host=args.host)
+
+
+def cmd_sources(args: argparse.Namespace) -> int:
+    from prx_data.ingest.registry import load_registry
+    from prx_data.core.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    registry = load_registry(get_settings().sources_dir)
+    for name, source in registry.sources.items():
+        print(f"{name:>12}  {source.spec.shape:<12} priority={source.spec.priority:<4} {source.resolve_location()}")
+    for error in registry.errors:
+        print(f"ERROR {error}")
+    return 1 if registry.errors else 0
+
+
+def cmd_buckets(args: argparse.Namespace) -> int:
+    from prx_data.imaging.buckets import BucketConfig, shape_table
+
+    cfg = BucketConfig(tiers=tuple(args.tiers)) if args.tiers else BucketConfig()
+    print(shape_table(cfg))
+    return 0
+
+
+def _runs_lookup():
+    # Dagster costs seconds to import: only imported when run details are asked for.
+    from prx_data.defs import run_lookup
+
+    return run_lookup.dagster_runs_lookup()
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    import json
+
+    from prx_data.curation.lineage import find, format_record
+    from prx_data.core.paths import StoragePaths
+    from prx_data.ingest.registry import load_registry
+    from prx_data.core.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    settings = get_settings()
+    if not any((args.id, args.url, args.key, args.image)):
+        print("give --id, --url, --key or --image", file=sys.stderr)
+        return 2
+    try:
+        records = find(
+            StoragePaths.from_settings(settings),
+            sorted(load_registry(settings.sources_dir).sources),
+            sample_id=args.id,
+            url=args.url,
+            source_key=args.key,
+            image=args.image,
+            max_hamming=args.distance,
+            options=settings.storage_options,
+            # Dagster costs seconds to import and query: only when run details are asked for.
+            runs_lookup=_runs_lookup() if args.runs else None,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([r.to_json() for r in records], indent=2, default=str))
+    else:
+        print("\n\n".join(format_record(r) for r in records) if records else "no sample matches")
+    return 0 if records else 1
+
+
+def cmd_optout_add(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from prx_data.curation.optout.requests import OptOutRequest, write_request
+    from prx_data.core.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    try:
+        request = OptOutRequest(
+            id=args.id,
+            requester_note=args.note or "",
+            sample_ids=args.sample_id or [],
+            urls=args.url or [],
+            source_keys=args.key or [],
+            image_files=[str(Path(p).resolve()) for p in args.image or []],
+            domains=args.domain or [],
+            max_hamming=args.distance,
+        )
+        if request.is_empty():
+            raise ValueError("the request names nothing to remove")
+        path = write_request(get_settings().optout_dir, request)
+    except (ValidationError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"request {request.id} written to {path}; `prx-data optout apply` excludes it now (or the opt-out sensor does)")
+    return 0
+
+
+def _registry_priorities(settings) -> dict[str, int]:
+    from prx_data.ingest.registry import load_registry
+
+    registry = load_registry(settings.sources_dir)
+    for error in registry.errors:
+        print(f"bad source spec (skipped): {error}", file=sys.stderr)
+    return {name: src.spec.priority for name, src in registry.sources.items()}
+
+
+def cmd_optout_apply(args: argparse.Namespace) -> int:
+    """Requests, skip lists and the data card only: nothing is re-exported."""
+    from prx_data.curation.fold import FoldPolicy
+    from prx_data.curation.refresh import refresh
+    from prx_data.core.paths import StoragePaths
+    from prx_data.core.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    settings = get_settings()
+    from prx_data.core.locking import configure
+
+    configure(settings.lock_policy())  # the fold writes its tables under their locks
+    applied = refresh(
+        StoragePaths.from_settings(settings),
+        settings.optout_dir,
+        _registry_priorities(settings),
+        exclude_labels=tuple(args.exclude_label) if args.exclude_label is not None else ("nsfw", "text"),
+        options=settings.storage_options,
+        min_stream_samples=settings.min_stream_samples,
+        dedup_radius=settings.dedup_radius,
+        fold=FoldPolicy.from_settings(settings),
+    )
+    report = applied.optouts
+    for error in report.errors:
+        print(f"request not applied: {error}", file=sys.stderr)
+    for line, row in zip(report.summary_lines(), report.audit.to_pylist()):
+        print(line)
+        for problem in row["problems"]:
+            print(f"  {problem}")
+    print(
+        f"applied {report.requests} request(s) in {applied.seconds:.2f}s: skip-list build {applied.build_id}, "
+        f"{applied.skipped_samples} sample(s) skipped in all, {applied.sidecars_written} sidecar(s) written; "
+        f"receipts: prx-data optout report --id ID"
+    )
+    return 1 if report.errors else 0
+
+
+def cmd_optout_report(args: argparse.Namespace) -> int:
+    from prx_data.curation.optout.receipt import receipt, to_json, to_markdown
+    from prx_data.core.paths import StoragePaths
+    from prx_data.core.settings import get_settings
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    settings = get_settings()
+    try:
+        r = receipt(StoragePaths.from_settings(settings), args.id, settings.storage_options)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 1
+    print(to_json(r) if args.json else to_markdown(r), end="" if not args.json else "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prx-data", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="build the demo corpus and run the whole pipeline on it")
+    demo.add_argument("--root", default=str(REPO_ROOT / "data" / "demo"))
+    demo.add_argument("--fresh", action="store_true", help="delete the demo data first")
+    demo.add_argument("--source", action="append", help="only these sources")
+    demo.set_defaults(func=cmd_demo)
+
+    run = sub.add_parser("run", help="run the whole pipeline on the configured registry")
+    run.add_argument("--root", help="data root (default: $PRX_DATA_ROOT or ./data)")
+    run.add_argument("--source", action="append", help="only these sources")
+    run.set_defaults(func=cmd_run)
+
+    ui = sub.add_parser("ui", help="the Dagster UI on the data of the last demo / run (Ctrl-C stops it)")
+    ui.add_argument("--root", help="data root (default: the last demo / run's)")
+    ui.add_argument("--port", type=int, help="default: 3000 if free, else any free port")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.set_defaults(func=cmd_ui)
+
+    sources = sub.add_parser("sources", help="list registered sources and bad specs")
+    sources.add_argument("--root")
+    sources.set_defaults(func=cmd_sources)
+    buckets = sub.add_parser("buckets", help="print the bucket shapes per resolution tier")
+    buckets.add_argument("--tiers", type=int, nargs="+", help="tiers (default 512 1024 2048 4096)")
+    buckets.set_defaults(func=cmd_buckets)
+
+    lineage = sub.add_parser("lineage", help="everything known about a sample: source row, captions, shards, skips, runs")
+    lineage.add_argument("--id", help="sample id")
+    lineage.add_argument("--url", help="source URL")
+    lineage.add_argument("--key", help="'<source>:<key>'")
+    lineage.add_argument("--image", help="an image file, matched by perceptual hash")
+    lineage.add_argument("--distance", type=int, default=0, help="max Hamming distance for --image (default 0)")
+    lineage.add_argument("--json", action="store_true")
+    lineage.add_argument("--runs", action="store_true", help="also look up the Dagster runs of each asset (slower)")
+    lineage.add_argument("--root")
+    lineage.set_defaults(func=cmd_lineage)
+
+    optout = sub.add_parser("optout", help="opt-out requests")
+    optout_sub = optout.add_subparsers(dest="optout_command", required=True)
+    add = optout_sub.add_parser("add", help="file a request in the opt-out folder")
+    add.add_argument("--id", required=True)
+    add.add_argument("--note", help="who asked, and how to answer them")
+    add.add_argument("--sample-id", action="append")
+    add.add_argument("--url", action="append")
+    add.add_argument("--key", action="append", help="'<source>:<key>'")
+    add.add_argument("--image", action="append", help="image file; every perceptual copy is covered")
+    add.add_argument("--domain", action="append")
+    add.add_argument("--distance", type=int, default=0)
+    add.add_argument("--root")
+    add.set_defaults(func=cmd_optout_add)
+    apply = optout_sub.add_parser("apply", help="resolve every request and rebuild skip lists and the data card now (no re-export)")
+    apply.add_argument("--exclude-label", action="append", help="labels the skip lists exclude (default: nsfw, text)")
+    apply.add_argument("--root")
+    apply.set_defaults(func=cmd_optout_apply)
+    receipt = optout_sub.add_parser("report", help="a request's receipt: matches, sources, shards, rules, skip-list builds")
+    receipt.add_argument("--id", required=True)
+    receipt.add_argument("--json", action="store_true", help="JSON instead of Markdown")
+    receipt.add_argument("--root")
+    receipt.set_defaults(func=cmd_optout_report)
+
+    # Listed for --help; main() hands their arguments on untouched.
+    sub.add_parser("explore", help="the corpus explorer web app (127.0.0.1 by default)")
+    # Listed for --help; main() hands its arguments to prx_data.imaging.jpeg_study.
+    sub.add_parser("jpeg-study", help="PSNR after 1 and 10 JPEG q92 cycles and size vs PNG, per resolution band")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Commands with their own argument parsers get the rest of the line untouched.
+    if argv[:1] == ["jpeg-study"]:
+        from prx_data.imaging.jpeg_study import main as study_main
+
+        return study_main(argv[1:])
+    if argv[:1] == ["explore"]:
+        from prx_data.explorer.app import main as explore_main
+
+        return explore_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""``prx-data ui``: the Dagster UI (``dagster dev``) on one data root, with its own warm Ray.
+
+``dagster dev`` runs in its own process group with the data root's ``DAGSTER_HOME`` and the
+repository's workspace, from the Dagster home folder (so no ``dagster.yaml`` of the working
+folder is picked up by mistake). A loopback Ray head lives as long as the UI: every run the UI
+or automation launches connects to it (``PRX_RAY_ADDRESS``), so no run pays a Ray start. Ctrl-C
+(or SIGTERM) stops the UI's process group, then the Ray head.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from prx_data.app.local_ray import free_port, listening, shared_local_ray, stop_process_group
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKSPACE = REPO_ROOT / "workspace.yaml"
+DEFAULT_PORT = 3000
+
+
+def pick_port(port: int | None, host: str = "127.0.0.1") -> int:
+    if port:
+        return port
+    return DEFAULT_PORT if not listening(DEFAULT_PORT, host) else free_port()
+
+
+def dagster_dev_command(port: int, host: str) -> list[str]:
+    dagster = Path(sys.executable).with_name("dagster")
+    return [str(dagster) if dagster.exists() else "dagster", "dev", "-w", str(WORKSPACE), "-p", str(port), "-h", host]
+
+
+def start_ui(dagster_home: Path, port: int, host: str = "127.0.0.1", log_file=None) -> subprocess.Popen:
+    """``dagster dev`` in its own process group, with the current environment (PRX_DATA_ROOT,
+    PRX_RAY_ADDRESS, ...) and ``DAGSTER_HOME``."""
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "DAGSTER_DISABLE_TELEMETRY": "1"}
+    # The code location imports prx_data from this checkout even where it is not installed.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    # `dagster dev` is what this command wraps on purpose; its notice to use `dg dev` is noise.
+    env.setdefault("PYTHONWARNINGS", "ignore:Function `dev_command` is superseded")
+    return subprocess.Popen(
+        dagster_dev_command(port, host), cwd=dagster_home, env=env, start_new_session=True,
+        stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
+    )
+
+
+def wait_for_port(process: subprocess.Popen, port: int, host: str = "127.0.0.1", timeout_s: float = 180.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        if listening(port, host):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host: str = "127.0.0.1") -> int:
+    port = pick_port(port, host)
+    def _stop(signum, _frame):
+        raise KeyboardInterrupt
+
+    # SIGTERM and a closed terminal stop it as Ctrl-C does: dagster dev and Ray run in their own
+    # process groups, so nothing else would stop them.
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    with shared_local_ray() as ray_address:
+        process = start_ui(dagster_home, port, host)
+        try:
+            print(f"Dagster UI on {data_root}")
+            print(f"  DAGSTER_HOME={dagster_home}")
+            print(f"  Ray: {ray_address or 'one per run'}")
+            if wait_for_port(process, port, host):
+                print(f"  open http://{host}:{port}   (Ctrl-C stops it)", flush=True)
+            elif process.poll() is not None:
+                print(f"dagster dev exited with {process.returncode} (see above)", file=sys.stderr)
+            return process.wait()
+        except KeyboardInterrupt:
+            print("\nstopping the Dagster UI ...", flush=True)
+            return 0
+        finally:
+            stop_process_group(process, timeout_s=30)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -1,0 +1,321 @@
+"""Object-store helpers: one way to reach ``s3://`` / ``gs://`` roots and local folders alike.
+
+Lance reaches object storage by itself (``storage_options``); this module is for everything
+else the pipeline writes beside Lance tables: MDS shards, index files, journals. It uses
+``pyarrow.fs``, which the stack already ships, so no extra client library is needed and the
+same ``storage_options`` dict that Lance takes (keys as ``prx_data.core.settings`` builds them:
+``aws_endpoint``, ``aws_access_key_id``, ``aws_secret_access_key``, ``aws_region``,
+``allow_http``) configures it.
+
+Object stores have no rename and no directory: atomicity comes from the order of writes (data
+first, the one object that makes it visible last), which is the callers' job; here a single
+``write_bytes`` is one PUT, visible whole or not at all, and on a local folder it is a temp file
+renamed over the target, so readers of either never see a torn file.
+
+This is the only module that tells a local root from an object store. Everything else reads
+and writes through ``locate``/``Location`` and the helpers below; the few libraries that need
+real files on this machine (MDSWriter, streaming's shard readers) ask ``local_path`` for the
+folder, or ``fetch_local`` for a copy, and nothing else branches on the kind of root.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+SCHEMES = ("s3", "gs")
+# What the credentials came from, so an access error can name the settings to fix.
+CREDENTIAL_SETTINGS = "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION / PRX_S3_ENDPOINT"
+
+
+class ObjectStoreError(RuntimeError):
+    """An object store could not be reached or refused access; the message names the settings."""
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def local_path(uri: str) -> str | None:
+    """The absolute path on this machine when ``uri`` is a local file or folder, else None.
+
+    For code that must hand real paths to a library (MDSWriter, streaming's ``local``) or commit
+    by rename; an object store has neither, and such code goes through a local scratch copy.
+    """
+    return None if is_remote(uri) else os.path.abspath(uri.removeprefix("file://"))
+
+
+def resolve_root(root: str) -> str:
+    """A user-given root made absolute when it is a local folder; an object-store URI unchanged."""
+    local = local_path(root)
+    return root if local is None else local
+
+
+def join(root: str, *parts: str) -> str:
+    return posixpath.join(root.rstrip("/"), *parts)
+
+
+def _s3(options: Mapping[str, str]) -> pafs.S3FileSystem:
+    kwargs: dict = {}
+    endpoint = options.get("aws_endpoint") or options.get("endpoint")
+    if endpoint:
+        parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+        kwargs["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
+        kwargs["scheme"] = parsed.scheme or "https"
+    if options.get("aws_access_key_id"):
+        kwargs["access_key"] = options["aws_access_key_id"]
+        kwargs["secret_key"] = options.get("aws_secret_access_key", "")
+        if options.get("aws_session_token"):
+            kwargs["session_token"] = options["aws_session_token"]
+    if options.get("aws_region"):
+        kwargs["region"] = options["aws_region"]
+    # Keep failures quick and visible: the default retry strategy turns a wrong endpoint into
+    # minutes of silence at startup.
+    kwargs["connect_timeout"] = float(options.get("connect_timeout_s", 5))
+    kwargs["request_timeout"] = float(options.get("request_timeout_s", 60))
+    kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=int(options.get("max_attempts", 3)))
+    return pafs.S3FileSystem(**kwargs)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A filesystem and the path inside it ('bucket/key' for object stores)."""
+
+    fs: pafs.FileSystem
+    path: str
+    uri: str
+
+    def child(self, *parts: str) -> "Location":
+        return Location(self.fs, posixpath.join(self.path, *parts), join(self.uri, *parts))
+
+
+def locate(uri: str, storage_options: Mapping[str, str] | None = None) -> Location:
+    options = dict(storage_options or {})
+    if not is_remote(uri):
+        local = uri.removeprefix("file://")
+        return Location(pafs.LocalFileSystem(), os.path.abspath(local), local)
+    parsed = urlparse(uri)
+    path = (parsed.netloc + parsed.path).rstrip("/")
+    if parsed.scheme == "s3":
+        return Location(_s3(options), path, uri.rstrip("/"))
+    if parsed.scheme in ("gs", "gcs"):
+        return Location(pafs.GcsFileSystem(), path, uri.rstrip("/"))
+    raise ValueError(f"unsupported object-store scheme {parsed.scheme!r} in {uri!r} (use one of {SCHEMES})")
+
+
+def read_bytes(loc: Location) -> bytes:
+    with loc.fs.open_input_stream(loc.path) as handle:
+        return handle.read()
+
+
+def try_read_bytes(loc: Location) -> bytes | None:
+    """The object's bytes, or None when it does not exist (any other failure raises)."""
+    if loc.fs.get_file_info(loc.path).type != pafs.FileType.File:
+        return None
+    return read_bytes(loc)
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write a local file via a temp file in the same folder, fsync, then rename over ``path``.
+
+    Same folder so the rename stays on one filesystem (atomic on POSIX); readers see the old
+    file or the new one, never a torn one.
+    """
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def fsync_dir(path: str) -> None:
+    """Persist a rename in local folder ``path`` (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _is_local(loc: Location) -> bool:
+    return isinstance(loc.fs, pafs.LocalFileSystem)
+
+
+def write_bytes(loc: Location, data: bytes) -> None:
+    """The whole object at once: a rename on a local folder, one PUT on an object store."""
+    if _is_local(loc):
+        atomic_write_bytes(loc.path, data)
+        return
+    with loc.fs.open_output_stream(loc.path) as handle:
+        handle.write(data)
+
+
+def write_if_changed(loc: Location, data: bytes) -> bool:
+    """``write_bytes`` unless the file already holds exactly these bytes; True when written.
+
+    Skipping unchanged files keeps mtimes stable, so syncs, caches and readers see no change.
+    """
+    if try_read_bytes(loc) == data:
+        return False
+    write_bytes(loc, data)
+    return True
+
+
+def exists(loc: Location) -> bool:
+    return loc.fs.get_file_info(loc.path).type != pafs.FileType.NotFound
+
+
+def is_file(loc: Location) -> bool:
+    return loc.fs.get_file_info(loc.path).type == pafs.FileType.File
+
+
+def is_dir(loc: Location) -> bool:
+    """A folder, or on an object store a prefix that holds at least one object."""
+    return loc.fs.get_file_info(loc.path).type == pafs.FileType.Directory
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    is_dir: bool
+    size: int | None
+    mtime: datetime | None
+
+
+def list_dir(loc: Location) -> list[Entry]:
+    """Direct children of a folder/prefix, sorted by name; [] when it does not exist."""
+    infos = loc.fs.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True, recursive=False))
+    return sorted(
+        (Entry(posixpath.basename(i.path.rstrip("/")), i.type == pafs.FileType.Directory, i.size, i.mtime) for i in infos),
+        key=lambda e: e.name,
+    )
+
+
+def glob_entries(loc: Location, pattern: str, *, recursive: bool = False) -> list[Entry]:
+    """Files under ``loc`` whose name matches ``pattern``, sorted; ``Entry.name`` is the path
+    relative to ``loc`` ('/'-separated). One listing, sizes and mtimes included, so callers can
+    cache by (mtime, size) without a request per file. ``recursive`` walks the whole subtree."""
+    selector = pafs.FileSelector(loc.path, allow_not_found=True, recursive=recursive)
+    base = loc.path.rstrip("/") + "/"
+    found = []
+    for info in loc.fs.get_file_info(selector):
+        if info.type == pafs.FileType.File and fnmatch.fnmatchcase(posixpath.basename(info.path), pattern):
+            rel = info.path[len(base) :] if info.path.startswith(base) else posixpath.basename(info.path)
+            found.append(Entry(rel, False, info.size, info.mtime))
+    return sorted(found, key=lambda e: e.name)
+
+
+def glob_files(loc: Location, pattern: str, *, recursive: bool = False) -> list[str]:
+    """Relative paths of ``glob_entries``."""
+    return [entry.name for entry in glob_entries(loc, pattern, recursive=recursive)]
+
+
+def fetch_local(loc: Location, scratch: str) -> str:
+    """A local path holding ``loc``'s bytes, for libraries that only open real files.
+
+    A local file is returned as it is; an object is downloaded once into ``scratch`` (under its
+    own path, so distinct objects never share a copy). The caller owns ``scratch``.
+    """
+    if _is_local(loc):
+        return loc.path
+    target = os.path.join(scratch, *loc.path.split("/"))
+    if not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with loc.fs.open_input_stream(loc.path) as src, open(target + ".part", "wb") as dst:
+            while block := src.read(16 * 1024 * 1024):
+                dst.write(block)
+        os.replace(target + ".part", target)
+    return target
+
+
+def drop_local_copy(loc: Location, path: str) -> None:
+    """Remove what ``fetch_local`` downloaded for ``loc`` (a local original is left alone)."""
+    if not _is_local(loc) and os.path.exists(path):
+        os.remove(path)
+
+
+def delete_file(loc: Location) -> None:
+    try:
+        loc.fs.delete_file(loc.path)
+    except FileNotFoundError:
+        pass
+
+
+def delete_tree(loc: Location) -> None:
+    """Remove a folder (or every object under a prefix); nothing there is not an error."""
+    try:
+        loc.fs.delete_dir(loc.path)
+    except FileNotFoundError:
+        pass
+
+
+def upload_file(local_path: str, loc: Location, chunk: int = 16 * 1024 * 1024) -> int:
+    """Copy one local file to ``loc``; returns bytes sent."""
+    sent = 0
+    with open(local_path, "rb") as src, loc.fs.open_output_stream(loc.path) as dst:
+        while block := src.read(chunk):
+            dst.write(block)
+            sent += len(block)
+    return sent
+
+
+def check_access(uri: str, storage_options: Mapping[str, str] | None, setting: str) -> None:
+    """List the root once; raise ``ObjectStoreError`` naming ``setting`` and the credentials.
+
+    Listing needs the same credentials, endpoint and bucket as every later write, so a wrong
+    key, secret, endpoint or bucket fails here at startup, not hours into a run.
+    """
+    try:
+        loc = locate(uri, storage_options)
+        loc.fs.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True, recursive=False))
+    except ValueError as exc:
+        raise ObjectStoreError(f"{setting}={uri!r}: {exc}") from exc
+    except OSError as exc:
+        text = str(exc)
+        if any(code in text for code in ("SIGNATURE", "ACCESS_DENIED", "InvalidAccessKeyId", "INVALID_ACCESS_KEY", "403", "AccessDenied")):
+            why = f"credentials were refused; check {CREDENTIAL_SETTINGS}"
+        elif "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text:
+            why = "the bucket does not exist"
+        else:
+            why = f"the object store could not be reached; check PRX_S3_ENDPOINT and {CREDENTIAL_SETTINGS}"
+        raise ObjectStoreError(f"{setting}={uri!r}: {why} ({text.splitlines()[0][:300]})") from exc
+
+
+def streaming_env(storage_options: Mapping[str, str] | None) -> dict[str, str]:
+    """Environment for mosaicml-streaming readers of an ``s3://`` tree.
+
+    streaming builds its own boto3 client and only reads the endpoint from ``S3_ENDPOINT_URL``,
+    so a trainer reading from a non-AWS store needs these set in its process.
+    """
+    options = storage_options or {}
+    env = {}
+    for option, var in (
+        ("aws_endpoint", "S3_ENDPOINT_URL"),
+        ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
+        ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+        ("aws_region", "AWS_DEFAULT_REGION"),
+    ):
+        if options.get(option):
+            env[var] = options[option]
+    return env

@@ -1,0 +1,202 @@
+"""Corpus-wide exclusion: what the loader must skip, and why, from every source's exports.
+
+Reasons: ``dedup`` (exact phash equality within an aspect-ratio bucket, across tiers and
+sources), ``label:<label>`` for excluded caption labels, ``optout:<request id>`` for samples an
+opt-out request resolved to. Shards are never rewritten: the result is written as sidecars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prx_data.curation.dedup import DedupConfig, find_duplicates
+from prx_data.export.skiplist import SkiplistReport, build_skiplists
+from prx_data.imaging.buckets import BucketConfig
+from prx_data.core.filters import one_of
+from prx_data.core.lance_io import open_table
+from prx_data.core.paths import StoragePaths
+
+SKIP_COLUMNS = ["sample_id", "source", "shard", "index_in_shard", "reason", "kept_sample_id"]
+SKIP_SCHEMA = pa.schema(
+    [
+        pa.field("sample_id", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("shard", pa.string()),
+        pa.field("index_in_shard", pa.int64()),
+        pa.field("reason", pa.string()),
+        pa.field("kept_sample_id", pa.string()),
+    ]
+)
+
+
+# PRX_DEDUP_RADIUS's default (settings.py); callers that run under settings pass theirs.
+DEFAULT_DEDUP_RADIUS = 2
+
+
+def dedup_config(bucket_cfg: BucketConfig, radius: int = DEFAULT_DEDUP_RADIUS) -> DedupConfig:
+    """The dedup grid is the bucketing grid: same ratios, same range; ``radius`` in bits."""
+    return DedupConfig(
+        num_aspect_ratios=bucket_cfg.shapes_per_tier,
+        min_aspect=bucket_cfg.ar_min,
+        max_aspect=bucket_cfg.ar_max,
+        multiple=bucket_cfg.multiple,
+        radius=radius,
+    )
+
+
+def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None) -> pa.Table:
+    """Every exported sample of the given sources, with its source priority."""
+    tables = []
+    for source, priority in sorted(priorities.items()):
+        ds = open_table(paths.exports_table(source), options)
+        if ds is None:
+            continue
+        t = ds.to_table(columns=["sample_id", "source", "tier", "bucket", "shard", "index_in_shard", "phash"], filter="shard IS NOT NULL")
+        t = t.append_column("source_priority", pa.array([priority] * t.num_rows, pa.int64()))
+        tables.append(_with_content_keys(t, paths.raw_table(source), options))
+    if not tables:
+        return pa.schema(
+            [("sample_id", pa.string()), ("source", pa.string()), ("tier", pa.int32()), ("bucket", pa.string()),
+             ("shard", pa.string()), ("index_in_shard", pa.int64()), ("phash", pa.int64()), ("source_priority", pa.int64()),
+             ("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())]
+        ).empty_table()
+    return pa.concat_tables(tables)
+
+
+def _with_content_keys(exports: pa.Table, raw_uri: str, options: dict | None) -> pa.Table:
+    """Adds ``phash_degenerate`` and ``image_sha256`` from the raw table (null when absent):
+    dedup matches degenerate fingerprints by content key only."""
+    raw = open_table(raw_uri, options)
+    wanted = [c for c in ("phash_degenerate", "image_sha256") if raw is not None and c in raw.schema.names]
+    keys = raw.to_table(columns=["sample_id", *wanted]) if wanted else pa.table({"sample_id": pa.array([], pa.string())})
+    joined = exports.join(keys, "sample_id", join_type="left outer")
+    for name, kind in (("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())):
+        if name not in joined.column_names:
+            joined = joined.append_column(name, pa.nulls(joined.num_rows, kind))
+    return joined.select([*exports.column_names, "phash_degenerate", "image_sha256"])
+
+
+def _with_shape(exports: pa.Table) -> pa.Table:
+    parts = pc.split_pattern(exports["bucket"], "x")
+    height = pc.cast(pc.list_element(parts, 0), pa.int64())
+    width = pc.cast(pc.list_element(parts, 1), pa.int64())
+    return exports.append_column("height", height).append_column("width", width)
+
+
+def dedup_rows(exports: pa.Table, cfg: DedupConfig) -> pa.Table:
+    dups = find_duplicates(_with_shape(exports), cfg)
+    return dups.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
+
+
+def label_rows(exports: pa.Table, paths: StoragePaths, sources: Iterable[str], exclude: Iterable[str], options: dict | None = None) -> pa.Table:
+    exclude = sorted(set(exclude))
+    tables = []
+    for source in sources:
+        ds = open_table(paths.raw_table(source), options)
+        if ds is None or "label" not in ds.schema.names or not exclude:
+            continue
+        labelled = ds.to_table(columns=["sample_id", "label"], filter=one_of("label", exclude))
+        tables.append(labelled)
+    return _join_reasons(exports, tables, lambda t: pc.binary_join_element_wise("label:", t["label"], ""))
+
+
+def optout_rows(exports: pa.Table, optouts: pa.Table | None) -> pa.Table:
+    """``optouts``: sample_id, request_id (one row per request that covers the sample)."""
+    if optouts is None or optouts.num_rows == 0:
+        return SKIP_SCHEMA.empty_table()
+    return _join_reasons(exports, [optouts.select(["sample_id", "request_id"])], lambda t: pc.binary_join_element_wise("optout:", t["request_id"], ""))
+
+
+def optout_samples(paths: StoragePaths, exports: pa.Table, sources: Iterable[str], options: dict | None = None) -> pa.Table:
+    """(sample_id, request_id) of every exported sample an opt-out covers: the samples the last
+    resolution matched, plus every exported sample whose image matches a fingerprint a request
+    recorded. The second part is re-applied on every build, so a source that lands later, a
+    re-export or a re-ingest that dropped a matched row's bytes never lets a copy back in."""
+    from prx_data.curation.optout.requests import read_fingerprints
+    from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
+
+    parts = []
+    matched = read_optout_samples(paths, options)
+    if matched is not None:
+        parts.append(matched.select(["sample_id", "request_id"]))
+    fingerprints = read_fingerprints(paths, options)
+    if fingerprints.num_rows and exports.num_rows:
+        raw = raw_rows(paths, sources, options)
+        # The exported image's hash (what the shard holds), and the row's content key; the join
+        # with the exports below keeps exported samples only.
+        hashed = hashed_candidates(raw, exports.select(["sample_id", "source", "phash"]), include_raw=False)
+        found = match_fingerprints(fingerprints, hashed, keyed_candidates(raw))
+        parts.append(found.select(["sample_id", "request_id"]))
+    if not parts:
+        return pa.table({"sample_id": pa.array([], pa.string()), "request_id": pa.array([], pa.string())})
+    both = pa.concat_tables([p.cast(pa.schema([("sample_id", pa.string()), ("request_id", pa.string())])) for p in parts])
+    return both.group_by(["sample_id", "request_id"], use_threads=False).aggregate([])
+
+
+def _join_reasons(exports: pa.Table, tables: list[pa.Table], reason_of) -> pa.Table:
+    if not tables:
+        return SKIP_SCHEMA.empty_table()
+    found = pa.concat_tables(tables)
+    found = found.append_column("reason", reason_of(found))
+    joined = exports.select(["sample_id", "source", "shard", "index_in_shard"]).join(found.select(["sample_id", "reason"]), "sample_id", join_type="inner")
+    joined = joined.append_column("kept_sample_id", pa.nulls(joined.num_rows, pa.string()))
+    return joined.select(SKIP_COLUMNS).cast(SKIP_SCHEMA).sort_by([("shard", "ascending"), ("index_in_shard", "ascending"), ("reason", "ascending")])
+
+
+def superseded_rows(paths: StoragePaths, sources: Iterable[str], options: dict | None = None) -> pa.Table:
+    """Old placements an incremental export replaced (``superseded``), from each source's table."""
+    tables = []
+    for source in sorted(sources):
+        ds = open_table(paths.superseded_table(source), options)
+        if ds is not None:
+            tables.append(ds.to_table(columns=["sample_id", "source", "shard", "index_in_shard"]))
+    if not tables or not sum(t.num_rows for t in tables):
+        return SKIP_SCHEMA.empty_table()
+    found = pa.concat_tables(tables)
+    found = found.append_column("reason", pa.array(["superseded"] * found.num_rows, pa.string()))
+    found = found.append_column("kept_sample_id", pa.nulls(found.num_rows, pa.string()))
+    return found.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
+
+
+def write_skip_lists(
+    mds_root: str, skips: pa.Table, storage_options: dict | None = None, paths: StoragePaths | None = None
+) -> SkiplistReport:
+    """Write the sidecars; with ``paths``, also record the build (which request it excludes, on
+    which shards) for the requesters' receipts."""
+    report = build_skiplists(skips, mds_root, storage_options=storage_options)
+    if paths is not None:
+        from prx_data.curation.optout.receipt import record_build
+
+        report.build_id = record_build(paths, skips, storage_options)
+    return report
+
+
+def read_optout_samples(paths: StoragePaths, options: dict | None = None) -> pa.Table | None:
+    ds = open_table(paths.optout_samples_table(), options)
+    return None if ds is None else ds.to_table(columns=["sample_id", "request_id"])
+
+
+def compute_skips(
+    paths: StoragePaths,
+    priorities: Mapping[str, int],
+    *,
+    bucket_cfg: BucketConfig,
+    exclude_labels: Iterable[str] = ("nsfw", "text"),
+    options: dict | None = None,
+    dedup_radius: int = DEFAULT_DEDUP_RADIUS,
+) -> tuple[pa.Table, pa.Table]:
+    """(exports, skip rows) over the whole corpus."""
+    exports = exported_samples(paths, priorities, options)
+    parts = [
+        dedup_rows(exports, dedup_config(bucket_cfg, dedup_radius)),
+        label_rows(exports, paths, priorities, exclude_labels, options),
+        optout_rows(exports, optout_samples(paths, exports, priorities, options)),
+        superseded_rows(paths, priorities, options),
+    ]
+    return exports, pa.concat_tables(parts)
+
+
+__all__ = ["compute_skips", "dedup_config", "exported_samples", "write_skip_lists"]

@@ -1,0 +1,178 @@
+"""The requester's receipt: what a request matched, where, by which rule, and from which
+skip-list build on it is excluded. Also records each build (``record_build``)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prx_data.core.filters import equals
+from prx_data.core.lance_io import open_table
+from prx_data.core.paths import StoragePaths
+from prx_data.core.schema import OPTOUT_BUILD_SCHEMA
+
+
+def record_build(paths: StoragePaths, skips: pa.Table, options: dict | None = None) -> str:
+    """Append one row per filed request to the builds table; returns the build id."""
+    import lance
+
+    built_at = datetime.now(timezone.utc)
+    build_id = f"{built_at:%Y%m%dT%H%M%S}Z-{secrets.token_hex(3)}"
+    audit = open_table(paths.optout_audit_table(), options)
+    requests = sorted(set(audit.to_table(columns=["request_id"])["request_id"].to_pylist())) if audit is not None else []
+    optout = skips.filter(pc.starts_with(skips["reason"], "optout:")) if skips.num_rows else skips
+    excluded: dict[str, set[str]] = {}
+    shards: dict[str, set[str]] = {}
+    if optout.num_rows:
+        for reason, sid, shard in zip(optout["reason"].to_pylist(), optout["sample_id"].to_pylist(), optout["shard"].to_pylist()):
+            request = reason.removeprefix("optout:")
+            excluded.setdefault(request, set()).add(sid)
+            shards.setdefault(request, set()).add(shard)
+    names = sorted(set(requests) | set(excluded))
+    if not names:
+        return build_id
+    table = pa.table(
+        {
+            "build_id": [build_id] * len(names),
+            "built_at": [built_at] * len(names),
+            "request_id": names,
+            "samples_excluded": [len(excluded.get(r, ())) for r in names],
+            "shards": [sorted(shards.get(r, ())) for r in names],
+        },
+        schema=OPTOUT_BUILD_SCHEMA,
+    )
+    uri = paths.optout_builds_table()
+    mode = "append" if open_table(uri, options) is not None else "create"
+    lance.write_dataset(table, uri, mode=mode, storage_options=options)
+    return build_id
+
+
+def _iso(value) -> str | None:
+    return value.isoformat(timespec="seconds") if hasattr(value, "isoformat") else value
+
+
+def receipt(paths: StoragePaths, request_id: str, options: dict | None = None) -> dict:
+    """Everything a requester is owed about one request. Raises KeyError when it was never
+    resolved (file it, then ``prx-data optout apply``)."""
+    audit = open_table(paths.optout_audit_table(), options)
+    rows = audit.to_table(filter=equals("request_id", request_id)).to_pylist() if audit is not None else []
+    if not rows:
+        raise KeyError(f"no resolved opt-out request {request_id!r}: file it, then run `prx-data optout apply`")
+    row = rows[0]
+    matches_ds = open_table(paths.optout_samples_table(), options)
+    matches = (
+        matches_ds.to_table(filter=equals("request_id", request_id)).to_pylist() if matches_ds is not None else []
+    )
+    placements: dict[str, list[dict]] = {}
+    for source in sorted({m["source"] for m in matches}):
+        ds = open_table(paths.exports_table(source), options)
+        if ds is None:
+            continue
+        ids = [m["sample_id"] for m in matches if m["source"] == source]
+        t = ds.to_table(columns=["sample_id", "shard", "index_in_shard"], filter="shard IS NOT NULL")
+        t = t.filter(pc.is_in(t["sample_id"], value_set=pa.array(ids, pa.string())))
+        for p in t.to_pylist():
+            placements.setdefault(p["sample_id"], []).append({"shard": p["shard"], "index_in_shard": p["index_in_shard"]})
+    samples = [
+        {
+            "sample_id": m["sample_id"],
+            "source": m["source"],
+            "rule": m.get("rule") or "identity",
+            "matched_by": m["matched_by"],
+            "distance": m.get("distance"),
+            "fingerprint_of": m.get("fingerprint_of"),
+            "shards": placements.get(m["sample_id"], []),
+        }
+        for m in sorted(matches, key=lambda m: (m["source"], m["sample_id"]))
+    ]
+    by_source: dict[str, int] = {}
+    by_rule: dict[str, int] = {}
+    for s in samples:
+        by_source[s["source"]] = by_source.get(s["source"], 0) + 1
+        by_rule[s["rule"]] = by_rule.get(s["rule"], 0) + 1
+    return {
+        "request_id": request_id,
+        "requester_note": row["requester_note"],
+        "request_file": row["request_file"],
+        "first_effective_at": _iso(row["first_effective_at"]),
+        "resolved_at": _iso(row["resolved_at"]),
+        "named": row.get("named"),
+        "matched_samples": len(samples),
+        "by_rule": by_rule,
+        "by_source": by_source,
+        "shards": sorted({p["shard"] for s in samples for p in s["shards"]}),
+        "unmatched": row.get("unmatched") or [],
+        "problems": row.get("problems") or [],
+        "fingerprints": [
+            {**f, "phash": None if f["phash"] is None else f"{f['phash'] & 0xFFFFFFFFFFFFFFFF:016x}"} for f in row.get("fingerprints") or []
+        ],
+        "samples": samples,
+        "builds": _builds(paths, request_id, options),
+    }
+
+
+def _builds(paths: StoragePaths, request_id: str, options: dict | None) -> dict:
+    """The build from which on the request has been excluded without a gap, and the latest."""
+    ds = open_table(paths.optout_builds_table(), options)
+    if ds is None:
+        return {"excluded_since": None, "latest": None}
+    rows = sorted(ds.to_table(filter=equals("request_id", request_id)).to_pylist(), key=lambda r: (r["built_at"], r["build_id"]))
+    if not rows:
+        return {"excluded_since": None, "latest": None}
+    positive = rows[-1]["samples_excluded"] > 0
+    since = rows[-1]
+    for row in reversed(rows):
+        if (row["samples_excluded"] > 0) != positive:
+            break
+        since = row
+    latest = rows[-1]
+
+    def brief(r):
+        return {"build_id": r["build_id"], "built_at": _iso(r["built_at"]), "samples_excluded": r["samples_excluded"], "shards": len(r["shards"])}
+
+    return {"excluded_since": brief(since), "latest": brief(latest)}
+
+
+def to_markdown(r: dict) -> str:
+    lines = [f"# Opt-out request `{r['request_id']}`", ""]
+    if r["requester_note"]:
+        lines += [f"Note: {r['requester_note']}", ""]
+    lines += [
+        f"- filed as `{r['request_file']}`; in effect since {r['first_effective_at']}; last resolved {r['resolved_at']}",
+        f"- names listed: {r['named']}; samples matched: {r['matched_samples']} "
+        f"({', '.join(f'{k}: {v}' for k, v in sorted(r['by_rule'].items())) or 'none'})",
+        f"- sources: {', '.join(f'{k} ({v})' for k, v in sorted(r['by_source'].items())) or 'none'}",
+        f"- shards: {len(r['shards'])}",
+    ]
+    builds = r["builds"]
+    if builds["excluded_since"]:
+        since, latest = builds["excluded_since"], builds["latest"]
+        lines.append(f"- excluded from the loader since skip-list build `{since['build_id']}` ({since['built_at']}); "
+                     f"latest build `{latest['build_id']}` excludes {latest['samples_excluded']} exported sample(s)")
+    else:
+        lines.append("- no skip-list build has been recorded since it was resolved: run `prx-data optout apply`")
+    if r["samples"]:
+        lines += ["", "## Matched samples", "", "| sample | source | rule | matched by | distance | fingerprint of | shards |", "|---|---|---|---|---|---|---|"]
+        for s in r["samples"]:
+            shards = "<br>".join(f"{p['shard']} #{p['index_in_shard']}" for p in s["shards"]) or "not exported"
+            distance = "" if s["distance"] is None else s["distance"]
+            lines.append(f"| {s['sample_id']} | {s['source']} | {s['rule']} | {s['matched_by']} | {distance} | {s['fingerprint_of'] or ''} | {shards} |")
+    if r["unmatched"]:
+        lines += ["", f"## Unmatched ({len(r['unmatched'])})", ""] + [f"- {u}" for u in r["unmatched"][:200]]
+        if len(r["unmatched"]) > 200:
+            lines.append(f"- ... {len(r['unmatched']) - 200} more (use --json)")
+    if r["problems"]:
+        lines += ["", "## Problems", ""] + [f"- {p}" for p in r["problems"]]
+    lines += ["", f"Fingerprints kept: {len(r['fingerprints'])} (re-applied to every source on every skip-list build)"]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(r: dict) -> str:
+    return json.dumps(r, indent=2, default=str)
+
+
+__all__ = ["receipt", "record_build", "to_json", "to_markdown"]

@@ -1,0 +1,427 @@
+"""Opt-out requests: what a person or site asked to remove, and the samples that covers.
+
+A request is a YAML or JSON file in the opt-out folder (or written by ``prx-data optout add``).
+Resolution goes through the lineage tables: sample ids, source keys, URLs and domains match
+rows of the source tables (identity); image files, and every row a request names, give
+fingerprints (perceptual hash; the content key ``image_sha256`` for degenerate images) that match
+every copy in any source (fingerprint). The fingerprints are durable: kept in the audit table
+across re-ingests that drop a matched row's bytes, and re-applied to every source on every
+skip-list build, including sources that land later. Nothing is deleted: the matches are handed
+to the skip lists with reason ``optout:<request id>``. Matching is done with joins
+(``optout_match``), so bulk requests cost the request plus the corpus, not their product.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from prx_data.core.paths import StoragePaths
+from prx_data.core.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
+_SAMPLE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+class OptOutRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="Stable request id, e.g. 'req-2026-0042'.")
+    requester_note: str = ""
+    sample_ids: list[str] = Field(default_factory=list)
+    urls: list[str] = Field(default_factory=list)
+    source_keys: list[str] = Field(default_factory=list, description="'<source>:<key>' pairs.")
+    image_files: list[str] = Field(default_factory=list, description="Paths, relative to the request file.")
+    domains: list[str] = Field(default_factory=list, description="Every URL on these hosts (and subdomains).")
+    max_hamming: int = Field(0, ge=0, le=16, description="Phash distance for image files; 0 = equal hashes.")
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_safe(cls, value: str) -> str:
+        if not _ID_RE.match(value):
+            raise ValueError("must be 1-80 chars of letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("sample_ids")
+    @classmethod
+    def _ids_look_like_ids(cls, values: list[str]) -> list[str]:
+        bad = [v for v in values if not _SAMPLE_ID_RE.match(v)]
+        if bad:
+            raise ValueError(f"not sample ids (32 hex chars): {bad[:3]}")
+        return values
+
+    @field_validator("source_keys")
+    @classmethod
+    def _source_keys_have_a_source(cls, values: list[str]) -> list[str]:
+        bad = [v for v in values if ":" not in v]
+        if bad:
+            raise ValueError(f"expected '<source>:<key>', got {bad[:3]}")
+        return values
+
+    @field_validator("domains")
+    @classmethod
+    def _domains_are_hosts(cls, values: list[str]) -> list[str]:
+        return [v.strip().lower().lstrip(".") for v in values if v.strip()]
+
+    def is_empty(self) -> bool:
+        return not (self.sample_ids or self.urls or self.source_keys or self.image_files or self.domains)
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class LoadedRequest:
+    request: OptOutRequest
+    path: Path
+
+
+@dataclass
+class RequestSet:
+    requests: dict[str, LoadedRequest] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)  # same request filed again
+
+
+def load_request(path: Path) -> OptOutRequest:
+    try:
+        text = path.read_text()
+        # The C loader when present: a 10,000-URL request parses in milliseconds, not seconds.
+        raw = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a request must be a mapping")
+    try:
+        request = OptOutRequest.model_validate(raw)
+    except ValidationError as exc:
+        fields = "; ".join(f"field '{'.'.join(map(str, e['loc']))}': {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{path}: {fields}") from exc
+    if request.is_empty():
+        raise ValueError(f"{path}: request {request.id!r} names nothing to remove")
+    return request
+
+
+def load_requests(folder: str | Path) -> RequestSet:
+    out = RequestSet()
+    folder = Path(folder)
+    if not folder.exists():
+        return out
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+    for path in files:
+        try:
+            request = load_request(path)
+        except ValueError as exc:
+            out.errors.append(str(exc))
+            continue
+        previous = out.requests.get(request.id)
+        if previous is None:
+            out.requests[request.id] = LoadedRequest(request, path)
+        elif previous.request.fingerprint() == request.fingerprint():
+            out.duplicates.append(f"{path} repeats {previous.path}")
+        else:
+            out.errors.append(f"{path}: request id {request.id!r} already used by {previous.path} with other content")
+    return out
+
+
+def _counted(path: Path) -> bool:
+    # Editor swap files, ".DS_Store" and write_request's "*.tmp" are not requests; counting them
+    # would rebuild the skip lists for nothing.
+    return not path.name.startswith(".") and not path.name.endswith((".tmp", "~"))
+
+
+def folder_version(folder: str | Path) -> tuple[str, int]:
+    """(data version, file count) of the opt-out folder: a hash over every file's relative path
+    and content, so touching a file changes nothing and editing one request changes it."""
+    root = Path(folder)
+    digest = hashlib.sha256()
+    count = 0
+    if root.is_dir():
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                if not _counted(path) or not path.is_file():
+                    continue
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+                count += 1
+    return digest.hexdigest()[:16], count
+
+
+def write_request(folder: str | Path, request: OptOutRequest) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{request.id}.yaml"
+    if path.exists():
+        existing = load_request(path)
+        if existing.fingerprint() != request.fingerprint():
+            raise ValueError(f"{path} exists with other content; choose another id")
+        return path
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.safe_dump(request.model_dump(exclude_defaults=True), sort_keys=False))
+    tmp.replace(path)
+    return path
+
+
+# Resolution ---------------------------------------------------------------------------------
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class OptOutReport:
+    requests: int = 0
+    matched: pa.Table = field(default_factory=OPTOUT_MATCH_SCHEMA.empty_table)
+    audit: pa.Table = field(default_factory=OPTOUT_AUDIT_SCHEMA.empty_table)
+    errors: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary_lines(self) -> list[str]:
+        """One line per request, however many names it lists."""
+        return [summary_line(row) for row in self.audit.to_pylist()]
+
+
+def summary_line(row: dict) -> str:
+    return (
+        f"request {row['request_id']}: {row['named']} name(s), {row['matched_samples']} sample(s) matched "
+        f"({row['matched_identity']} by identity, {row['matched_fingerprint']} by fingerprint), "
+        f"{len(row['unmatched'])} unmatched, {len(row['fingerprints'])} fingerprint(s) kept, "
+        f"{len(row['shards_touched'])} shard(s)"
+    )
+
+
+def _image_fingerprints(requests: dict[str, LoadedRequest]) -> tuple[pa.Table, dict[str, list[str]]]:
+    """Fingerprints of the requests' image files, and per request the files that failed."""
+    from prx_data.imaging.fingerprints import image_fingerprint
+    from prx_data.curation.optout.match import FINGERPRINT_SCHEMA
+
+    rows, problems = [], {}
+    for request_id, item in requests.items():
+        for name in item.request.image_files:
+            path = Path(name) if Path(name).is_absolute() else item.path.parent / name
+            try:
+                phash, sha, _ = image_fingerprint(path.read_bytes())
+            except FileNotFoundError:
+                problems.setdefault(request_id, []).append(f"image file {path} does not exist")
+                continue
+            except Exception as exc:  # noqa: BLE001 - any decode failure is reported, never fatal
+                problems.setdefault(request_id, []).append(f"image file {path} cannot be decoded: {exc}")
+                continue
+            rows.append(
+                {"request_id": request_id, "phash": phash, "sha256": sha, "max_distance": item.request.max_hamming, "origin": f"image:{name}"}
+            )
+    return pa.Table.from_pylist(rows, schema=FINGERPRINT_SCHEMA), problems
+
+
+def _previous_audit(paths: StoragePaths, options: dict | None) -> pa.Table | None:
+    from prx_data.core.lance_io import open_table  # lance only where tables are read: `optout add` stays quick
+
+    ds = open_table(paths.optout_audit_table(), options)
+    if ds is None:
+        return None
+    wanted = [c for c in ("request_id", "fingerprint", "first_effective_at", "fingerprints") if c in ds.schema.names]
+    return ds.to_table(columns=wanted)
+
+
+def _kept_fingerprints(previous: pa.Table | None, request_ids: set[str]) -> pa.Table:
+    """Every fingerprint recorded before for a request that is still filed."""
+    from prx_data.curation.optout.match import FINGERPRINT_SCHEMA
+
+    if previous is None or "fingerprints" not in previous.column_names or previous.num_rows == 0:
+        return FINGERPRINT_SCHEMA.empty_table()
+    previous = previous.filter(pc.is_in(previous["request_id"], value_set=pa.array(sorted(request_ids), pa.string())))
+    lengths = pc.fill_null(pc.list_value_length(previous["fingerprints"]), 0)
+    flat = pc.list_flatten(previous["fingerprints"])
+    if len(flat) == 0:
+        return FINGERPRINT_SCHEMA.empty_table()
+    ids = pc.take(previous["request_id"], pa.array(np.repeat(np.arange(previous.num_rows), lengths.to_numpy(zero_copy_only=False))))
+    table = pa.Table.from_struct_array(flat).add_column(0, "request_id", ids)
+    return table.select(FINGERPRINT_SCHEMA.names).cast(FINGERPRINT_SCHEMA)
+
+
+def _per_request(table: pa.Table, column: str, agg: str) -> dict:
+    if table.num_rows == 0:
+        return {}
+    grouped = table.group_by("request_id", use_threads=False).aggregate([(column, agg)])
+    return dict(zip(grouped["request_id"].to_pylist(), grouped[f"{column}_{agg}"].to_pylist()))
+
+
+def resolve_all(
+    requests: dict[str, LoadedRequest],
+    raw: pa.Table,
+    exported: pa.Table,
+    previous: pa.Table | None = None,
+) -> tuple[pa.Table, pa.Table, pa.Table, dict[str, list[str]]]:
+    """(matches, unmatched names, fingerprints kept per request, problems per request).
+
+    Identity: the names each request lists, joined against the source tables. Fingerprints: of
+    the request's image files, of every row it names (current and as exported), and every one
+    recorded for it before; each is joined against every row and every exported sample.
+    """
+    from prx_data.curation.optout.match import (
+        fingerprints_of_samples,
+        hashed_candidates,
+        keyed_candidates,
+        match_fingerprints,
+        match_identity,
+        named_tables,
+        one_match_per_sample,
+        unique_fingerprints,
+    )
+
+    identity, unmatched = match_identity(named_tables({k: v.request for k, v in requests.items()}), raw)
+    images, problems = _image_fingerprints(requests)
+    fingerprints = unique_fingerprints(
+        pa.concat_tables([images, fingerprints_of_samples(identity, raw, exported), _kept_fingerprints(previous, set(requests))])
+    )
+    by_fingerprint = match_fingerprints(fingerprints, hashed_candidates(raw, exported), keyed_candidates(raw))
+    matches = one_match_per_sample(pa.concat_tables([identity, by_fingerprint]))
+    if images.num_rows:
+        used = set(zip(by_fingerprint["request_id"].to_pylist(), by_fingerprint["fingerprint_of"].to_pylist()))
+        lost = [(r, o) for r, o in zip(images["request_id"].to_pylist(), images["origin"].to_pylist()) if (r, o) not in used]
+        if lost:
+            extra = pa.table({"request_id": [r for r, _ in lost], "name": [f"image {o.removeprefix('image:')}" for _, o in lost]})
+            unmatched = pa.concat_tables([unmatched, extra.cast(unmatched.schema)])
+    return matches, unmatched, fingerprints, problems
+
+
+def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], options: dict | None = None) -> OptOutReport:
+    """Resolve every request; write the matches (read by skip_lists) and the audit table."""
+    import time
+
+    import lance
+
+    from prx_data.curation.optout.match import exported_rows, raw_rows
+
+    started = time.perf_counter()
+    loaded = load_requests(optout_dir)
+    report = OptOutReport(requests=len(loaded.requests), errors=list(loaded.errors), duplicates=list(loaded.duplicates))
+    raw = raw_rows(paths, sources, options)
+    exported = exported_rows(paths, sources, options)
+    previous = _previous_audit(paths, options)
+    first_seen: dict[tuple[str, str], datetime] = {}
+    if previous is not None and "first_effective_at" in previous.column_names:
+        for rid, fp, at in zip(previous["request_id"].to_pylist(), previous["fingerprint"].to_pylist(), previous["first_effective_at"].to_pylist()):
+            first_seen[(rid, fp)] = at
+    matches, unmatched, fingerprints, problems = resolve_all(loaded.requests, raw, exported, previous)
+
+    from prx_data.curation.optout.match import _small_join
+
+    placed = _small_join(matches.select(["request_id", "sample_id"]), exported.select(["sample_id", "shard"]), "sample_id")
+    shards = _per_request(placed, "shard", "distinct")
+    unmatched_by = _per_request(unmatched, "name", "list")
+    fps_by: dict[str, list[dict]] = {}
+    for fp in fingerprints.to_pylist():  # one per distinct image a request covers: small
+        fps_by.setdefault(fp.pop("request_id"), []).append(fp)
+    counts = _per_request(matches.append_column("one", pa.array([1] * matches.num_rows, pa.int64())), "one", "sum")
+    identity = matches.filter(pc.equal(matches["rule"], "identity"))
+    identity_counts = _per_request(identity.append_column("one", pa.array([1] * identity.num_rows, pa.int64())), "one", "sum")
+    resolved_at = now()
+    audit = []
+    for request_id, item in sorted(loaded.requests.items()):
+        r = item.request
+        fingerprint = r.fingerprint()
+        missing = sorted(unmatched_by.get(request_id) or [])
+        named = len(r.sample_ids) + len(r.source_keys) + len(r.urls) + len(r.domains) + len(r.image_files)
+        notes = list(problems.get(request_id, []))
+        if missing:
+            notes.append(f"{len(missing)} of {named} names matched nothing (listed in 'unmatched')")
+        matched = counts.get(request_id) or 0
+        audit.append(
+            {
+                "request_id": request_id,
+                "fingerprint": fingerprint,
+                "requester_note": r.requester_note,
+                "request_file": str(item.path),
+                "matched_samples": matched,
+                "shards_touched": sorted(shards.get(request_id) or []),
+                "problems": notes,
+                "first_effective_at": first_seen.get((request_id, fingerprint), resolved_at),
+                "resolved_at": resolved_at,
+                "matched_identity": identity_counts.get(request_id) or 0,
+                "matched_fingerprint": matched - (identity_counts.get(request_id) or 0),
+                "named": named,
+                "unmatched": missing,
+                "fingerprints": sorted(fps_by.get(request_id) or [], key=lambda f: (f["origin"], f["sha256"] or "", f["phash"] or 0)),
+            }
+        )
+    report.matched = matches
+    report.audit = pa.Table.from_pylist(audit, schema=OPTOUT_AUDIT_SCHEMA) if audit else OPTOUT_AUDIT_SCHEMA.empty_table()
+    lance.write_dataset(report.matched, paths.optout_samples_table(), mode="overwrite", storage_options=options)
+    lance.write_dataset(report.audit, paths.optout_audit_table(), mode="overwrite", storage_options=options)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def read_fingerprints(paths: StoragePaths, options: dict | None = None) -> pa.Table:
+    """Every fingerprint of every filed request, as of the last resolution (for skip lists)."""
+    previous = _previous_audit(paths, options)
+    if previous is None:
+        from prx_data.curation.optout.match import FINGERPRINT_SCHEMA
+
+        return FINGERPRINT_SCHEMA.empty_table()
+    return _kept_fingerprints(previous, set(previous["request_id"].to_pylist()))
+
+
+def ingest_matcher(optout_dir: str):
+    """An ``OptOutMatcher`` for ingest: sources that land later get ``opted_out`` rows for
+    requests that name their ids, keys, URLs or domains (image files are matched after hashing,
+    through the skip lists)."""
+    loaded = load_requests(optout_dir)
+    if not loaded.requests:
+        return None
+    by_id, by_key, by_url, by_domain = {}, {}, {}, {}
+    for request_id, item in loaded.requests.items():
+        r = item.request
+        by_id.update({sid: request_id for sid in r.sample_ids})
+        by_key.update({pair: request_id for pair in r.source_keys})
+        by_url.update({url: request_id for url in r.urls})
+        by_domain.update({d: request_id for d in r.domains})
+
+    def on_domain(url: str) -> str | None:
+        # The host and each parent domain: a dict lookup per label, however many domains are listed.
+        labels = _host(url).split(".")
+        for i in range(len(labels)):
+            found = by_domain.get(".".join(labels[i:]))
+            if found:
+                return found
+        return None
+
+    def match(source: str, sid: str, item) -> str | None:
+        if sid in by_id:
+            return by_id[sid]
+        if f"{source}:{item.key}" in by_key:
+            return by_key[f"{source}:{item.key}"]
+        for url in (item.url, item.source_url):
+            if url and url in by_url:
+                return by_url[url]
+            if url and by_domain:
+                found = on_domain(url)
+                if found:
+                    return found
+        return None
+
+    return match

@@ -1,0 +1,125 @@
+"""Bring the exclusions up to date over the current export, without re-exporting anything: the
+one sequence behind the ``skip_lists`` and ``corpus_report`` assets and ``prx-data optout apply``
+(``refresh``, which first resolves the opt-out folder).
+
+1. ``rebuild_skip_lists``: compute the skips (duplicates, excluded labels, opt-outs), fold sparse
+   buckets when the policy is on (it adds 'folded' skips: skip lists without them would let
+   folded originals back in), write the per-shard sidecars, then publish the bucket indexes again so the buckets a trainer sees follow
+   the current skip lists.
+2. ``write_data_card``: the data card over the same state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+from prx_data.core.paths import StoragePaths
+from prx_data.curation.exclusion import DEFAULT_DEDUP_RADIUS, compute_skips, write_skip_lists
+from prx_data.curation.fold import FoldPolicy, apply_fold_policy
+from prx_data.curation.optout.requests import OptOutReport, apply_requests
+from prx_data.curation.report import build_data_card
+from prx_data.export.corpus_index import merge_all
+from prx_data.imaging.buckets import BucketConfig
+
+
+@dataclass
+class SkipListsRebuilt:
+    exports: pa.Table  # every exported sample the skips were computed over
+    skips: pa.Table  # one row per (sample, shard, reason)
+    report: object  # export.skiplist.SkiplistReport: sidecars written / unchanged / removed, per-stream shares
+    merged: list  # export.corpus_index merge results, one per bucket (published or not)
+    folds: object  # export.fold.FoldReport
+
+    @property
+    def skipped_samples(self) -> int:
+        """Distinct samples skipped: a sample skipped for two reasons counts once."""
+        return len(set(self.skips.column("sample_id").to_pylist()))
+
+
+def rebuild_skip_lists(
+    paths: StoragePaths,
+    priorities: Mapping[str, int],
+    *,
+    bucket_cfg: BucketConfig,
+    exclude_labels: Iterable[str],
+    min_stream_samples: int,
+    dedup_radius: int,
+    fold=None,
+    writer_cfg=None,
+    options: dict | None = None,
+    run_id: str | None = None,
+) -> SkipListsRebuilt:
+    """``fold`` is an ``export.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
+    call's, so folding and publication agree on what is sparse."""
+    exports, skips = compute_skips(
+        paths, priorities, bucket_cfg=bucket_cfg, exclude_labels=tuple(exclude_labels), options=options, dedup_radius=dedup_radius
+    )
+    policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
+    skips, folds = apply_fold_policy(
+        paths, exports, skips, sources=priorities, bucket_cfg=bucket_cfg, writer_cfg=writer_cfg, policy=policy, options=options, run_id=run_id
+    )
+    report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
+    # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
+    merged = merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples)
+    return SkipListsRebuilt(exports=exports, skips=skips, report=report, merged=merged, folds=folds)
+
+
+def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None):
+    """(card, where it was written) for the current export of ``sources``."""
+    card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options)
+    return card, card.write(paths.report_dir(), options)
+
+
+@dataclass
+class Applied:
+    """What ``refresh`` did: requests resolved, skip lists rebuilt, data card written."""
+
+    optouts: OptOutReport
+    skipped_samples: int
+    sidecars_written: int
+    build_id: str | None
+    card_path: str | None
+    seconds: float
+
+
+def refresh(
+    paths: StoragePaths,
+    optout_dir: str,
+    priorities: dict[str, int],
+    *,
+    bucket_cfg=None,
+    exclude_labels=("nsfw", "text"),
+    options: dict | None = None,
+    write_card: bool = True,
+    min_stream_samples: int = 1,
+    dedup_radius: int | None = None,
+    fold=None,
+) -> Applied:
+    """Apply the opt-out folder now: resolve requests, rebuild the skip lists over the current
+    export and refresh the data card. Nothing is re-exported, so this takes seconds."""
+    started = time.perf_counter()
+    sources = sorted(priorities)
+    report = apply_requests(paths, optout_dir, sources, options)
+    rebuilt = rebuild_skip_lists(
+        paths,
+        priorities,
+        bucket_cfg=bucket_cfg or BucketConfig(),
+        exclude_labels=exclude_labels,
+        min_stream_samples=min_stream_samples,
+        dedup_radius=DEFAULT_DEDUP_RADIUS if dedup_radius is None else dedup_radius,
+        fold=fold,
+        options=options,
+    )
+    card_path = write_data_card(paths, sources, exclude_labels=exclude_labels, options=options)[1] if write_card else None
+    return Applied(
+        optouts=report,
+        skipped_samples=rebuilt.skipped_samples,
+        sidecars_written=rebuilt.report.written,
+        build_id=getattr(rebuilt.report, "build_id", None),
+        card_path=card_path,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,81 @@
+"""The ``vllm`` caption backend: Qwen3-VL in vLLM through Ray Data's LLM API.
+
+The caption (or fused caption + label) task of :mod:`prx_data.models.captioning.task` run by the shared
+vLLM path of :mod:`prx_data.models.captioning.vllm_engine`. Rows in: ``sample_id``, ``image`` (bytes)
+and optionally ``source`` (picks the image budget). Rows out: ``sample_id`` and the caption
+columns (plus the label columns when ``fused_label``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from prx_data.models.captioning import vllm_engine
+from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow, with_detail
+from prx_data.models.captioning.base import CaptionErrorCode as E
+from prx_data.models.captioning.config import VLLMCaptionerConfig
+from prx_data.models.captioning.task import CaptionTask
+
+if TYPE_CHECKING:
+    import ray.data
+
+
+def caption_engine_kwargs(cfg: VLLMCaptionerConfig) -> dict[str, Any]:
+    widest = cfg.widest_budget()
+    return vllm_engine.engine_kwargs(
+        cfg,
+        # One image per prompt and no video: vLLM sizes its encoder budget from these limits.
+        limit_mm_per_prompt={"image": 1, "video": 0},
+        # The image-token budget for the processor and for vLLM's memory profiling (which
+        # otherwise reserves room for the model's maximum, 16k tokens per image). Images are
+        # already resized to their source's budget in preprocess; this is the widest one.
+        mm_processor_kwargs={"size": {"shortest_edge": widest.min_pixels, "longest_edge": widest.max_pixels}},
+    )
+
+
+def caption_dataset_vllm(ds: "ray.data.Dataset", cfg: VLLMCaptionerConfig) -> "ray.data.Dataset":
+    """Lazily caption ``ds``; nothing runs until the result is consumed or written."""
+    return vllm_engine.run_task(
+        ds,
+        CaptionTask.from_config(cfg),
+        cfg,
+        engine=caption_engine_kwargs(cfg),
+        multimodal=True,
+        max_tokens=cfg.sampling.max_tokens,
+    )
+
+
+class VLLMCaptioner(BaseCaptioner):
+    """The vLLM backend behind the common interface.
+
+    :meth:`caption_dataset` is the way to use it. :meth:`caption_batch` works, but each call
+    runs a small Ray Data job that starts the engine replicas again (minutes for an 8B model):
+    only for tests and tiny batches.
+    """
+
+    def __init__(self, config: VLLMCaptionerConfig) -> None:
+        self.config = config
+        self.model_id = config.model_id
+        self.prompt_version = CaptionTask.from_config(config).version
+
+    def caption_dataset(self, ds: "ray.data.Dataset") -> "ray.data.Dataset":
+        return caption_dataset_vllm(ds, self.config)
+
+    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
+        import ray.data
+
+        items = [{"sample_id": str(i), "image": row.get("image"), "source": row.get("source")} for i, row in enumerate(rows)]
+        if not items:
+            return []
+        out = {r["sample_id"]: r for r in self.caption_dataset(ray.data.from_items(items)).take_all()}
+        results = []
+        for item in items:
+            r = out.get(item["sample_id"])
+            if r is None:
+                results.append(CaptionResult(error=with_detail(E.INFERENCE_ERROR, "row lost")))
+            elif r["caption_error"] is not None:
+                results.append(CaptionResult(error=r["caption_error"]))
+            else:
+                results.append(CaptionResult(caption=r["caption"]))
+        return results
