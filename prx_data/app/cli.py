@@ -9,16 +9,21 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from prx_data.app.local_ray import shared_local_ray
+from prx_data.app.ui import serve_ui
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _use_data_root(root: Path) -> None:
     """Point settings and Dagster at ``root`` (before anything reads them)."""
+    # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.core.settings import get_settings
 
     os.environ["PRX_DATA_ROOT"] = str(root)
     home = Path(os.environ.get("DAGSTER_HOME") or root / ".dagster")
     home.mkdir(parents=True, exist_ok=True)
+    # lazy: pulls in pyarrow, numpy
     from prx_data.core import locking
 
     with locking.dagster_home_lock(str(home)):  # another run may be setting up the same new root
@@ -31,6 +36,7 @@ def _use_data_root(root: Path) -> None:
 def _summary(sources: list[str]) -> str:
     import lance
 
+    # lazy: pulls in lance, pandas, pyarrow
     from prx_data.core.lance_io import open_table
     from prx_data.core.paths import StoragePaths
     from prx_data.core.settings import get_settings
@@ -65,6 +71,7 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
     """Exported / dropped per source, and what the skip lists exclude."""
     import json
 
+    # lazy: pulls in lance, pandas, pyarrow
     from prx_data.core.lance_io import open_table
 
     lines = ["", "Export (MDS)"]
@@ -76,6 +83,7 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
         exported = t.num_rows - t.column("shard").null_count
         drops = Counter(r.split(":", 1)[0] for r in t.column("drop_reason").to_pylist() if r)
         lines.append(f"{source:>10}: exported={exported} dropped={dict(sorted(drops.items()))}")
+    # lazy: pulls in streaming (torch)
     from prx_data.export.skiplist import iter_root_sidecars
     from prx_data.training.loader import published_buckets
 
@@ -104,9 +112,11 @@ def _remember_data_root() -> None:
     state = _state_file()
     try:
         state.parent.mkdir(parents=True, exist_ok=True)
+        # lazy: pulls in pyarrow, numpy, pydantic
         from prx_data.core.settings import get_settings
 
         root = get_settings().data_root
+        # lazy: pulls in pyarrow, numpy
         from prx_data.core.storage import resolve_root
 
         root = resolve_root(root)
@@ -120,6 +130,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.fresh and root.exists():
         shutil.rmtree(root)
     _use_data_root(root)
+    # lazy: pulls in PIL, pyarrow, numpy
     from prx_data.demo.corpus import build_demo_corpus
 
     if not (root / "sources").exists() or not any((root / "sources").glob("*.yaml")):
@@ -135,11 +146,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_everything(args: argparse.Namespace) -> int:
+    # lazy: pulls in Dagster
     from prx_data.defs.build import build_defs
     from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
     from prx_data.ingest.registry import load_registry
     from prx_data.core.settings import get_settings
 
+    # lazy: pulls in tqdm
     from prx_data.core.progress import enable_bars
 
     enable_bars()  # drawn only when stderr is a terminal
@@ -148,7 +161,6 @@ def _run_everything(args: argparse.Namespace) -> int:
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}")
     sources = [s for s in registry.sources if not args.source or s in args.source]
-    from prx_data.app.local_ray import shared_local_ray
 
     # One Ray for the whole command: every source's run and every step connect to it, instead
     # of each run starting and stopping its own.
@@ -170,7 +182,6 @@ def _run_everything(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     import json
 
-    from prx_data.app.ui import serve_ui
 
     if args.root:
         root, home = Path(args.root).resolve(), None
@@ -186,6 +197,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if home and not os.environ.get("DAGSTER_HOME"):
         os.environ["DAGSTER_HOME"] = home
     _use_data_root(root)
+    # lazy: pulls in Dagster
     from prx_data.defs.orchestrate import show_automation_on_in_home
 
     show_automation_on_in_home()
@@ -193,6 +205,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
+    # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.ingest.registry import load_registry
     from prx_data.core.settings import get_settings
 
@@ -207,6 +220,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
 
 
 def cmd_buckets(args: argparse.Namespace) -> int:
+    # lazy: pulls in pydantic
     from prx_data.imaging.buckets import BucketConfig, shape_table
 
     cfg = BucketConfig(tiers=tuple(args.tiers)) if args.tiers else BucketConfig()
@@ -216,6 +230,7 @@ def cmd_buckets(args: argparse.Namespace) -> int:
 
 def _runs_lookup():
     # Dagster costs seconds to import: only imported when run details are asked for.
+    # lazy: Dagster costs seconds to import
     from prx_data.defs import run_lookup
 
     return run_lookup.dagster_runs_lookup()
@@ -224,6 +239,7 @@ def _runs_lookup():
 def cmd_lineage(args: argparse.Namespace) -> int:
     import json
 
+    # lazy: pulls in lance, pandas, pyarrow
     from prx_data.curation.lineage import find, format_record
     from prx_data.core.paths import StoragePaths
     from prx_data.ingest.registry import load_registry
@@ -261,6 +277,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 def cmd_optout_add(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.curation.optout.requests import OptOutRequest, write_request
     from prx_data.core.settings import get_settings
 
@@ -288,6 +305,7 @@ def cmd_optout_add(args: argparse.Namespace) -> int:
 
 
 def _registry_priorities(settings) -> dict[str, int]:
+    # lazy: pulls in pydantic
     from prx_data.ingest.registry import load_registry
 
     registry = load_registry(settings.sources_dir)
@@ -298,6 +316,7 @@ def _registry_priorities(settings) -> dict[str, int]:
 
 def cmd_optout_apply(args: argparse.Namespace) -> int:
     """Requests, skip lists and the data card only: nothing is re-exported."""
+    # lazy: pulls in streaming (torch)
     from prx_data.curation.fold import FoldPolicy
     from prx_data.curation.refresh import refresh
     from prx_data.core.paths import StoragePaths
@@ -306,6 +325,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
     if args.root:
         _use_data_root(Path(args.root).resolve())
     settings = get_settings()
+    # lazy: pulls in pyarrow, numpy
     from prx_data.core.locking import configure
 
     configure(settings.lock_policy())  # the fold writes its tables under their locks
@@ -335,6 +355,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_optout_report(args: argparse.Namespace) -> int:
+    # lazy: pulls in lance, pandas, pyarrow
     from prx_data.curation.optout.receipt import receipt, to_json, to_markdown
     from prx_data.core.paths import StoragePaths
     from prx_data.core.settings import get_settings
@@ -424,10 +445,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Commands with their own argument parsers get the rest of the line untouched.
     if argv[:1] == ["jpeg-study"]:
+        # lazy: pulls in PIL, numpy, pydantic
         from prx_data.imaging.jpeg_study import main as study_main
 
         return study_main(argv[1:])
     if argv[:1] == ["explore"]:
+        # lazy: pulls in lance, starlette, jinja2
         from prx_data.explorer.app import main as explore_main
 
         return explore_main(argv[1:])

@@ -113,6 +113,7 @@ def shared_local_ray(log=print) -> Iterator[str | None]:
     """``PRX_RAY_ADDRESS`` set to a local head for the duration of the block, unless it is set
     already (a cluster, or a head shared by tests) or the profile is not local. Yields the
     address in use (None when none could be started: each run then starts its own Ray)."""
+    # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.core.settings import get_settings
 
     settings = get_settings()

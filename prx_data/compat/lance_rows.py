@@ -14,6 +14,8 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.filters import sql_string
+
 WRITTEN_FOR = "14.0.2"
 _ADDRESS = "_rowaddr"
 
@@ -49,7 +51,6 @@ def delete_in_fragment(ds: lance.LanceDataset, fragment_id: int, key: str, value
     ``LanceDataset.delete`` commits on its own, which would split a replace into two versions
     and let a killed run lose or double rows.
     """
-    from prx_data.core.filters import sql_string
 
     predicate = " OR ".join(f"{key} IN ({', '.join(sql_string(v) for v in values[i : i + 1000])})" for i in range(0, len(values), 1000))
     return ds.get_fragment(fragment_id).delete(predicate)

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from prx_data.core.storage import is_remote
+from prx_data.core.locking import LockPolicy
 
 EnvName = Literal["local", "cluster"]
 
@@ -62,7 +63,6 @@ class Settings(BaseModel):
     classifier: dict = Field(default_factory=lambda: {"backend": "minilm"})
 
     def lock_policy(self):
-        from prx_data.core.locking import LockPolicy
 
         return LockPolicy(wait_s=self.lock_wait_s, ttl_s=self.lock_ttl_s)
 

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
 from prx_data.imaging.hash_index import MAX_RADIUS, cluster_ids
+from prx_data.imaging.buckets import BucketConfig, shape_index
 
 DEDUP_REASON = "dedup"
 
@@ -69,7 +70,6 @@ def aspect_ratio_index(height: np.ndarray, width: np.ndarray, config: DedupConfi
 
 
 def _table_index(tier: int, height: int, width: int, config: DedupConfig) -> int | None:
-    from prx_data.imaging.buckets import BucketConfig, shape_index
 
     try:
         cfg = BucketConfig(

@@ -18,6 +18,9 @@ from prx_data.imaging.buckets import BucketConfig
 from prx_data.core.filters import one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
+from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
+from prx_data.curation.optout.receipt import record_build
+from prx_data.curation.optout.requests import read_fingerprints
 
 SKIP_COLUMNS = ["sample_id", "source", "shard", "index_in_shard", "reason", "kept_sample_id"]
 SKIP_SCHEMA = pa.schema(
@@ -115,8 +118,6 @@ def optout_samples(paths: StoragePaths, exports: pa.Table, sources: Iterable[str
     resolution matched, plus every exported sample whose image matches a fingerprint a request
     recorded. The second part is re-applied on every build, so a source that lands later, a
     re-export or a re-ingest that dropped a matched row's bytes never lets a copy back in."""
-    from prx_data.curation.optout.requests import read_fingerprints
-    from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 
     parts = []
     matched = read_optout_samples(paths, options)
@@ -168,7 +169,6 @@ def write_skip_lists(
     which shards) for the requesters' receipts."""
     report = build_skiplists(skips, mds_root, storage_options=storage_options)
     if paths is not None:
-        from prx_data.curation.optout.receipt import record_build
 
         report.build_id = record_build(paths, skips, storage_options)
     return report

@@ -48,7 +48,8 @@ from prx_data.export._fs import sha256_bytes
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
-from prx_data.imaging.buckets import Assignment, BucketConfig, fold_target, shape_index
+from prx_data.imaging import transform  # called as transform.prepare (tests count its calls)
+from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, fold_target, shape_index
 from prx_data.core.lance_io import open_table
 from prx_data.core.locking import table_lock
 from prx_data.core.paths import StoragePaths
@@ -309,9 +310,6 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
         return {"sample_id": row["sample_id"], "caption": r.get("caption"), "label": r.get("label"), "caption_model": r.get("caption_model")}
 
     def samples(scratch: str) -> Iterator[dict]:
-        from prx_data.imaging.buckets import Drop
-        from prx_data.imaging.transform import prepare
-
         if reuse:
             reader = ShardReader(mds_root, indexes, fold, scratch, options)
             for shard, index, old in reader.read(reuse):
@@ -326,7 +324,7 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
             images = read_images(raw_ds, [raw[row["sample_id"]]["_rowaddr"] for _, row in chunk])
             for (rel, row), data in zip(chunk, images):
                 shape = Assignment(row["tier"], row["height"], row["width"])
-                result = prepare(data, bucket_cfg, shape=shape) if data is not None else Drop("invalid_image")
+                result = transform.prepare(data, bucket_cfg, shape=shape) if data is not None else Drop("invalid_image")
                 if isinstance(result, Drop):
                     report.dropped[result.reason] = report.dropped.get(result.reason, 0) + 1
                     continue

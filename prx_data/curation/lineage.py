@@ -16,6 +16,7 @@ from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.filters import Expr, equals, one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
+from prx_data.export.skiplist import shard_sidecars
 
 ROW_COLUMNS = (
     "sample_id", "source", "source_key", "status", "error", "source_url", "license", "image_format",
@@ -83,9 +84,9 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
     ds = open_table(paths.exports_table(source), options)
     if ds is None:
         return []
-    from prx_data.export.skiplist import shard_sidecars
 
     out = []
+    # lazy: pulls in streaming (torch)
     from prx_data.curation.fold import folds_table
 
     rows = ds.to_table(filter=equals("sample_id", sid)).to_pylist()
@@ -164,6 +165,7 @@ def find(
 
 
 def _image_matches(paths: StoragePaths, sources: list[str], image: Path, max_hamming: int, options: dict | None) -> list[dict]:
+    # lazy: pulls in PIL
     from prx_data.imaging.decode import DecodeError
     from prx_data.imaging.phash import hamming, phash_bytes
 

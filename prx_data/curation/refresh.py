@@ -18,10 +18,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from prx_data.core.paths import StoragePaths
-from prx_data.curation.exclusion import DEFAULT_DEDUP_RADIUS, compute_skips, write_skip_lists
-from prx_data.curation.fold import FoldPolicy, apply_fold_policy
 from prx_data.curation.optout.requests import OptOutReport, apply_requests
-from prx_data.curation.report import build_data_card
 from prx_data.export.corpus_index import merge_all
 from prx_data.imaging.buckets import BucketConfig
 
@@ -55,6 +52,10 @@ def rebuild_skip_lists(
 ) -> SkipListsRebuilt:
     """``fold`` is an ``export.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
     call's, so folding and publication agree on what is sparse."""
+    # lazy: fold pulls in streaming (torch) through export.mds_writer; exclusion pulls in lance
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
+    from prx_data.curation.fold import FoldPolicy, apply_fold_policy
+
     exports, skips = compute_skips(
         paths, priorities, bucket_cfg=bucket_cfg, exclude_labels=tuple(exclude_labels), options=options, dedup_radius=dedup_radius
     )
@@ -70,6 +71,9 @@ def rebuild_skip_lists(
 
 def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None):
     """(card, where it was written) for the current export of ``sources``."""
+    # lazy: pulls in lance
+    from prx_data.curation.report import build_data_card
+
     card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options)
     return card, card.write(paths.report_dir(), options)
 
@@ -101,6 +105,9 @@ def refresh(
 ) -> Applied:
     """Apply the opt-out folder now: resolve requests, rebuild the skip lists over the current
     export and refresh the data card. Nothing is re-exported, so this takes seconds."""
+    # lazy: pulls in lance
+    from prx_data.curation.exclusion import DEFAULT_DEDUP_RADIUS
+
     started = time.perf_counter()
     sources = sorted(priorities)
     report = apply_requests(paths, optout_dir, sources, options)

@@ -10,6 +10,9 @@ from datetime import datetime, timezone
 
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths, join
+from prx_data.core.storage import locate, write_bytes
+from prx_data.export.corpus_index import unpublished_buckets
+from prx_data.export.skiplist import iter_root_sidecars
 
 
 @dataclass
@@ -19,7 +22,6 @@ class DataCard:
 
     def write(self, folder: str, options: dict | None = None) -> str:
         """Write ``<folder>/data_card.md`` (a folder or an object-store prefix, via ``options``)."""
-        from prx_data.core.storage import locate, write_bytes
 
         path = join(folder, "data_card.md")
         write_bytes(locate(path, options), self.markdown.encode())
@@ -33,8 +35,8 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
 
 
 def _skips(mds_root: str, options: dict | None) -> tuple[Counter, set[str]]:
+    # lazy: pulls in streaming (torch)
     from prx_data.curation.fold import FOLDED
-    from prx_data.export.skiplist import iter_root_sidecars
 
     reasons: Counter = Counter()
     skipped: set[str] = set()
@@ -46,6 +48,7 @@ def _skips(mds_root: str, options: dict | None) -> tuple[Counter, set[str]]:
 
 
 def _folded(paths: StoragePaths, sources: list[str], options: dict | None) -> list[str]:
+    # lazy: pulls in streaming (torch)
     from prx_data.curation.fold import fold_summary
 
     rows = fold_summary(paths, sources, options)
@@ -61,7 +64,6 @@ def _folded(paths: StoragePaths, sources: list[str], options: dict | None) -> li
 
 def _unpublished(paths: StoragePaths, options: dict | None) -> list[str]:
     """Buckets left out of training (too few unskipped samples), with their counts."""
-    from prx_data.export.corpus_index import unpublished_buckets
 
     notes = unpublished_buckets(paths.mds_root, options)
     if not notes:

@@ -12,6 +12,7 @@ import dagster as dg
 
 def build_defs() -> dg.Definitions:
     """Load the defs folder; resources are built from the settings current at call time."""
+    # lazy: the defs package is loaded by the call, not at import
     import prx_data.defs
 
     package_dir = Path(prx_data.defs.__file__).parent

@@ -26,6 +26,7 @@ import yaml
 from dagster_ray import LocalRay, RayResource
 
 from prx_data.core.settings import Settings
+from prx_data.core.storage import ObjectStoreError, check_access
 
 # Ray options for a code location talking to a remote cluster: never start a local one.
 _REMOTE_RAY_INIT = {"ignore_reinit_error": True, "log_to_driver": True}
@@ -152,7 +153,6 @@ def check_postgres(url: str, timeout_s: float = 5.0) -> None:
 
 
 def check_object_store(settings: Settings) -> None:
-    from prx_data.core.storage import ObjectStoreError, check_access
 
     for setting, uri in (("PRX_LANCE_ROOT", settings.lance_root), ("PRX_MDS_ROOT", settings.mds_root)):
         try:

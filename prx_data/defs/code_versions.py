@@ -8,6 +8,7 @@ from __future__ import annotations
 def captions_code_version() -> str:
     """caption_model@caption_prompt_version of the configured captioner (what the stage writes
     into each row and compares to find stale rows)."""
+    # lazy: pulls in lance, PIL, httpx
     from prx_data.models.captioning.factory import parse_captioner_config
     from prx_data.core.settings import get_settings
     from prx_data.stages.caption_stage import caption_identity
@@ -17,6 +18,7 @@ def captions_code_version() -> str:
 
 
 def labels_code_version() -> str:
+    # lazy: pulls in lance, httpx, pandas
     from prx_data.models.labeling.factory import parse_classifier_config
     from prx_data.core.settings import get_settings
     from prx_data.stages.label_stage import label_identity
@@ -26,6 +28,7 @@ def labels_code_version() -> str:
 
 
 def export_code_version() -> str:
+    # lazy: pulls in Dagster
     from prx_data.defs.export.resources import ExportResource
     from prx_data.stages.export_stage import export_version
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 import dagster as dg
 
 from prx_data.defs.partitions import sources_partitions
+from prx_data.defs.conditions import show_automation_on
 
 
 # Step lifecycle events are noise on a terminal; the asset bodies log what matters at INFO.
@@ -24,6 +25,7 @@ def ensure_partitions(instance: dg.DagsterInstance, sources: Iterable[str]) -> N
 def open_instance(sources: Iterable[str]) -> dg.DagsterInstance:
     """The Dagster instance with the sources' partitions; two runs starting at once on a new
     root take turns here, or both create its SQLite storages and fail."""
+    # lazy: pulls in pyarrow, numpy
     from prx_data.core.locking import dagster_home_lock
 
     with dagster_home_lock():
@@ -34,7 +36,6 @@ def open_instance(sources: Iterable[str]) -> dg.DagsterInstance:
 
 def show_automation_on_in_home() -> None:
     """What ``prx-data ui`` does before it starts the UI (see ``conditions.show_automation_on``)."""
-    from prx_data.defs.conditions import show_automation_on
 
     with dg.DagsterInstance.get() as instance:
         show_automation_on(instance)
@@ -66,6 +67,7 @@ def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, log: 
     job = defs.resolve_job_def("corpus")
     if not job.asset_layer.executable_asset_keys:
         return True
+    # lazy: pulls in pyarrow, numpy, tqdm
     from prx_data.defs.curation.optout_folder import record_optout_folder
 
     # What the opt-out sensor would record: the UI opened later sees the folder as unchanged.

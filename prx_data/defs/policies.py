@@ -34,6 +34,7 @@ def _uses_local_gpu(config) -> bool:
 def captions_pool() -> str | None:
     """``gpu`` when the configured captioner runs on a GPU here, else no pool: CPU backends must
     not queue sources behind each other for a GPU they never use."""
+    # lazy: pulls in PIL, httpx, pyarrow
     from prx_data.models.captioning.factory import parse_captioner_config
     from prx_data.core.settings import get_settings
 
@@ -41,6 +42,7 @@ def captions_pool() -> str | None:
 
 
 def labels_pool() -> str | None:
+    # lazy: pulls in httpx, pyarrow, numpy
     from prx_data.models.labeling.factory import parse_classifier_config
     from prx_data.core.settings import get_settings
 

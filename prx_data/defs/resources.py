@@ -13,6 +13,7 @@ from prx_data.core.locking import configure as configure_locks
 from prx_data.core.paths import StoragePaths
 from prx_data.ingest.registry import Registry, load_registry
 from prx_data.core.settings import Settings, get_settings
+from prx_data.defs.cluster import RayClusterAddress, build_cluster_ray
 
 
 class StorageResource(dg.ConfigurableResource):
@@ -73,11 +74,9 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
     settings = settings or get_settings()
     ray: RayResource
     if settings.env == "cluster":
-        from prx_data.defs.cluster import build_cluster_ray
 
         ray = build_cluster_ray(settings)
     elif settings.ray_address:
-        from prx_data.defs.cluster import RayClusterAddress
 
         from dagster_ray.configs import Lifecycle
 
@@ -87,6 +86,7 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
                                 data_execution_options={"verbose_progress": False})
     else:
         ray = RunLocalRay(ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"}, data_execution_options={"verbose_progress": False})
+    # lazy: pulls in streaming (torch)
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
     from prx_data.defs.export.resources import ExportResource
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 def serve(host: str = "127.0.0.1", port: int = 8765, settings=None) -> None:
     # Imported lazily: the CLI imports this package without paying for Starlette and Lance.
+    # lazy: pulls in lance, starlette, jinja2
     from prx_data.explorer.app import serve as _serve
 
     _serve(host=host, port=port, settings=settings)

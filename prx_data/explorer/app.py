@@ -43,6 +43,7 @@ from prx_data.explorer.thumbs import SIZES, ThumbnailCache, placeholder_svg
 from prx_data.core.schema import LABELS
 from prx_data.core.settings import Settings, get_settings, load_settings
 from prx_data.core.storage import resolve_root
+from prx_data.export.tree import list_buckets
 
 PACKAGE = "prx_data.explorer"
 
@@ -129,7 +130,6 @@ def search_page(request: Request) -> Response:
 
 
 def _bucket_options(explorer: Explorer, tiers_only: bool = False) -> list[str]:
-    from prx_data.export.tree import list_buckets
 
     refs = list_buckets(explorer.settings.mds_root, explorer.settings.storage_options)
     return [str(r.tier) for r in refs] if tiers_only else [r.rel for r in refs]

@@ -42,6 +42,7 @@ from prx_data.core.storage import (
     write_bytes,
     write_if_changed,
 )
+from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, parse_manifest
 
 SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
 UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
@@ -166,7 +167,6 @@ def _skipped_now(bucket: Location, sources: dict[str, str]) -> int:
     A manifest built against other source indexes says nothing about this export (and the loader
     refuses it until skip lists are rebuilt, which decides publication again).
     """
-    from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, parse_manifest
 
     raw = try_read_bytes(bucket.child(MANIFEST_BASENAME))
     if raw is None:
@@ -266,6 +266,7 @@ def collect_garbage(root: Location, bucket: Location, previous_merged: set[str],
     ``_commits/<source>.<run>.running`` marker exists); objects younger than ``min_age_s``;
     skip-list sidecars. Only names that start with a run id are ever candidates.
     """
+    # lazy: pulls in streaming (torch)
     from prx_data.export.mds_writer import COMMITS_DIR, run_of_object, running_marker_name
 
     keep = set(previous_merged) | _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))

@@ -22,6 +22,7 @@ def ingest_fingerprint(data: bytes | None) -> dict:
     Ingest stores these on a row it opts out, so the request keeps the fingerprint of an image
     that is no longer kept.
     """
+    # lazy: pulls in PIL
     from prx_data.imaging.phash import phash_row
 
     if data is None:
@@ -34,6 +35,7 @@ def ingest_fingerprint(data: bytes | None) -> dict:
 
 def image_fingerprint(data: bytes) -> tuple[int | None, str, bool]:
     """(phash or None when degenerate, sha256, degenerate) of an image file; raises DecodeError."""
+    # lazy: pulls in PIL
     from prx_data.imaging.phash import phash_bytes, phash_row
 
     sha = hashlib.sha256(data).hexdigest()

@@ -112,6 +112,7 @@ def resolve_urls(chunk: list[RawItem], spec, skip: set[str]) -> None:
     pending = {item.key: item for item in chunk if item.url and item.data is None and not item.error and item.key not in skip}
     if not pending:
         return
+    # lazy: pulls in httpx
     from prx_data.ingest.download import download_many  # httpx only for sources that need it
     for result in download_many(((k, it.url) for k, it in pending.items()), spec.download):
         item = pending[result.key]

@@ -31,6 +31,7 @@ from prx_data.core.lance_io import storage_options_of
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
 from prx_data.stages.executors import make_processor
+from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
 
 
 def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
@@ -95,7 +96,6 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
 
-        from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
 
         chunks = [
             {"addresses": c.column("_rowaddr").to_pylist(), "sample_ids": c.column("sample_id").to_pylist()}

@@ -21,6 +21,7 @@ from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.filters import STATUS_OK, Expr, all_of, any_of, differs, equals
 from prx_data.core.lance_io import ensure_columns, open_table, update_columns
 from prx_data.core.locking import locks_table
+from prx_data.core.storage import delete_tree, locate
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,6 @@ def _last_per_sample(table: pa.Table) -> pa.Table:
 
 def _remove(uri: str, storage_options: dict | None = None) -> None:
     # With the table's own endpoint and credentials: FileSystem.from_uri would go to AWS.
-    from prx_data.core.storage import delete_tree, locate
 
     delete_tree(locate(uri, storage_options))
 

@@ -14,20 +14,20 @@ from prx_data.core.filters import STATUS_OK, all_of, is_set
 from prx_data.core.lance_io import storage_options_of
 from prx_data.models.labeling.base import LabelResult
 from prx_data.models.labeling.label_columns import label_results_table, with_label_score
-from prx_data.models.labeling.config import ClassifierConfig, FusedClassifierConfig, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
+from prx_data.models.labeling.config import ClassifierConfig, FusedClassifierConfig, MINILM, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.models.labeling.factory import make_classifier, parse_classifier_config
 from prx_data.models.labeling.minilm import minilm_label_version
 from prx_data.models.labeling.prompt import label_prompt_version
 from prx_data.core.schema import LABEL_COLUMNS
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
 from prx_data.stages.executors import make_processor
+from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 
 NO_FUSED_LABEL = "no_fused_label"
 
 
 def label_identity(config: ClassifierConfig) -> tuple[str, str]:
     if isinstance(config, MiniLMClassifierConfig):
-        from prx_data.models.labeling.config import MINILM
 
         return MINILM, minilm_label_version()
     if isinstance(config, OpenAIClassifierConfig):
@@ -35,6 +35,7 @@ def label_identity(config: ClassifierConfig) -> tuple[str, str]:
     if isinstance(config, VLLMClassifierConfig):
         return config.model_id, label_prompt_version()
     if isinstance(config, FusedClassifierConfig):
+        # lazy: pulls in PIL
         from prx_data.models.captioning.task import fused_label_version
 
         return config.model_id, fused_label_version()
@@ -75,7 +76,6 @@ def vllm_label_processor(config: VLLMClassifierConfig) -> Processor:
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
 
-        from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 
         chunks = [{"addresses": c.column("_rowaddr").to_pylist()} for c in address_chunks(todo, config.chunk_rows)]
         if not chunks:
@@ -94,6 +94,7 @@ def fused_label_processor(config: FusedClassifierConfig) -> Processor:
     """No model: rows still pending were captioned without the fused label."""
 
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+        # lazy: pulls in PIL
         from prx_data.models.captioning.task import fused_label_version
 
         if todo.num_rows:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
+from prx_data.imaging.fingerprints import image_fingerprint
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
 _SAMPLE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -215,7 +216,7 @@ def summary_line(row: dict) -> str:
 
 def _image_fingerprints(requests: dict[str, LoadedRequest]) -> tuple[pa.Table, dict[str, list[str]]]:
     """Fingerprints of the requests' image files, and per request the files that failed."""
-    from prx_data.imaging.fingerprints import image_fingerprint
+    # lazy: pulls in lance, pandas
     from prx_data.curation.optout.match import FINGERPRINT_SCHEMA
 
     rows, problems = [], {}
@@ -237,6 +238,7 @@ def _image_fingerprints(requests: dict[str, LoadedRequest]) -> tuple[pa.Table, d
 
 
 def _previous_audit(paths: StoragePaths, options: dict | None) -> pa.Table | None:
+    # lazy: pulls in lance, pandas
     from prx_data.core.lance_io import open_table  # lance only where tables are read: `optout add` stays quick
 
     ds = open_table(paths.optout_audit_table(), options)
@@ -248,6 +250,7 @@ def _previous_audit(paths: StoragePaths, options: dict | None) -> pa.Table | Non
 
 def _kept_fingerprints(previous: pa.Table | None, request_ids: set[str]) -> pa.Table:
     """Every fingerprint recorded before for a request that is still filed."""
+    # lazy: pulls in lance, pandas
     from prx_data.curation.optout.match import FINGERPRINT_SCHEMA
 
     if previous is None or "fingerprints" not in previous.column_names or previous.num_rows == 0:
@@ -281,6 +284,7 @@ def resolve_all(
     the request's image files, of every row it names (current and as exported), and every one
     recorded for it before; each is joined against every row and every exported sample.
     """
+    # lazy: pulls in lance, pandas
     from prx_data.curation.optout.match import (
         fingerprints_of_samples,
         hashed_candidates,
@@ -314,6 +318,7 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
 
     import lance
 
+    # lazy: pulls in lance, pandas
     from prx_data.curation.optout.match import exported_rows, raw_rows
 
     started = time.perf_counter()
@@ -328,6 +333,7 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
             first_seen[(rid, fp)] = at
     matches, unmatched, fingerprints, problems = resolve_all(loaded.requests, raw, exported, previous)
 
+    # lazy: pulls in lance, pandas
     from prx_data.curation.optout.match import _small_join
 
     placed = _small_join(matches.select(["request_id", "sample_id"]), exported.select(["sample_id", "shard"]), "sample_id")
@@ -380,6 +386,7 @@ def read_fingerprints(paths: StoragePaths, options: dict | None = None) -> pa.Ta
     """Every fingerprint of every filed request, as of the last resolution (for skip lists)."""
     previous = _previous_audit(paths, options)
     if previous is None:
+        # lazy: pulls in lance, pandas
         from prx_data.curation.optout.match import FINGERPRINT_SCHEMA
 
         return FINGERPRINT_SCHEMA.empty_table()

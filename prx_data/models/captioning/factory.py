@@ -18,6 +18,7 @@ from prx_data.models.captioning.config import (
     TransformersCaptionerConfig,
     VLLMCaptionerConfig,
 )
+from prx_data.models.captioning.source import SourceCaptioner
 
 _ADAPTER = TypeAdapter(CaptionerConfig)
 
@@ -36,18 +37,20 @@ def make_captioner(config: dict[str, Any] | CaptionerConfig) -> BaseCaptioner:
     real runs should use (see :class:`prx_data.models.captioning.vllm_ray.VLLMCaptioner`)."""
     config = parse_captioner_config(config)
     if isinstance(config, SourceCaptionerConfig):
-        from prx_data.models.captioning.source import SourceCaptioner
 
         return SourceCaptioner()
     if isinstance(config, OpenAICaptionerConfig):
+        # lazy: pulls in pyarrow, numpy
         from prx_data.models.captioning.openai_backend import OpenAICaptioner
 
         return OpenAICaptioner(config)
     if isinstance(config, TransformersCaptionerConfig):
+        # lazy: pulls in pyarrow, numpy
         from prx_data.models.captioning.transformers_backend import TransformersCaptioner
 
         return TransformersCaptioner(config)
     if isinstance(config, VLLMCaptionerConfig):
+        # lazy: pulls in pyarrow, numpy
         from prx_data.models.captioning.vllm_ray import VLLMCaptioner
 
         return VLLMCaptioner(config)

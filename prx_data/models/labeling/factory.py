@@ -13,6 +13,9 @@ from prx_data.models.labeling.config import (
     OpenAIClassifierConfig,
     VLLMClassifierConfig,
 )
+from prx_data.models.labeling.minilm import MiniLMClassifier
+from prx_data.models.labeling.openai_backend import OpenAIClassifier
+from prx_data.models.labeling.vllm_ray import VLLMClassifier
 
 _ADAPTER = TypeAdapter(ClassifierConfig)
 
@@ -28,15 +31,12 @@ def make_classifier(config: dict[str, Any] | ClassifierConfig) -> BaseClassifier
     ``label_dataset(ds)``, the streaming path real runs should use."""
     config = parse_classifier_config(config)
     if isinstance(config, MiniLMClassifierConfig):
-        from prx_data.models.labeling.minilm import MiniLMClassifier
 
         return MiniLMClassifier(config)
     if isinstance(config, OpenAIClassifierConfig):
-        from prx_data.models.labeling.openai_backend import OpenAIClassifier
 
         return OpenAIClassifier(config)
     if isinstance(config, VLLMClassifierConfig):
-        from prx_data.models.labeling.vllm_ray import VLLMClassifier
 
         return VLLMClassifier(config)
     if getattr(config, "backend", None) == "fused":
