@@ -30,6 +30,6 @@ fi
 echo "environment ready after $(( $(date +%s) - started ))s: $PY"
 "$PY" -m prx_data.models.captioning.gpu_env $([ "$DEVICE" = cpu ] && echo --cpu)
 WORK=$(mktemp -d /tmp/prx-gpu-check.XXXXXX)
-"$PY" -m prx_data_tests.captioning.tiny_models "$WORK/models" >/dev/null
+"$PY" -m prx_data_tests.models.tiny_models "$WORK/models" >/dev/null
 "$PY" benchmarks/gpu_check.py --device "$DEVICE" --models "$WORK/models" --work "$WORK"
 echo "gpu_check.sh: $(( $(date +%s) - started ))s in all"

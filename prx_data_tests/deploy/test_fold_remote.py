@@ -11,7 +11,7 @@ from prx_data.core.paths import StoragePaths
 from prx_data.curation.report import build_data_card
 from prx_data.core.storage import streaming_env
 from prx_data_tests.export.rawtables import write_raw
-from prx_data_tests.export.test_fold import OFF, ON, SPARSE, TARGET, corpus_items, epoch, ids, pipeline
+from prx_data_tests.curation.test_fold import OFF, ON, SPARSE, TARGET, corpus_items, epoch, ids, pipeline
 
 
 def _objects(client, bucket: str) -> dict[str, str]:

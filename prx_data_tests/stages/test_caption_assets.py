@@ -16,7 +16,7 @@ from prx_data.demo.corpus import build_demo_corpus
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import LABELS
 from prx_data.core.settings import get_settings
-from prx_data_tests.captioning.fake_openai import FakeChatServer
+from prx_data_tests.models.fake_openai import FakeChatServer
 from prx_data_tests.conftest import materializations, run_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -23,8 +23,8 @@ from prx_data.models.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT, captio
 from prx_data.models.captioning.task import CaptionTask, FusedCaptionLabelTask, fused_label_version
 from prx_data.models.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data.models.captioning.vllm_ray import VLLMCaptioner, caption_engine_kwargs
-from prx_data_tests.captioning.fake_openai import good_caption
-from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
+from prx_data_tests.models.fake_openai import good_caption
+from prx_data_tests.models.images import NOT_AN_IMAGE, image_bytes
 
 BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=256 * 256)
 SAMPLING = CaptionSampling(max_tokens=300)

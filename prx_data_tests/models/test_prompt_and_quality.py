@@ -5,7 +5,7 @@ import pytest
 from prx_data.models.captioning import prompt
 from prx_data.models.captioning.base import CaptionResult, error_code
 from prx_data.models.captioning.quality import CaptionGuards, judge_caption, judge_source_caption
-from prx_data_tests.captioning.fake_openai import good_caption
+from prx_data_tests.models.fake_openai import good_caption
 
 GOOD = good_caption("red")  # 125 words, ends with a full stop
 

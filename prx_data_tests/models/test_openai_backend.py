@@ -10,13 +10,13 @@ from prx_data.models.captioning.config import OpenAICaptionerConfig
 from prx_data.models.captioning.factory import make_captioner
 from prx_data.models.captioning.images import ImageBudget
 from prx_data.models.captioning.prompt import SYSTEM_PROMPT, caption_prompt_version
-from prx_data_tests.captioning.fake_openai import (
+from prx_data_tests.models.fake_openai import (
     FakeChatServer,
     dominant_colour,
     free_port,
     request_image,
 )
-from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
+from prx_data_tests.models.images import NOT_AN_IMAGE, image_bytes
 
 BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=128 * 128)
 

@@ -8,7 +8,7 @@ from PIL import Image
 from pydantic import ValidationError
 
 from prx_data.models.captioning.images import ImageBudget, fit_size, image_data_url, load_for_captioning
-from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
+from prx_data_tests.models.images import NOT_AN_IMAGE, image_bytes
 
 BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=256 * 256, multiple=32)
 

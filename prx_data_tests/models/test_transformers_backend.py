@@ -8,7 +8,7 @@ from prx_data.models.captioning.factory import make_captioner
 from prx_data.models.captioning.images import ImageBudget
 from prx_data.models.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT
 from prx_data.models.captioning.quality import CaptionGuards
-from prx_data_tests.captioning.images import NOT_AN_IMAGE, image_bytes
+from prx_data_tests.models.images import NOT_AN_IMAGE, image_bytes
 
 SMALL = ImageBudget(min_pixels=32 * 32, max_pixels=128 * 128)
 # The random model writes noise: open the length and punctuation guards.

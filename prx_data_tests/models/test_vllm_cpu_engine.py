@@ -58,7 +58,7 @@ def tiny_models(tmp_path_factory) -> dict[str, str]:
     python = vllm_python()
     out = tmp_path_factory.mktemp("tiny-models")
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    subprocess.run([python, "-m", "prx_data_tests.captioning.tiny_models", str(out)], check=True, env=env,
+    subprocess.run([python, "-m", "prx_data_tests.models.tiny_models", str(out)], check=True, env=env,
                    cwd=REPO, stdout=subprocess.DEVNULL)
     return {"vl": str(out / "qwen3-vl"), "text": str(out / "qwen3")}
 

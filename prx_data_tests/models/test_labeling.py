@@ -18,7 +18,7 @@ from prx_data.models.labeling.prompt import SYSTEM_PROMPT, label_prompt_version,
 from prx_data.models.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data.models.labeling.task import NO_THINKING, LabelTask
 from prx_data.core.schema import LABEL_COLUMNS, LABELS
-from prx_data_tests.captioning.fake_openai import FakeChatServer
+from prx_data_tests.models.fake_openai import FakeChatServer
 
 # A dozen hand-written captions whose label is obvious.
 OBVIOUS = [

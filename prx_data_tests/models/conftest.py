@@ -11,7 +11,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory):
-    from prx_data_tests.captioning.tiny_vlm import build_tiny_qwen3_vl
+    from prx_data_tests.models.tiny_vlm import build_tiny_qwen3_vl
 
     return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny-qwen3-vl"))
 

@@ -5,7 +5,7 @@ here on the prompts (every byte is in its alphabet, so structured output can spe
 JSON), head_dim 64 (vLLM's attention backends reject 16), 8192 positions.
 
 Run it in the environment that serves the checkpoint (transformers 5 for vLLM 0.29):
-``python -m prx_data_tests.captioning.tiny_models OUT_DIR`` writes ``OUT_DIR/qwen3-vl`` and
+``python -m prx_data_tests.models.tiny_models OUT_DIR`` writes ``OUT_DIR/qwen3-vl`` and
 ``OUT_DIR/qwen3``. Works with transformers 4.57 too (the Dagster side's version).
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from prx_data_tests.captioning.tiny_vlm import CHAT_TEMPLATE as VL_CHAT_TEMPLATE
+from prx_data_tests.models.tiny_vlm import CHAT_TEMPLATE as VL_CHAT_TEMPLATE
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
