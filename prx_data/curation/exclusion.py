@@ -35,7 +35,7 @@ SKIP_SCHEMA = pa.schema(
 )
 
 
-# PRX_DEDUP_RADIUS's default (settings.py); callers that run under settings pass theirs.
+# PRX_DEDUP_RADIUS's default (core/settings.py); callers that run under settings pass theirs.
 DEFAULT_DEDUP_RADIUS = 2
 
 

@@ -23,7 +23,7 @@ ROW_COLUMNS = (
     "width", "height", "source_caption", "caption", "caption_model", "caption_prompt_version", "caption_error",
     "label", "label_model", "label_version", "label_error", "label_score", "phash", "phash_version",
     "phash_degenerate", "image_sha256", "ingested_at",
-    # The run that wrote each derived column group (stages.columns.run_id_column).
+    # The run that wrote each derived column group (stages.column_stage.run_id_column).
     "ingest_run_id", "phash_run_id", "caption_run_id", "label_run_id",
 )
 
@@ -38,7 +38,7 @@ class Placement:
     export_version: str | None
     export_run_id: str | None = None  # the run that placed (or dropped) it
     skipped: list[dict] = field(default_factory=list)  # reason, sidecar, kept_sample_id
-    folded_from: str | None = None  # "tier/HxW": a copy the fold policy made (export/fold.py)
+    folded_from: str | None = None  # "tier/HxW": a copy the fold policy made (curation/fold.py)
 
 
 @dataclass

@@ -29,7 +29,7 @@ class SkipListsRebuilt:
     skips: pa.Table  # one row per (sample, shard, reason)
     report: object  # export.skiplist.SkiplistReport: sidecars written / unchanged / removed, per-stream shares
     merged: list  # export.corpus_index merge results, one per bucket (published or not)
-    folds: object  # export.fold.FoldReport
+    folds: object  # curation.fold.FoldReport
 
     @property
     def skipped_samples(self) -> int:
@@ -50,7 +50,7 @@ def rebuild_skip_lists(
     options: dict | None = None,
     run_id: str | None = None,
 ) -> SkipListsRebuilt:
-    """``fold`` is an ``export.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
+    """``fold`` is a ``curation.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
     call's, so folding and publication agree on what is sparse."""
     # lazy: fold pulls in streaming (torch) through export.mds_writer; exclusion pulls in lance
     from prx_data.curation.exclusion import compute_skips, write_skip_lists

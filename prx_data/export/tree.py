@@ -1,6 +1,6 @@
 """The MDS tree's layout: ``<mds root>/<tier>/<height>x<width>/<source>/shard.NNNNN.mds``.
 
-Paths of real folders come from ``prx_data.core.paths``; this module only adds what paths.py does
+Paths of real folders come from ``prx_data.core.paths``; this module only adds what core/paths.py does
 not know: how to list the tree and how to recognise the transient folders that the atomic
 export leaves beside a source's folder (``<source>.staging-<run>``, ``<source>.old-<run>``).
 Source names never contain a dot (registry rule), so a dot marks a transient folder.

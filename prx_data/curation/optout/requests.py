@@ -8,7 +8,7 @@ every copy in any source (fingerprint). The fingerprints are durable: kept in th
 across re-ingests that drop a matched row's bytes, and re-applied to every source on every
 skip-list build, including sources that land later. Nothing is deleted: the matches are handed
 to the skip lists with reason ``optout:<request id>``. Matching is done with joins
-(``optout_match``), so bulk requests cost the request plus the corpus, not their product.
+(``optout.match``), so bulk requests cost the request plus the corpus, not their product.
 """
 
 from __future__ import annotations
