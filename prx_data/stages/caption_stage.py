@@ -27,6 +27,7 @@ from prx_data.captioning.config import (
 from prx_data.captioning.factory import make_captioner, parse_captioner_config
 from prx_data.captioning.prompt import caption_prompt_version, fused_prompt_version
 from prx_data.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
+from prx_data.captioning.stage_timings import record_stage_timings
 from prx_data.lance_io import storage_options_of
 from prx_data.schema import CAPTION_COLUMNS, LABEL_COLUMNS
 from prx_data.stages.columns import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
@@ -107,8 +108,10 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
             functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
         )
-        for batch in caption_dataset_vllm(rows, config).iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
+        out = caption_dataset_vllm(rows, config)
+        for batch in out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
             yield batch
+        record_stage_timings(out, f"captions {config.model_id}")
 
     return run
 

@@ -10,6 +10,7 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
+from prx_data.captioning.stage_timings import record_stage_timings
 from prx_data.filters import STATUS_OK, all_of, is_set
 from prx_data.lance_io import storage_options_of
 from prx_data.labeling.base import LabelResult
@@ -84,8 +85,10 @@ def vllm_label_processor(config: VLLMClassifierConfig) -> Processor:
             functools.partial(_read_captions, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
         )
-        for batch in label_dataset_vllm(rows, config).iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
+        out = label_dataset_vllm(rows, config)
+        for batch in out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
             yield with_label_score(batch)
+        record_stage_timings(out, f"labels {config.model_id}")
 
     return run
 
