@@ -24,6 +24,7 @@ from collections import Counter
 
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
 from gpu_profile_args import add_profile_args, overrides, print_profile  # noqa: E402
+from weightless import add_weightless_args  # noqa: E402
 from pathlib import Path
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp"}
@@ -33,14 +34,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--model", required=True, help="local checkpoint dir or object-storage URI")
+    p.add_argument("--model", help="local checkpoint dir or object-storage URI (not with --weightless)")
     p.add_argument("--model-id", default="Qwen/Qwen3-VL-8B-Instruct")
     p.add_argument("--images", help="folder of images (searched recursively)")
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--max-pixels", type=int, default=1024 * 32 * 32)
     p.add_argument("--show", type=int, default=3, help="print this many captions")
     add_profile_args(p)
-    return p.parse_args(argv)
+    add_weightless_args(p)
+    args = p.parse_args(argv)
+    if not args.model and not args.weightless:
+        p.error("--model is required (or --weightless)")
+    return args
 
 
 def synthetic_jpeg(seed: int) -> bytes:
@@ -82,6 +87,11 @@ def steady_rate(stamps: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.weightless:
+        # The published config, dummy weights, forced output length (benchmarks/weightless.py).
+        import weightless
+
+        return weightless.caption_main(args, overrides(args))
     # Check before importing Ray: a missing vLLM or GPU should be one clear line, not a
     # traceback from inside a Ray actor minutes later.
     from prx_data.models.captioning.gpu_env import gpu_environment_problems

@@ -22,6 +22,7 @@ from collections import Counter
 
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
 from gpu_profile_args import add_profile_args, overrides, print_profile  # noqa: E402
+from weightless import add_weightless_args  # noqa: E402
 
 SUBJECTS = ["a golden retriever", "a red bicycle", "an old stone bridge", "a bowl of ramen",
             "a screenshot of a settings page", "a printed invoice", "a presentation slide",
@@ -36,12 +37,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--model", required=True, help="local checkpoint dir or object-storage URI")
+    p.add_argument("--model", help="local checkpoint dir or object-storage URI (not with --weightless)")
     p.add_argument("--model-id", default="Qwen/Qwen3-8B")
     p.add_argument("--captions", help=".jsonl or .parquet with a caption column")
     p.add_argument("--n", type=int, default=10000)
     add_profile_args(p)
-    return p.parse_args(argv)
+    add_weightless_args(p)
+    args = p.parse_args(argv)
+    if not args.model and not args.weightless:
+        p.error("--model is required (or --weightless)")
+    return args
 
 
 def synthetic_caption(rng: random.Random) -> str:
@@ -81,6 +86,11 @@ def steady_rate(stamps: list[float]) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from prx_data.models.captioning.gpu_env import gpu_environment_problems
+    if args.weightless:
+        # The published config, dummy weights, forced output length (benchmarks/weightless.py).
+        import weightless
+
+        return weightless.label_main(args, overrides(args))
 
     problems = gpu_environment_problems() if args.worker_env == "none" else []
     if problems:

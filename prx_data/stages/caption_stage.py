@@ -30,6 +30,7 @@ from prx_data.models.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VER
 from prx_data.core.lance_io import storage_options_of
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
+from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.stages.executors import make_processor
 from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
 
@@ -107,8 +108,10 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
             functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
         )
-        for batch in caption_dataset_vllm(rows, config).iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
+        out = caption_dataset_vllm(rows, config)
+        for batch in out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
             yield batch
+        record_stage_timings(out, f"captions {config.model_id}")
 
     return run
 

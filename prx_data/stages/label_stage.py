@@ -20,6 +20,7 @@ from prx_data.models.labeling.minilm import minilm_label_version
 from prx_data.models.labeling.prompt import label_prompt_version
 from prx_data.core.schema import LABEL_COLUMNS
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
+from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.stages.executors import make_processor
 from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 
@@ -84,8 +85,10 @@ def vllm_label_processor(config: VLLMClassifierConfig) -> Processor:
             functools.partial(_read_captions, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
         )
-        for batch in label_dataset_vllm(rows, config).iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
+        out = label_dataset_vllm(rows, config)
+        for batch in out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
             yield with_label_score(batch)
+        record_stage_timings(out, f"labels {config.model_id}")
 
     return run
 

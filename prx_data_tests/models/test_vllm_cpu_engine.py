@@ -28,6 +28,7 @@ import pytest
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import LABELS, raw_schema
 from prx_data.core.settings import get_settings
+from prx_data.models.captioning.stage_timings import TIMINGS_VAR
 from prx_data_tests.conftest import materializations, run_source
 from prx_data_tests.images import jpeg, png
 
@@ -159,6 +160,8 @@ def test_captions_and_labels_with_the_real_engine_resuming_a_killed_run(data_roo
     assert staged.count_rows() == 3
     assert "caption" not in lance.dataset(uri).schema.names or lance.dataset(uri).count_rows("caption IS NOT NULL") == 0
 
+    timings = data_root / "stage-timings.txt"
+    monkeypatch.setenv(TIMINGS_VAR, str(timings))
     monkeypatch.setenv("PRX_CAPTIONER", json.dumps(cap))
     monkeypatch.setenv("PRX_CLASSIFIER", json.dumps(classifier(tiny_models, python)))
     get_settings.cache_clear()
@@ -166,6 +169,11 @@ def test_captions_and_labels_with_the_real_engine_resuming_a_killed_run(data_roo
 
     result = run_source(build_defs(), instance, SOURCE, selection=[CAP, LAB])
     assert result.success
+    # Ray Data's per-operator timings of both runs (pytest -s shows them): a CPU stage starved
+    # of CPUs shows as a long run with little wall time of its own.
+    recorded = timings.read_text()
+    print("\n" + recorded)
+    assert "== captions" in recorded and "== labels" in recorded and "ChatTemplate" in recorded, recorded
     cap_meta, lab_meta = _meta(result, "captions"), _meta(result, "caption_labels")
     # The staged rows were kept, not sent to the engine again.
     assert cap_meta["resumed_from_staging"] == 3

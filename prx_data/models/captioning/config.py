@@ -105,6 +105,13 @@ class VLLMCaptionerConfig(VLLMStageConfig):
     # Also emit the label (visual/text/nsfw) in the same request, after the caption, by
     # structured output; the text-only label pass can then be skipped (classifier "fused").
     fused_label: bool = False
+    # vLLM's multimodal processor cache (4 GiB by default) keys processed images by content:
+    # unique images never hit it, so it only costs hashing and memory. Raise it for corpora
+    # that caption the same image again.
+    mm_processor_cache_gb: float = Field(0, ge=0)
+    # FP8 weights for the language model only; the vision tower stays bf16
+    # (prx_data/captioning/fp8_vision.py). Off: `quantization` applies to the tower too.
+    vision_bf16: bool = False
 
     @field_validator("model_source")
     @classmethod

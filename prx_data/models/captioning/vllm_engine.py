@@ -55,6 +55,12 @@ class VLLMStageConfig(BaseModel):
     # to the engine and the stage actors would never be scheduled.
     cpu_stage_concurrency: int | tuple[int, int] = (1, 4)
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
+    # Chat template and tokenize: milliseconds of text work per batch. At the image stages'
+    # size (up to 4 whole CPUs each) they held 8 of a 16-core node's cores while mostly idle,
+    # and the image preprocessing that feeds the engine waited for CPUs. A quarter CPU each and
+    # at most 2 actors: 1 CPU in all, the rest stays with preprocess and multimodal prepare.
+    text_stage_concurrency: int | tuple[int, int] = (1, 2)
+    text_stage_num_cpus: float = Field(0.25, gt=0)
     # CPU device only: KV cache size in GiB (vLLM reads VLLM_CPU_KVCACHE_SPACE).
     cpu_kv_cache_gib: int = Field(1, ge=1)
     # Results are appended to the Lance staging table this many rows at a time: one fragment
@@ -94,6 +100,7 @@ def processor_config(cfg: VLLMStageConfig, *, engine: dict[str, Any], multimodal
     from ray.data.llm import vLLMEngineProcessorConfig
 
     cpu_stage = {"concurrency": cfg.cpu_stage_concurrency, "num_cpus": cfg.cpu_stage_num_cpus}
+    text_stage = {"concurrency": cfg.text_stage_concurrency, "num_cpus": cfg.text_stage_num_cpus}
     extra: dict[str, Any] = {}
     if cfg.device == "cpu":
         # No GPU to ask for: the engine actor takes one CPU bundle instead.
@@ -108,9 +115,9 @@ def processor_config(cfg: VLLMStageConfig, *, engine: dict[str, Any], multimodal
         runtime_env=stage_runtime_env(cfg),
         # Parses the image parts of the messages into vLLM multimodal data (Ray 2.60 name).
         prepare_multimodal_stage={"enabled": multimodal, **cpu_stage},
-        chat_template_stage={"enabled": True, **cpu_stage,
+        chat_template_stage={"enabled": True, **text_stage,
                              **({"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {})},
-        tokenize_stage={"enabled": True, **cpu_stage},
+        tokenize_stage={"enabled": True, **text_stage},
         # vLLM returns the text with the tokens: a detokenize pass would redo it on the CPU.
         detokenize_stage={"enabled": False},
         # A failed row becomes a row with an error column, not a failed job.

@@ -16,6 +16,7 @@ from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, Captio
 from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.models.captioning.config import VLLMCaptionerConfig
 from prx_data.models.captioning.task import CaptionTask
+from prx_data.models.captioning.fp8_vision import keep_vision_bf16
 
 if TYPE_CHECKING:
     import ray.data
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 def caption_engine_kwargs(cfg: VLLMCaptionerConfig) -> dict[str, Any]:
     widest = cfg.widest_budget()
-    return vllm_engine.engine_kwargs(
+    kwargs = vllm_engine.engine_kwargs(
         cfg,
         # One image per prompt and no video: vLLM sizes its encoder budget from these limits.
         limit_mm_per_prompt={"image": 1, "video": 0},
@@ -31,7 +32,9 @@ def caption_engine_kwargs(cfg: VLLMCaptionerConfig) -> dict[str, Any]:
         # otherwise reserves room for the model's maximum, 16k tokens per image). Images are
         # already resized to their source's budget in preprocess; this is the widest one.
         mm_processor_kwargs={"size": {"shortest_edge": widest.min_pixels, "longest_edge": widest.max_pixels}},
+        mm_processor_cache_gb=cfg.mm_processor_cache_gb,
     )
+    return keep_vision_bf16(kwargs) if cfg.vision_bf16 else kwargs
 
 
 def caption_dataset_vllm(ds: "ray.data.Dataset", cfg: VLLMCaptionerConfig) -> "ray.data.Dataset":
