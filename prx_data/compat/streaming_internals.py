@@ -10,12 +10,20 @@
   derived values; the originals live in private attributes.
 - ``download_stream_file`` uses public pieces only (``CloudDownloader``); it replaces
   ``Stream._download_file`` and keeps a not-found answer distinct from a failure.
+- ``configure_downloads``: streaming's ``S3Downloader`` reads the endpoint only from the
+  ``S3_ENDPOINT_URL`` variable of the process that downloads, and falls back to unsigned
+  requests to AWS on a 400 or when no credentials are found. A stream gets a downloader bound
+  to the ``storage_options`` it was built with instead (``Stream._downloader``, set in
+  ``Stream.__init__`` and pickled into DataLoader workers with the stream), so index, shard and
+  skip-list downloads reach the given endpoint with the given keys, and never AWS's default.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import streaming
@@ -23,6 +31,7 @@ from numpy.typing import NDArray
 from streaming import MDSWriter, Stream, StreamingDataset
 from streaming.base.sampling import get_sampling
 from streaming.base.storage import CloudDownloader
+from streaming.base.storage.download import S3Downloader
 
 # Re-read streaming's resample_streams, Writer.write/_reset_cache and Stream.__init__ /
 # apply_weights before changing this.
@@ -57,7 +66,7 @@ def download_stream_file(stream: Stream, basename: str, to_basename: str | None 
     attempts = max(1, int(getattr(stream, "download_retry", None) or 2))
     timeout = float(getattr(stream, "download_timeout", None) or 60)
     for attempt in range(1, attempts + 1):
-        downloader = CloudDownloader.get(stream.remote)
+        downloader = _fresh_downloader(stream)
         try:
             downloader.download(remote, local, timeout)
             return local
@@ -69,6 +78,70 @@ def download_stream_file(stream: Stream, basename: str, to_basename: str | None 
         finally:
             downloader.clean_up()
     raise AssertionError("unreachable")
+
+
+class ConfiguredS3Downloader(S3Downloader):
+    """streaming's S3 downloader with the endpoint, keys and region given, not read from the
+    environment; no unsigned fallback (it would retry against AWS with no credentials)."""
+
+    def __init__(self, storage_options: Mapping[str, str]) -> None:
+        super().__init__()
+        self.storage_options = dict(storage_options)
+
+    def _create_s3_client(self, unsigned: bool = False, timeout: float = 60) -> Any:
+        from boto3.session import Session
+        from botocore.config import Config
+
+        options = self.storage_options
+        endpoint = options.get("aws_endpoint") or options.get("endpoint")
+        if endpoint and "://" not in endpoint:
+            endpoint = ("http://" if _flag(options.get("allow_http")) else "https://") + endpoint
+        self._s3_client = Session().client(
+            "s3",
+            config=Config(read_timeout=timeout, retries={"mode": "adaptive"}),
+            endpoint_url=endpoint or None,
+            aws_access_key_id=options.get("aws_access_key_id") or None,
+            aws_secret_access_key=options.get("aws_secret_access_key") or None,
+            aws_session_token=options.get("aws_session_token") or None,
+            region_name=options.get("aws_region") or None,
+        )
+
+    def _download_file_impl(self, remote: str, local: str, timeout: float) -> None:
+        from botocore.exceptions import ClientError
+
+        if self._s3_client is None:
+            self._create_s3_client(timeout=timeout)
+        obj = urllib.parse.urlparse(remote)
+        try:
+            self._s3_client.download_file(obj.netloc, obj.path.lstrip("/"), local, Config=_transfer_config())
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("404", "NoSuchKey"):
+                raise FileNotFoundError(f"object {remote} not found") from exc
+            raise
+
+
+def _flag(value: Any) -> bool:
+    return str(value).lower() in ("1", "true", "yes")
+
+
+def _transfer_config():
+    from boto3.s3.transfer import TransferConfig
+
+    return TransferConfig(use_threads=False)
+
+
+def configure_downloads(stream: Stream, storage_options: Mapping[str, str] | None) -> Stream:
+    """Bind ``stream``'s downloads to ``storage_options`` (an ``s3://`` remote only); returns it."""
+    if storage_options and stream.remote and urllib.parse.urlparse(stream.remote).scheme == "s3":
+        stream._downloader = ConfiguredS3Downloader(storage_options)
+    return stream
+
+
+def _fresh_downloader(stream: Stream) -> CloudDownloader:
+    bound = getattr(stream, "_downloader", None)
+    if isinstance(bound, ConfiguredS3Downloader):
+        return ConfiguredS3Downloader(bound.storage_options)
+    return CloudDownloader.get(stream.remote)
 
 
 def resample_kept(

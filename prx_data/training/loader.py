@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from streaming import Stream, StreamingDataLoader, StreamingDataset
 from streaming.base.util import number_abbrev_to_int
 
-from prx_data.compat.streaming_internals import download_stream_file, resample_kept
+from prx_data.compat.streaming_internals import configure_downloads, download_stream_file, resample_kept
 from prx_data.compat.streaming_internals import reset_weights as _reset_weights
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
@@ -264,7 +264,8 @@ def build_bucket_streams(
         if folder is not None:  # streaming reads a local bucket in place
             return Stream(local=folder, **extra, **stream_kwargs)
         cache_dir = cache_dir or tempfile.mkdtemp(prefix="prx-stream-cache-")
-        return Stream(remote=bucket.uri, local=os.path.join(cache_dir, *bucket.rel.split("/")), **extra, **stream_kwargs)
+        made = Stream(remote=bucket.uri, local=os.path.join(cache_dir, *bucket.rel.split("/")), **extra, **stream_kwargs)
+        return configure_downloads(made, storage_options)
 
     if isinstance(weights, Mapping):
         unknown = sorted(set(weights) - set(by_rel))
@@ -320,8 +321,11 @@ def make_loader(
     than ``batch_size`` x ranks under per-stream batching) or whose every sample is skipped are
     left out and named in one ``UntrainableStreamsWarning``; only a corpus with no trainable
     stream at all raises ``ValueError``. ``mds_root`` may be an ``s3://`` / ``gs://`` root
-    (buckets are cached under ``cache_dir``; streaming reads the endpoint and keys from the
-    environment, see ``core.storage.streaming_env``).
+    (buckets are cached under ``cache_dir``). ``storage_options`` (as ``core.settings`` builds
+    them) reach every read: the listing, the counts, and each stream's index, skip-list and
+    shard downloads, in this process and in DataLoader workers alike, with no ``S3_ENDPOINT_URL``
+    needed in the environment (``compat.streaming_internals.configure_downloads``). Streams
+    passed in ``streams`` are bound to them too.
     """
     need = smallest_trainable_stream(batch_size, batching_method)
     left_out: dict[str, str] = {}
@@ -348,6 +352,7 @@ def make_loader(
     else:
         chosen = []
         for stream in streams:
+            configure_downloads(stream, storage_options)
             folder = os.path.join(stream.remote or stream.local, stream.split or "")
             counts = _counts(folder, storage_options)
             why = None if counts is None else _why_untrainable(counts[1], need)
