@@ -292,14 +292,20 @@ def check_access(uri: str, storage_options: Mapping[str, str] | None, setting: s
     except ValueError as exc:
         raise ObjectStoreError(f"{setting}={uri!r}: {exc}") from exc
     except OSError as exc:
-        text = str(exc)
-        if any(code in text for code in ("SIGNATURE", "ACCESS_DENIED", "InvalidAccessKeyId", "INVALID_ACCESS_KEY", "403", "AccessDenied")):
-            why = f"credentials were refused; check {CREDENTIAL_SETTINGS}"
-        elif "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text:
-            why = "the bucket does not exist"
-        else:
-            why = f"the object store could not be reached; check PRX_S3_ENDPOINT and {CREDENTIAL_SETTINGS}"
-        raise ObjectStoreError(f"{setting}={uri!r}: {why} ({text.splitlines()[0][:300]})") from exc
+        raise ObjectStoreError(f"{setting}={uri!r}: {access_problem(exc)}") from exc
+
+
+def access_problem(exc: OSError, settings: str | None = None) -> str:
+    """What an object-store failure means for the user, naming ``settings`` to fix (default:
+    the endpoint and credential variables ``core.settings`` reads), plus the store's own words."""
+    text = str(exc)
+    if any(code in text for code in ("SIGNATURE", "ACCESS_DENIED", "InvalidAccessKeyId", "INVALID_ACCESS_KEY", "403", "AccessDenied")):
+        why = f"credentials were refused; check {settings or CREDENTIAL_SETTINGS}"
+    elif "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text:
+        why = "the bucket does not exist"
+    else:
+        why = f"the object store could not be reached; check {settings or 'PRX_S3_ENDPOINT and ' + CREDENTIAL_SETTINGS}"
+    return f"{why} ({(text.splitlines() or [''])[0][:300]})"
 
 
 def streaming_env(storage_options: Mapping[str, str] | None) -> dict[str, str]:

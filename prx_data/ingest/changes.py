@@ -58,6 +58,7 @@ class UnitJob:
     optout: OptOutMatcher | None = None
     rows_per_fragment: int = 1_000_000
     chunk_size: int = 256
+    source_options: dict | None = None  # reach an object-store source (read by each worker)
 
 
 @dataclass
@@ -129,7 +130,7 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
             yield sid, item
 
     def batches():
-        for chunk in chunked(picked(enumerate(read_unit(source, unit))), job.chunk_size):
+        for chunk in chunked(picked(enumerate(read_unit(source, unit, job.source_options))), job.chunk_size):
             before_of = stored.lookup([sid for sid, _ in chunk])
             skip_fetch = {it.key for sid, it in chunk if it.url and not it.error and sid in before_of and before_of[sid][1] in _FETCHED}
             resolve_urls([it for _, it in chunk], spec, skip_fetch)

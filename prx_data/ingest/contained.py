@@ -10,6 +10,10 @@ root, a hang, or a whole file held in memory. Every read here:
    root (a link swapped between steps 1 and 2 is caught here);
 4. refuses anything but a regular file, compares its size with the cap before reading, and
    reads at most ``cap + 1`` bytes, so a file that grows while read cannot pass the cap either.
+
+A source on an object store has an ``object_source.ObjectRoot`` instead: the same three calls
+(``open_contained``, ``read_contained``, ``read_optional``) check containment on the prefix,
+compare the object's size with the cap before reading and read at most ``cap + 1`` bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from prx_data.core.schema import Status
+from prx_data.ingest.object_source import READ_CHUNK, ObjectRoot
 
 _CHUNK = 1024 * 1024
 _FD_DIR = "/proc/self/fd"
@@ -64,8 +69,14 @@ def default_root(location: Path) -> Path:
     return location.parent
 
 
-def open_contained(path: str | os.PathLike, root: Root) -> tuple[BinaryIO | None, Refused | None]:
-    """An open regular file inside ``root``, or why not. The caller closes the file."""
+AnyRoot = Root | ObjectRoot
+
+
+def open_contained(path: str | os.PathLike, root: AnyRoot, *, random_access: bool = False) -> tuple[BinaryIO | None, Refused | None]:
+    """An open regular file inside ``root``, or why not. The caller closes the file.
+    ``random_access``: the reader seeks around (Parquet); otherwise it reads front to back."""
+    if isinstance(root, ObjectRoot):
+        return _open_object(os.fspath(path), root, random_access)
     shown = os.fspath(path)
     real = os.path.realpath(shown)
     if not root.contains(real):
@@ -98,17 +109,18 @@ def open_contained(path: str | os.PathLike, root: Root) -> tuple[BinaryIO | None
         return None, Refused(Status.UNREADABLE.value, f"cannot read {shown}: {exc.strerror or exc}")
 
 
-def read_contained(path: str | os.PathLike, root: Root, cap: int) -> tuple[bytes | None, Refused | None]:
+def read_contained(path: str | os.PathLike, root: AnyRoot, cap: int) -> tuple[bytes | None, Refused | None]:
     """The bytes of a regular file inside ``root`` of at most ``cap`` bytes, or why not."""
-    handle, refused = open_contained(path, root)
+    remote = isinstance(root, ObjectRoot)
+    handle, refused = open_contained(path, root, random_access=remote)
     if handle is None:
         return None, refused
     with handle:
         try:
-            size = os.fstat(handle.fileno()).st_size
+            size = handle.size() if remote else os.fstat(handle.fileno()).st_size
             if size > cap:
                 return None, Refused(Status.TOO_LARGE.value, f"{size} bytes exceeds the limit of {cap}")
-            data = read_capped(handle, cap)
+            data = read_capped(handle, cap, READ_CHUNK if remote else _CHUNK)
         except OSError as exc:
             return None, Refused(Status.UNREADABLE.value, f"cannot read {os.fspath(path)}: {exc.strerror or exc}")
     if data is None:
@@ -116,16 +128,42 @@ def read_contained(path: str | os.PathLike, root: Root, cap: int) -> tuple[bytes
     return data, None
 
 
-def read_capped(handle: BinaryIO, cap: int) -> bytes | None:
+def read_optional(path: str | os.PathLike, root: AnyRoot, cap: int) -> tuple[bytes | None, Refused | None]:
+    """``read_contained``, but a path that does not exist is (None, None): an optional sidecar."""
+    if not isinstance(root, ObjectRoot) and not os.path.lexists(path):
+        return None, None
+    data, refused = read_contained(path, root, cap)
+    # Locally a name that exists but cannot be opened (a dangling link) stays an error.
+    if isinstance(root, ObjectRoot) and refused is not None and refused.status == Status.MISSING.value:
+        return None, None
+    return data, refused
+
+
+def read_capped(handle: BinaryIO, cap: int, chunk_size: int = _CHUNK) -> bytes | None:
     """Read to the end, or None as soon as more than ``cap`` bytes arrived (never cap + chunk)."""
     buf = bytearray()
     while True:
-        chunk = handle.read(min(_CHUNK, cap + 1 - len(buf)))
+        chunk = handle.read(min(chunk_size, cap + 1 - len(buf)))
         if not chunk:
             return bytes(buf)
         buf += chunk
         if len(buf) > cap:
             return None
+
+
+def _open_object(path: str, root: ObjectRoot, random_access: bool) -> tuple[BinaryIO | None, Refused | None]:
+    refused = root.refuse(path)
+    if refused is not None:
+        return None, Refused(*refused)
+    shown = root.uri(path)
+    try:
+        return root.open(path, random_access=random_access), None
+    except FileNotFoundError:
+        return None, Refused(Status.MISSING.value, f"missing object {shown}")
+    except IsADirectoryError:
+        return None, Refused(Status.UNREADABLE.value, f"{shown} is not an object (a prefix)")
+    except OSError as exc:
+        return None, Refused(Status.UNREADABLE.value, f"cannot open {shown}: {str(exc)[:300]}")
 
 
 class _Refuse(Exception):

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.ingest.changes import REPLACED_SCHEMA, UnitJob, UnitResult
+from prx_data.ingest.object_source import source_storage_options as source_storage_options_of
 from prx_data.ingest.parallel import run_units
 from prx_data.ingest.readers import SourceUnavailable
 from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import them from here
@@ -141,10 +142,13 @@ def ingest_source(
     run_id: str | None = None,
     workers: int | None = None,
     spill_rows: int | None = None,
+    source_storage_options: dict | None = None,
 ) -> IngestStats:
     """``run_id`` (e.g. Dagster's ``context.run_id``) goes to ``ingest_run_id`` on every row this
     run writes, so lineage names the run that made each row. ``workers`` overrides the spec's
-    ``workers`` (input units read at once; 1 reads them in this process, more as Ray tasks)."""
+    ``workers`` (input units read at once; 1 reads them in this process, more as Ray tasks).
+    An object-store source is reached with its spec's ``storage`` profile, else with
+    ``source_storage_options``, else with ``storage_options`` (the roots' settings)."""
     started = time.perf_counter()
     stats = IngestStats(source=source.name)
     spec = source.spec
@@ -156,6 +160,7 @@ def ingest_source(
             "changes its key, so it is re-ingested as new and its old row deleted"
         )
     options = storage_options or None
+    source_options = source_storage_options_of(spec, source_storage_options or storage_options) if source.remote else None
     ds = open_table(uri, storage_options)
     if ds is not None:
         # Tables made before a raw column existed (e.g. ingest_run_id) get it, all null.
@@ -171,6 +176,7 @@ def ingest_source(
     job = UnitJob(
         source=source, uri=uri, version=ds.version if ds is not None else None, storage_options=options, schema=schema,
         now=datetime.now(timezone.utc), run_id=run_id, optout=optout, rows_per_fragment=rows_per_fragment,
+        source_options=source_options,
     )
     seen = SeenIds(**({"spill_rows": spill_rows} if spill_rows else {}))
     spill = _Spill(metadata_schema(schema))
@@ -225,13 +231,13 @@ def _run(job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, sp
             spill.add(result.metadata, result.unit, attempt)
         result.metadata = None
 
-    for result in run_units(job, ((unit, frozenset()) for unit in list_units(source)), workers):
+    for result in run_units(job, ((unit, frozenset()) for unit in list_units(source, storage_options=job.source_options)), workers):
         seen.add(result.seen)
         result.seen = None
         keep(result, 0)
     duplicates = seen.duplicates()
     if duplicates:
-        redo = ((unit, frozenset(duplicates[unit.index])) for unit in list_units(source) if unit.index in duplicates)
+        redo = ((unit, frozenset(duplicates[unit.index])) for unit in list_units(source, storage_options=job.source_options) if unit.index in duplicates)
         for result in run_units(job, redo, workers):
             result.seen = None
             keep(result, 1)

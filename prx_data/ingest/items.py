@@ -1,4 +1,5 @@
-"""What a reader yields: one item of a source, before validation."""
+"""What a reader yields: one item of a source, before validation; or why the source as a whole
+cannot be read."""
 
 from __future__ import annotations
 
@@ -20,3 +21,7 @@ class RawItem:
     # The error is about a whole file (unreadable Parquet, corrupt tar tail), not one record:
     # rows that came from that file earlier are not deleted on this run.
     file_level: bool = False
+
+
+class SourceUnavailable(RuntimeError):
+    """The source as a whole cannot be read (its location does not exist, say)."""

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from prx_data.ingest.contained import Root, default_root, open_contained, read_capped, read_contained
-from prx_data.ingest.items import RawItem
+from prx_data.ingest.contained import AnyRoot, Root, default_root, open_contained, read_capped, read_contained, read_optional
+from prx_data.ingest.object_source import ObjectRoot, fixed_prefix
+from prx_data.ingest.items import RawItem, SourceUnavailable  # noqa: F401 - callers import it from here
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data.core.schema import Status
 
@@ -39,10 +40,6 @@ SIDECAR_MAX_BYTES = 1024 * 1024
 # WebDataset member extensions that hold the image (the decoded header decides the format).
 WDS_IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "avif", "gif", "bmp", "tif", "tiff", "heic", "heif", "jxl")
 _INVALID = Status.INVALID_RECORD.value
-
-
-class SourceUnavailable(RuntimeError):
-    """The source as a whole cannot be read (its location does not exist, say)."""
 
 
 class _BadValue(ValueError):
@@ -65,11 +62,37 @@ def _json_object(data: bytes, what: str) -> dict:
 @dataclass(frozen=True)
 class _Context:
     spec: SourceSpec
-    location: Path
-    root: Root
+    location: Path | PurePosixPath | str  # a local path, or on an object store its URI
+    root: AnyRoot
 
 
-def _files(location: Path, suffixes: tuple[str, ...]) -> list[Path]:
+def make_root(spec: SourceSpec, location: Path | str, explicit: Path | str | None = None, storage_options: dict | None = None) -> AnyRoot:
+    """The containment root of a source: ``explicit`` (the spec's ``root``), else the folder the
+    location stands for (itself, a file's folder, a glob's fixed prefix, a Lance table's
+    folder). Object-store locations get an ``ObjectRoot`` reached with ``storage_options``."""
+    if not isinstance(location, str):
+        if explicit is not None:
+            return Root(explicit)
+        return Root(location if spec.shape == "image_folder" else (Path(str(location)).parent if spec.shape == "lance" else default_root(location)))
+    if explicit is not None:
+        return ObjectRoot(str(explicit), storage_options, spec.storage)
+    prefix = fixed_prefix(location)
+    if spec.shape == "lance" or (spec.shape != "image_folder" and prefix == location and _names_object(location, storage_options, spec)):
+        prefix = location.rsplit("/", 1)[0]
+    return ObjectRoot(prefix, storage_options, spec.storage)
+
+
+def _names_object(uri: str, storage_options: dict | None, spec: SourceSpec) -> bool:
+    import pyarrow.fs as pafs
+
+    probe = ObjectRoot(uri, storage_options, spec.storage)
+    probe.check(uri)
+    return probe.loc.fs.get_file_info(probe.path).type == pafs.FileType.File
+
+
+def _files(location: Path | str, suffixes: tuple[str, ...], root: AnyRoot | None = None) -> list[Path] | list[PurePosixPath]:
+    if isinstance(root, ObjectRoot):
+        return [PurePosixPath(p) for p in root.files(str(location), suffixes)]
     pattern = str(location)
     if any(ch in pattern for ch in "*?["):
         files = [Path(p) for p in sorted(globlib.glob(pattern, recursive=True))]
@@ -199,9 +222,13 @@ def _typed_record(record: dict[str, Any], ctx: _Context, base: Path, key: str) -
         text = _text(value, f"path field '{fields.image}'")
         if not text:
             raise _BadValue(f"path field '{fields.image}' is empty")
-        path = Path(text).expanduser()
-        path = path if path.is_absolute() else base / path
-        item.path = str(path)
+        if isinstance(ctx.root, ObjectRoot):
+            path = ctx.root.resolve(text, str(base))
+            item.path = text if path.startswith("\0") else ctx.root.uri(path)
+        else:
+            path = Path(text).expanduser()
+            path = path if path.is_absolute() else base / path
+            item.path = str(path)
         data, refused = read_contained(path, ctx.root, spec.max_bytes)
         if refused is not None:
             item.error, item.error_status = refused.error, refused.status
@@ -219,9 +246,9 @@ def _position_key(ctx: _Context, file: Path, row: int) -> str:
     return f"{file.name}:{row}"
 
 
-def read_parquet(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
-    ctx = _Context(spec, location, root or Root(default_root(location)))
-    for file in _files(location, (".parquet",)):
+def read_parquet(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
+    ctx = _Context(spec, location, root or make_root(spec, location, None, storage_options))
+    for file in _files(location, (".parquet",), ctx.root):
         yield from read_parquet_file(ctx, file)
 
 
@@ -230,7 +257,7 @@ def read_parquet_file(ctx: _Context, file: Path, row_groups: list[int] | None = 
     file, so position keys are the same however the file is split)."""
     import pyarrow.parquet as pq
 
-    handle, refused = open_contained(file, ctx.root)
+    handle, refused = open_contained(file, ctx.root, random_access=True)
     if handle is None:
         yield _file_error(file, refused.status, refused.error)
         return
@@ -268,9 +295,9 @@ def _jsonl_lines(handle, limit: int) -> Iterator[tuple[int, bytes | None]]:
         yield line_no, line
 
 
-def read_jsonl(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
-    ctx = _Context(spec, location, root or Root(default_root(location)))
-    for file in _files(location, (".jsonl", ".json")):
+def read_jsonl(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
+    ctx = _Context(spec, location, root or make_root(spec, location, None, storage_options))
+    for file in _files(location, (".jsonl", ".json"), ctx.root):
         yield from read_jsonl_file(ctx, file)
 
 
@@ -352,29 +379,34 @@ def _walk(folder: Path, root: Root, visited: set[str]) -> Iterator[tuple[Path, s
 def _sidecar_caption(image: Path, ctx: _Context) -> str | None:
     """The caption from ``<name>.txt`` or ``<name>.json`` beside the image; _BadValue if bad."""
     txt = image.with_suffix(".txt")
-    if os.path.lexists(txt):
-        data, refused = read_contained(txt, ctx.root, SIDECAR_MAX_BYTES)
-        if refused is not None:
-            raise _BadValue(f"sidecar {txt.name}: {refused.error}")
+    data, refused = read_optional(txt, ctx.root, SIDECAR_MAX_BYTES)
+    if refused is not None:
+        raise _BadValue(f"sidecar {txt.name}: {refused.error}")
+    if data is not None:
         return _text(data, f"sidecar {txt.name}")
     meta = image.with_suffix(".json")
-    if os.path.lexists(meta):
-        data, refused = read_contained(meta, ctx.root, SIDECAR_MAX_BYTES)
-        if refused is not None:
-            raise _BadValue(f"sidecar {meta.name}: {refused.error}")
+    data, refused = read_optional(meta, ctx.root, SIDECAR_MAX_BYTES)
+    if refused is not None:
+        raise _BadValue(f"sidecar {meta.name}: {refused.error}")
+    if data is not None:
         record = _json_object(data, f"sidecar {meta.name}")
         name = "caption" if "caption" in record else "text"
         return _caption(record.get(name), ctx.spec, f"sidecar {meta.name} '{name}'")
     return None
 
 
-def read_image_folder(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
-    ctx = image_folder_context(spec, location, root)
+def read_image_folder(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
+    ctx = image_folder_context(spec, location, root, storage_options)
     for entry in walk_image_folder(ctx):
         yield read_folder_entry(ctx, *entry)
 
 
-def image_folder_context(spec: SourceSpec, location: Path, root: Root | None = None) -> _Context:
+def image_folder_context(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> _Context:
+    if isinstance(location, str):
+        # A prefix has no existence of its own: an emptied one lists nothing (allow_empty decides).
+        root = root or make_root(spec, location, None, storage_options)
+        root.check(location)
+        return _Context(spec, PurePosixPath(root.to_path(location)), root)
     if not location.is_dir():
         raise SourceUnavailable(f"image folder {location} does not exist")
     return _Context(spec, location, root or Root(location))
@@ -382,7 +414,27 @@ def image_folder_context(spec: SourceSpec, location: Path, root: Root | None = N
 
 def walk_image_folder(ctx: _Context) -> Iterator[tuple[Path, str | None]]:
     """The folder's entries in reading order: (path, None), or (folder, reason) when unlistable."""
+    if isinstance(ctx.root, ObjectRoot):
+        return _walk_prefix(ctx.location, ctx.root)
     return _walk(ctx.location, ctx.root, {os.path.realpath(ctx.location)})
+
+
+def _walk_prefix(folder: PurePosixPath, root: ObjectRoot) -> Iterator[tuple[PurePosixPath, str | None]]:
+    """``_walk`` on an object store: one delimited listing per folder, same order and rules (no
+    links to follow there)."""
+    try:
+        entries = root.scandir(str(folder))
+    except OSError as exc:
+        yield folder, f"cannot list {root.uri(str(folder))}: {str(exc)[:300]}"
+        return
+    for name, is_dir in entries:
+        if name.startswith("."):
+            continue
+        path = folder / name
+        if is_dir:
+            yield from _walk_prefix(path, root)
+        elif path.suffix.lower() not in SIDECAR_EXTENSIONS:
+            yield path, None
 
 
 def read_folder_entry(ctx: _Context, path: Path, unlistable: str | None) -> RawItem:
@@ -390,14 +442,15 @@ def read_folder_entry(ctx: _Context, path: Path, unlistable: str | None) -> RawI
     key = path.relative_to(ctx.location).as_posix()
     if unlistable:
         return RawItem(key=f"{key}:unlistable", error=unlistable, error_status=Status.UNREADABLE.value, file_level=True)
+    shown = ctx.root.uri(str(path)) if isinstance(ctx.root, ObjectRoot) else str(path)
     data, refused = read_contained(path, ctx.root, spec.max_bytes)
     if refused is not None:
-        return RawItem(key=key, path=str(path), error=refused.error, error_status=refused.status)
+        return RawItem(key=key, path=shown, error=refused.error, error_status=refused.status)
     try:
         caption = _sidecar_caption(path, ctx)
     except _BadValue as exc:
-        return RawItem(key=key, path=str(path), error=str(exc), error_status=_INVALID)
-    return RawItem(key=key, data=data, path=str(path), caption=caption, license=spec.license)
+        return RawItem(key=key, path=shown, error=str(exc), error_status=_INVALID)
+    return RawItem(key=key, data=data, path=shown, caption=caption, license=spec.license)
 
 
 # -- WebDataset -----------------------------------------------------------------------------------
@@ -467,10 +520,10 @@ def _wds_item(archive: tarfile.TarFile, key: str, members: dict[str, list[tarfil
         return RawItem(key=key, error=f"{exc}"[:500], error_status=Status.UNREADABLE.value)
 
 
-def read_webdataset(spec: SourceSpec, location: Path, root: Root | None = None) -> Iterator[RawItem]:
+def read_webdataset(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
     """Members group by key wherever they lie in the tar (an index of headers, then reads)."""
-    ctx = _Context(spec, location, root or Root(default_root(location)))
-    for file in _files(location, (".tar",)):
+    ctx = _Context(spec, location, root or make_root(spec, location, None, storage_options))
+    for file in _files(location, (".tar",), ctx.root):
         yield from read_tar(ctx, file)
 
 
@@ -509,11 +562,12 @@ def read_tar(ctx: _Context, file: Path) -> Iterator[RawItem]:
 # -- Lance ----------------------------------------------------------------------------------------
 
 
-def read_lance(spec: SourceSpec, location: Path | str, root: Root | None = None) -> Iterator[RawItem]:
+def read_lance(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
     import lance
 
+    remote = isinstance(location, str) and "://" in location
     try:
-        ds = lance.dataset(str(location))
+        ds = lance.dataset(str(location), storage_options=(storage_options or None) if remote else None)
     except Exception as exc:  # noqa: BLE001 - lance raises several types for a missing table
         raise SourceUnavailable(f"cannot open Lance table {location}: {exc}") from exc
     fields = spec.fields
@@ -521,8 +575,13 @@ def read_lance(spec: SourceSpec, location: Path | str, root: Root | None = None)
     missing = [f for f in wanted if f not in ds.schema.names]
     if missing:
         raise SourceUnavailable(f"Lance table {location} has no column(s) {missing}")
-    base = Path(str(location)).parent
-    ctx = _Context(spec, Path(str(location)), root or Root(base))
+    if remote:
+        root = root or make_root(spec, location, None, storage_options)
+        base = PurePosixPath(root.to_path(location)).parent
+    else:
+        base = Path(str(location)).parent
+        root = root or Root(base)
+    ctx = _Context(spec, location, root)
     row = 0
     try:
         for batch in ds.to_batches(columns=list(dict.fromkeys(wanted)), batch_size=256):
@@ -542,8 +601,8 @@ READERS = {
 }
 
 
-def read_source(source: RegisteredSource) -> Iterator[RawItem]:
+def read_source(source: RegisteredSource, storage_options: dict | None = None) -> Iterator[RawItem]:
+    """Every item of ``source``; ``storage_options`` reach an object-store location."""
     location = source.resolve_location()
-    explicit = source.resolve_root()
-    root = Root(explicit) if explicit is not None else None
-    return READERS[source.spec.shape](source.spec, location, root)
+    root = make_root(source.spec, location, source.resolve_root(), storage_options)
+    return READERS[source.spec.shape](source.spec, location, root, storage_options)

@@ -26,6 +26,7 @@ DEFAULT_FORMATS = ("JPEG", "PNG", "WEBP", "AVIF", "GIF", "TIFF", "BMP")
 SUPPORTED_FORMATS = (*DEFAULT_FORMATS, "ICO", "PPM", "TGA")
 _FORMAT_ALIASES = {"JPG": "JPEG", "TIF": "TIFF"}
 
+_OBJECT_SCHEMES = ("s3://", "gs://")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 
 
@@ -94,12 +95,67 @@ class CheckThresholds(BaseModel):
     max_caption_length_outliers: float = Field(0.05, ge=0, le=1, description="Captions outside 2..300 words.")
 
 
+_ENV_OBJECT_SCHEMES = ("s3://", "gs://")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Spec keys that would hold a credential itself: a spec file is committed and shared, so these
+# are refused with a pointer to the *_env field that names a variable instead.
+_SECRET_WORDS = ("secret", "password", "token", "access_key", "key_id", "credential")
+
+
+class StorageProfile(BaseModel):
+    """How to reach an object-store ``location``: names of environment variables, never values.
+
+    Without a profile a source uses the settings the roots use (PRX_S3_ENDPOINT, AWS_*). With
+    one, each ``*_env`` field names the variable the run's (and workers') environment holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint_env: str | None = Field(None, description="Variable holding the endpoint URL (like PRX_S3_ENDPOINT).")
+    access_key_id_env: str | None = None
+    secret_access_key_env: str | None = None
+    session_token_env: str | None = None
+    region_env: str | None = None
+    region: str | None = Field(None, description="A region name (not a secret), when no variable holds it.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_secrets(cls, value):
+        if isinstance(value, dict):
+            for name in value:
+                lowered = str(name).lower()
+                if not lowered.endswith("_env") and any(word in lowered for word in _SECRET_WORDS):
+                    raise ValueError(
+                        f"'{name}' would put a credential in the spec file; secrets never go in a spec. "
+                        "Name the environment variable that holds it instead (e.g. "
+                        "secret_access_key_env: MY_STORE_SECRET)"
+                    )
+        return value
+
+    @field_validator("endpoint_env", "access_key_id_env", "secret_access_key_env", "session_token_env", "region_env")
+    @classmethod
+    def _variable_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME_RE.match(value):
+            # Also catches a secret pasted where a variable's name belongs.
+            raise ValueError("must be the name of an environment variable (letters, digits, '_'), not a value")
+        return value
+
+    def variables(self) -> list[str]:
+        return [v for v in (self.endpoint_env, self.access_key_id_env, self.secret_access_key_env, self.session_token_env, self.region_env) if v]
+
+
 class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="Partition key and table name: lowercase, digits, '-', '_'.")
     shape: SourceShape
-    location: str = Field(description="Folder, file or glob; relative to the spec's folder.")
+    location: str = Field(
+        description="Folder, file or glob; relative to the spec's folder, or an object-store "
+        "URI (s3://bucket/prefix/..., globs too) read by the ingest workers themselves."
+    )
+    storage: StorageProfile | None = Field(
+        None, description="Environment variables with the object-store credentials for this source; "
+        "default: the roots' settings (PRX_S3_ENDPOINT, AWS_*)."
+    )
     fields: FieldMap = Field(default_factory=FieldMap)
     license: str | None = Field(None, description="License for rows whose record names none.")
     priority: int = Field(0, description="Higher wins when deduplicating across sources.")
@@ -167,7 +223,18 @@ class SourceSpec(BaseModel):
                 )
         if self.fields.embedding and not self.embedding_dim:
             raise ValueError("embedding_dim is required when fields.embedding is set")
+        remote = _is_uri(self.location)
+        if remote and not self.location.startswith(_OBJECT_SCHEMES):
+            raise ValueError(f"location {self.location!r}: only {', '.join(_OBJECT_SCHEMES)} object stores are supported")
+        if self.root and remote != _is_uri(self.root):
+            raise ValueError("root and location must both be local paths or both object-store URIs")
+        if self.storage is not None and not remote:
+            raise ValueError("storage is only for object-store locations (s3://...)")
         return self
+
+
+def _is_uri(text: str) -> bool:
+    return "://" in text and not text.startswith("file://")
 
 
 @dataclass
@@ -186,14 +253,24 @@ class RegisteredSource:
         payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks", "workers"}), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
-    def resolve_location(self) -> Path:
-        loc = Path(self.spec.location).expanduser()
+    @property
+    def remote(self) -> bool:
+        """The location is an object-store URI (its paths are then strings, not ``Path``)."""
+        return _is_uri(self.spec.location)
+
+    def resolve_location(self) -> Path | str:
+        """A local ``Path`` (made absolute against the spec's folder), or the URI as written."""
+        if self.remote:
+            return self.spec.location.rstrip("/") if not self.spec.location.endswith("://") else self.spec.location
+        loc = Path(self.spec.location.removeprefix("file://")).expanduser()
         return loc if loc.is_absolute() else (self.path.parent / loc)
 
-    def resolve_root(self) -> Path | None:
+    def resolve_root(self) -> Path | str | None:
         """The spec's explicit containment root, or None for the reader's default."""
         if not self.spec.root:
             return None
+        if _is_uri(self.spec.root):
+            return self.spec.root.rstrip("/")
         root = Path(self.spec.root).expanduser()
         return root if root.is_absolute() else (self.path.parent / root)
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from prx_data.ingest.contained import Root, default_root, open_contained
+from prx_data.ingest.contained import AnyRoot, open_contained
 from prx_data.ingest.items import RawItem
 from prx_data.ingest import readers
 from prx_data.ingest.registry import RegisteredSource
@@ -39,22 +39,39 @@ class Unit:
     label: str = field(default="", compare=False)
 
 
-def _context(source: RegisteredSource) -> readers._Context:
-    location = source.resolve_location()
-    explicit = source.resolve_root()
-    root = Root(explicit) if explicit is not None else Root(default_root(location))
-    return readers._Context(source.spec, location, root)
+# Roots made in this process, by source: a worker reading many units of one object-store source
+# asks the store what its location is (an object or a prefix) once, not once per unit.
+_ROOTS: dict[tuple, AnyRoot] = {}
 
 
-def list_units(source: RegisteredSource, folder_batch: int | None = None, parquet_rows: int | None = None) -> Iterator[Unit]:
-    """The source's units in reading order; raises SourceUnavailable as the readers do."""
+def _root(source: RegisteredSource, storage_options: dict | None) -> AnyRoot:
+    key = (source.spec.model_dump_json(), str(source.path), tuple(sorted((storage_options or {}).items())))
+    if key not in _ROOTS:
+        if len(_ROOTS) > 64:
+            _ROOTS.clear()
+        _ROOTS[key] = readers.make_root(source.spec, source.resolve_location(), source.resolve_root(), storage_options)
+    return _ROOTS[key]
+
+
+def _context(source: RegisteredSource, storage_options: dict | None = None) -> readers._Context:
+    return readers._Context(source.spec, source.resolve_location(), _root(source, storage_options))
+
+
+def _path(source: RegisteredSource, text: str) -> Path | PurePosixPath:
+    return PurePosixPath(text) if source.remote else Path(text)
+
+
+def list_units(
+    source: RegisteredSource, folder_batch: int | None = None, parquet_rows: int | None = None, storage_options: dict | None = None
+) -> Iterator[Unit]:
+    """The source's units in reading order; raises SourceUnavailable as the readers do.
+    ``storage_options`` reach an object-store location (see ``object_source``)."""
     folder_batch = folder_batch or FOLDER_BATCH
     parquet_rows = parquet_rows or PARQUET_UNIT_ROWS
     shape = source.spec.shape
     location = source.resolve_location()
     if shape == "image_folder":
-        explicit = source.resolve_root()
-        ctx = readers.image_folder_context(source.spec, location, Root(explicit) if explicit is not None else None)
+        ctx = readers.image_folder_context(source.spec, location, _root(source, storage_options), storage_options)
         batch: list[tuple[str, str | None]] = []
         index = 0
         for path, unlistable in readers.walk_image_folder(ctx):
@@ -69,8 +86,9 @@ def list_units(source: RegisteredSource, folder_batch: int | None = None, parque
         yield Unit(0, shape, file=str(location), label=str(location))
         return
     suffixes = {"parquet": (".parquet",), "jsonl": (".jsonl", ".json"), "webdataset": (".tar",)}[shape]
-    files = readers._files(location, suffixes)
-    ctx = _context(source) if shape == "parquet" else None
+    root = _root(source, storage_options)
+    files = readers._files(location, suffixes, root)
+    ctx = _context(source, storage_options) if shape == "parquet" else None
     index = 0
     for file in files:
         pieces = _row_group_runs(ctx, file, parquet_rows) if ctx is not None else None
@@ -88,7 +106,7 @@ def _row_group_runs(ctx: readers._Context, file: Path, rows: int) -> list[tuple[
     a file whose footer cannot be read: its reader then yields the file's error row)."""
     import pyarrow.parquet as pq
 
-    handle, refused = open_contained(file, ctx.root)
+    handle, refused = open_contained(file, ctx.root, random_access=True)
     if handle is None:
         return None
     try:
@@ -112,22 +130,22 @@ def _row_group_runs(ctx: readers._Context, file: Path, rows: int) -> list[tuple[
     return runs
 
 
-def read_unit(source: RegisteredSource, unit: Unit) -> Iterator[RawItem]:
+def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None = None) -> Iterator[RawItem]:
+    """One unit's items, read in this process (a worker opens the unit's files or objects)."""
     spec = source.spec
+    root = _root(source, storage_options)
     if unit.kind == "lance":
-        explicit = source.resolve_root()
-        yield from readers.read_lance(spec, unit.file, Root(explicit) if explicit is not None else None)
+        yield from readers.read_lance(spec, unit.file if source.remote else Path(unit.file), root, storage_options)
         return
-    ctx = _context(source)
+    ctx = _context(source, storage_options)
     if unit.kind == "image_folder":
-        explicit = source.resolve_root()
-        ctx = readers.image_folder_context(spec, source.resolve_location(), Root(explicit) if explicit is not None else None)
+        ctx = readers.image_folder_context(spec, source.resolve_location(), root, storage_options)
         for path, unlistable in unit.entries:
-            yield readers.read_folder_entry(ctx, Path(path), unlistable)
+            yield readers.read_folder_entry(ctx, _path(source, path), unlistable)
     elif unit.kind == "parquet":
         groups = list(unit.row_groups) if unit.row_groups is not None else None
-        yield from readers.read_parquet_file(ctx, Path(unit.file), groups, unit.first_row)
+        yield from readers.read_parquet_file(ctx, _path(source, unit.file), groups, unit.first_row)
     elif unit.kind == "jsonl":
-        yield from readers.read_jsonl_file(ctx, Path(unit.file))
+        yield from readers.read_jsonl_file(ctx, _path(source, unit.file))
     else:
-        yield from readers.read_tar(ctx, Path(unit.file))
+        yield from readers.read_tar(ctx, _path(source, unit.file))
