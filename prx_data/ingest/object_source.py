@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from prx_data.core.schema import Status
-from prx_data.core.storage import CREDENTIAL_SETTINGS, Location, access_problem, locate
+from prx_data.core.storage import Location, access_problem, locate
 from prx_data.ingest.items import SourceUnavailable
 from prx_data.ingest.registry import SourceSpec, StorageProfile
 
@@ -66,9 +66,10 @@ def source_storage_options(spec: SourceSpec, defaults: Mapping[str, str] | None,
     return options
 
 
-def settings_to_fix(profile: StorageProfile | None) -> str:
+def settings_to_fix(profile: StorageProfile | None) -> str | None:
+    """What to name in an access error; None: the roots' settings (``access_problem`` names them)."""
     if profile is None:
-        return f"PRX_S3_ENDPOINT and {CREDENTIAL_SETTINGS}"
+        return None
     return "the variables of the spec's storage profile: " + ", ".join(profile.variables() or ["(none named)"])
 
 

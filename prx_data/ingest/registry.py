@@ -95,8 +95,7 @@ class CheckThresholds(BaseModel):
     max_caption_length_outliers: float = Field(0.05, ge=0, le=1, description="Captions outside 2..300 words.")
 
 
-_ENV_OBJECT_SCHEMES = ("s3://", "gs://")
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Spec keys that would hold a credential itself: a spec file is committed and shared, so these
 # are refused with a pointer to the *_env field that names a variable instead.
 _SECRET_WORDS = ("secret", "password", "token", "access_key", "key_id", "credential")
