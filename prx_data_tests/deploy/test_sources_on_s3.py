@@ -88,7 +88,6 @@ def parquet_paths_tree(folder: Path, v: int, ctx: dict) -> None:
         {"key": "p0", "path": "imgs/0.jpg"},
         {"key": "p2", "path": "../escape.jpg"},
         {"key": "p3", "path": "/etc/hostname"},
-        {"key": "p5", "path": "imgs/../imgs/4.jpg"},
     ]
     rows += [{"key": "p1", "path": "imgs/missing.jpg"}] if v == 0 else [{"key": "p4", "path": "imgs/4.jpg"}]
     _parquet(folder / "meta.parquet", rows)
@@ -99,8 +98,8 @@ def parquet_urls_tree(folder: Path, v: int, ctx: dict) -> None:
     folder.mkdir(parents=True)
     for i in range(3):
         server.add_route(f"/{i}.jpg", _jpeg(30 + i), headers={"Content-Type": "image/jpeg"})
-    rows = [{"key": "u0", "url": server.url("/0.jpg")}, {"key": "u9", "url": server.url("/nothing-here.jpg")}]
-    rows += [{"key": "u1", "url": server.url("/1.jpg")}] if v == 0 else [{"key": "u2", "url": server.url("/2.jpg")}]
+    rows = [{"key": "u0", "url": server.url("/0.jpg"), "alt": f"caption v{v}"}, {"key": "u9", "url": server.url("/nothing-here.jpg"), "alt": None}]
+    rows += [{"key": "u1", "url": server.url("/1.jpg"), "alt": "one"}] if v == 0 else [{"key": "u2", "url": server.url("/2.jpg"), "alt": "two"}]
     _parquet(folder / "urls.parquet", rows)
 
 
@@ -122,6 +121,7 @@ def webdataset_tree(folder: Path, v: int, ctx: dict) -> None:
         "part-0.tar": [("t0-k0", 50 if v == 0 else 150, "zero"), ("t0-k1", 51, "one")],
         **({"part-1.tar": [("t1-k0", 52, "removed in v1")]} if v == 0 else {"part-2.tar": [("t2-k0", 53, "added in v1")]}),
     }
+    folder.mkdir(parents=True)
     shards(folder / "shards", layout)
 
 
@@ -139,7 +139,7 @@ SHAPES: dict[str, tuple[Callable, dict, int]] = {
     "parquet_paths": (parquet_paths_tree, dict(shape="parquet", location="meta.parquet", fields={"key": "key", "image": "path", "image_kind": "path"}), 1),
     "parquet_urls": (
         parquet_urls_tree,
-        dict(shape="parquet", location="*.parquet", fields={"key": "key", "image": "url", "image_kind": "url"}, download={"allow_networks": LOCAL_NETWORKS, "retries": 0}),
+        dict(shape="parquet", location="*.parquet", fields={"key": "key", "image": "url", "image_kind": "url", "caption": "alt"}, download={"allow_networks": LOCAL_NETWORKS, "retries": 0}),
         1,
     ),
     "jsonl": (jsonl_tree, dict(shape="jsonl", location="", fields={"key": "id", "image": "img", "caption": "text"}), 1),
@@ -188,6 +188,7 @@ def test_a_source_on_s3_ingests_as_the_same_local_folder_first_run_and_rerun(sha
         b = ingest_source(remote, remote_uri, workers=workers, storage_options=options)
         assert rows(local_uri) == rows(remote_uri, options)
         assert (a.new, a.updated, a.removed, a.metadata_updated) == (b.new, b.updated, b.removed, b.metadata_updated)
+        assert b.workers == workers
         history.append(rows(remote_uri, options))
     statuses = {r[3] for h in history for r in h}
     assert "ok" in statuses
