@@ -115,6 +115,10 @@ def _glob_regex(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
+class Foreign(str):
+    """A path-column value this store cannot hold (another scheme, a local absolute path)."""
+
+
 class ObjectRoot:
     """The prefix a source's reads must stay inside, and the filesystem that reaches it."""
 
@@ -139,20 +143,20 @@ class ObjectRoot:
 
     def resolve(self, text: str, base: str) -> str:
         """A path-column value as a path: a URI of this store, or relative to ``base``. Anything
-        else (another scheme, a local absolute path) comes back as a marker ``open`` refuses."""
+        else comes back as ``Foreign``, which ``refuse`` refuses."""
         if "://" in text:
             parsed = urlparse(text)
             if parsed.scheme != self.scheme:
-                return "\0" + text
+                return Foreign(text)
             return parsed.netloc + parsed.path
         if text.startswith("/"):
-            return "\0" + text
+            return Foreign(text)
         return posixpath.join(base, text)
 
     def refuse(self, path: str) -> tuple[str, str] | None:
         """(status, message) when ``path`` may not be read."""
-        shown = path.lstrip("\0") if path.startswith("\0") else self.uri(path)
-        if path.startswith("\0") or ".." in path.split("/") or not path.startswith(self._prefix):
+        shown = path if isinstance(path, Foreign) else self.uri(path)
+        if isinstance(path, Foreign) or ".." in path.split("/") or not path.startswith(self._prefix):
             return Status.OUTSIDE_ROOT.value, f"{shown} is outside the source root {self}"
         return None
 

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from prx_data.ingest.contained import AnyRoot, Root, default_root, open_contained, read_capped, read_contained, read_optional
-from prx_data.ingest.object_source import ObjectRoot, fixed_prefix
+from prx_data.ingest.object_source import Foreign, ObjectRoot, fixed_prefix
 from prx_data.ingest.items import RawItem, SourceUnavailable  # noqa: F401 - callers import it from here
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data.core.schema import Status
@@ -224,7 +224,7 @@ def _typed_record(record: dict[str, Any], ctx: _Context, base: Path, key: str) -
             raise _BadValue(f"path field '{fields.image}' is empty")
         if isinstance(ctx.root, ObjectRoot):
             path = ctx.root.resolve(text, str(base))
-            item.path = text if path.startswith("\0") else ctx.root.uri(path)
+            item.path = path if isinstance(path, Foreign) else ctx.root.uri(path)
         else:
             path = Path(text).expanduser()
             path = path if path.is_absolute() else base / path

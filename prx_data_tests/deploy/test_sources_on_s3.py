@@ -299,3 +299,19 @@ def test_a_storage_profile_names_variables_and_never_holds_a_secret(tmp_path: Pa
         spec_file.write_text(json.dumps({"name": "leaky", "shape": "image_folder", "location": f"s3://{s3_bucket}/photos", "storage": storage}))
         with pytest.raises(ValueError, match="secrets never go in a spec|name of an environment variable"):
             load_spec(spec_file)
+
+
+@pytest.mark.parametrize("pattern", ["*.tar", "**/*.tar", "sub/*.tar", "s?b/**/x[0-9].tar", "[!a]*.tar", "**", "sub/**/*.jsonl"])
+def test_globs_match_the_same_objects_as_files(pattern, tmp_path: Path, s3_server, s3_bucket):
+    from prx_data.ingest.readers import _files, make_root
+
+    tree = tmp_path / "tree"
+    for rel in ("a.tar", "b.tar", "sub/x1.tar", "sub/deep/x2.tar", "sub/deep/y.jsonl", "sab/x3.tar", "sub.tar"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_bytes(b"x")
+    mirror(tree, s3_server.client(), s3_bucket, PREFIX)
+    spec = SourceSpec(name="g", shape="webdataset", location="x")
+    local = [p.relative_to(tree).as_posix() for p in _files(tree / pattern, (".tar",))]
+    uri = f"s3://{s3_bucket}/{PREFIX}/{pattern}"
+    remote = [str(p).removeprefix(f"{s3_bucket}/{PREFIX}/") for p in _files(uri, (".tar",), make_root(spec, uri, None, s3_server.options()))]
+    assert remote == local and local
