@@ -401,11 +401,16 @@ def read_image_folder(spec: SourceSpec, location: Path | str, root: AnyRoot | No
         yield read_folder_entry(ctx, *entry)
 
 
-def image_folder_context(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> _Context:
+def image_folder_context(
+    spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None, *, check: bool = True
+) -> _Context:
+    """``check``: make sure the location can be reached (the lister does; a unit's reader, which
+    runs after the listing succeeded, skips the extra requests)."""
     if isinstance(location, str):
         # A prefix has no existence of its own: an emptied one lists nothing (allow_empty decides).
         root = root or make_root(spec, location, None, storage_options)
-        root.check(location)
+        if check:
+            root.check(location)
         return _Context(spec, PurePosixPath(root.to_path(location)), root)
     if not location.is_dir():
         raise SourceUnavailable(f"image folder {location} does not exist")

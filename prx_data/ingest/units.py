@@ -139,7 +139,7 @@ def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None
         return
     ctx = _context(source, storage_options)
     if unit.kind == "image_folder":
-        ctx = readers.image_folder_context(spec, source.resolve_location(), root, storage_options)
+        ctx = readers.image_folder_context(spec, source.resolve_location(), root, storage_options, check=False)
         for path, unlistable in unit.entries:
             yield readers.read_folder_entry(ctx, _path(source, path), unlistable)
     elif unit.kind == "parquet":
