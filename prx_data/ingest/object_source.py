@@ -170,6 +170,9 @@ class ObjectRoot:
         return raw.size()
 
     # listing
+    def is_object(self, path: str) -> bool:
+        return self.loc.fs.get_file_info(path).type == pafs.FileType.File
+
     def check(self, uri: str) -> None:
         """List ``uri``'s fixed prefix once: raises SourceAccessError naming what to set."""
         path = self.to_path(fixed_prefix(uri))

@@ -83,11 +83,9 @@ def make_root(spec: SourceSpec, location: Path | str, explicit: Path | str | Non
 
 
 def _names_object(uri: str, storage_options: dict | None, spec: SourceSpec) -> bool:
-    import pyarrow.fs as pafs
-
     probe = ObjectRoot(uri, storage_options, spec.storage)
     probe.check(uri)
-    return probe.loc.fs.get_file_info(probe.path).type == pafs.FileType.File
+    return probe.is_object(probe.path)
 
 
 def _files(location: Path | str, suffixes: tuple[str, ...], root: AnyRoot | None = None) -> list[Path] | list[PurePosixPath]:
