@@ -207,6 +207,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def cmd_sources(args: argparse.Namespace) -> int:
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.ingest.registry import load_registry
+    from prx_data.ingest.root_check import wide_root_warning
     from prx_data.core.settings import get_settings
 
     if args.root:
@@ -214,6 +215,9 @@ def cmd_sources(args: argparse.Namespace) -> int:
     registry = load_registry(get_settings().sources_dir)
     for name, source in registry.sources.items():
         print(f"{name:>12}  {source.spec.shape:<12} priority={source.spec.priority:<4} {source.resolve_location()}")
+        warning = wide_root_warning(source)
+        if warning:
+            print(f"WARNING {warning}")
     for error in registry.errors:
         print(f"ERROR {error}")
     return 1 if registry.errors else 0

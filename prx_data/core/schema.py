@@ -53,6 +53,9 @@ def raw_schema(embedding_dim: int | None = None) -> pa.Schema:
         pa.field("ingested_at", pa.timestamp("us", tz="UTC"), nullable=False),
         # The orchestrator's run that last wrote the row (new, changed or metadata-updated).
         pa.field("ingest_run_id", pa.string()),
+        # HMAC-SHA256 of the original source URL under the root's key (core/urls.py): opt-out by
+        # the URL an owner knows still matches, though source_url holds only the redacted form.
+        pa.field("source_url_key", pa.string()),
     ]
     if embedding_dim:
         fields.append(pa.field("embedding", pa.list_(pa.float32(), embedding_dim)))

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from prx_data.core.ids import sample_id as make_sample_id
-from prx_data.core.filters import Expr, equals, one_of
+from prx_data.core.filters import Expr, any_of, equals, one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
+from prx_data.core.urls import key_uri, load_url_key, redact_text, redact_url, url_key
 from prx_data.export.skiplist import shard_sidecars
 
 ROW_COLUMNS = (
@@ -76,7 +77,36 @@ def _rows(paths: StoragePaths, sources: Iterable[str], where: Expr, options: dic
         if ds is None:
             continue
         cols = [c for c in ROW_COLUMNS if c in ds.schema.names]
-        found.extend(ds.to_table(columns=cols, filter=where).to_pylist())
+        found.extend(_shown(r) for r in ds.to_table(columns=cols, filter=where).to_pylist())
+    return found
+
+
+def _shown(row: dict) -> dict:
+    """The row as lineage may print it: a table written before redaction still holds the
+    original URL, so it is redacted here too."""
+    if row.get("source_url"):
+        row["source_url"] = redact_url(row["source_url"])
+    if row.get("error"):
+        row["error"] = redact_text(row["error"])
+    return row
+
+
+def _url_filter(url: str, key: bytes | None) -> Expr:
+    """Rows of this URL: by the keyed hash of the original (redacted rows), or the URL as
+    stored (rows from before redaction, or a query given in redacted form)."""
+    wanted = {url, redact_url(url)}
+    where = one_of("source_url", sorted(wanted))
+    return any_of(where, equals("source_url_key", url_key(url, key))) if key else where
+
+
+def _url_rows(paths: StoragePaths, sources: Iterable[str], url: str, key: bytes | None, options: dict | None) -> list[dict]:
+    found = []
+    for source in sources:
+        ds = open_table(paths.raw_table(source), options)
+        if ds is None:
+            continue
+        has_key = "source_url_key" in ds.schema.names
+        found += _rows(paths, [source], _url_filter(url, key if has_key else None), options)
     return found
 
 
@@ -138,7 +168,8 @@ def find(
             raise ValueError(f"{sample_id!r} is not a sample id (32 lowercase hex characters)")
         matches += [("sample_id", r) for r in _rows(paths, sources, equals("sample_id", sample_id), options)]
     if url:
-        matches += [("url", r) for r in _rows(paths, sources, equals("source_url", url), options)]
+        key = load_url_key(key_uri(paths.lance_root), options)
+        matches += [("url", r) for r in _url_rows(paths, sources, url, key, options)]
     if source_key:
         if ":" not in source_key:
             raise ValueError(f"{source_key!r}: expected '<source>:<key>'")

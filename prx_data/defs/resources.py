@@ -16,12 +16,29 @@ from prx_data.core.settings import Settings, get_settings
 from prx_data.defs.cluster import RayClusterAddress, build_cluster_ray
 
 
+# storage_options keys that are secrets, and the environment variable each comes from. Dagster
+# stores a resource's config in the job snapshot (runs.db / PostgreSQL) in plain text, so these
+# reach the resource only as EnvVar references, resolved in the run's process.
+SECRET_OPTIONS = {
+    "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "aws_session_token": "AWS_SESSION_TOKEN",
+}
+
+
 class StorageResource(dg.ConfigurableResource):
-    """Where Lance tables and MDS streams live, and how to reach object storage."""
+    """Where Lance tables and MDS streams live, and how to reach object storage.
+
+    ``storage_options`` holds only what is not secret (endpoint, region); the key id, secret and
+    session token are separate fields set to ``EnvVar``s, so the snapshot names the variable and
+    never holds its value."""
 
     lance_root: str
     mds_root: str
     storage_options: dict[str, str] = Field(default_factory=dict)
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    aws_session_token: str | None = None
     rows_per_fragment: int = 1_000_000
     lock_wait_s: float = 1800.0
     lock_ttl_s: float = 60.0
@@ -36,7 +53,29 @@ class StorageResource(dg.ConfigurableResource):
 
     @property
     def options(self) -> dict | None:
-        return dict(self.storage_options) or None
+        secrets = {name: getattr(self, name) for name in SECRET_OPTIONS if getattr(self, name)}
+        return {**self.storage_options, **secrets} or None
+
+
+def storage_config(options: dict[str, str], environ: dict | None = None) -> dict[str, object]:
+    """``options`` split for a StorageResource: the plain ones, and each secret as an EnvVar.
+
+    A secret that does not come from its environment variable (settings built from another
+    mapping) cannot be passed by reference; it is refused rather than written into Dagster's
+    storage."""
+    environ = os.environ if environ is None else environ
+    plain = {k: v for k, v in options.items() if k not in SECRET_OPTIONS}
+    secrets: dict[str, object] = {}
+    for option, variable in SECRET_OPTIONS.items():
+        if option not in options:
+            continue
+        if environ.get(variable) != options[option]:
+            raise ValueError(
+                f"storage option {option} must come from the environment variable {variable}: "
+                "Dagster would store any other value in plain text in its run storage"
+            )
+        secrets[option] = dg.EnvVar(variable)
+    return {"storage_options": plain, **secrets}
 
 
 class SourceRegistryResource(dg.ConfigurableResource):
@@ -97,7 +136,7 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
         "storage": StorageResource(
             lance_root=settings.lance_root,
             mds_root=settings.mds_root,
-            storage_options=settings.storage_options,
+            **storage_config(settings.storage_options),
             rows_per_fragment=settings.rows_per_fragment,
             lock_wait_s=settings.lock_wait_s,
             lock_ttl_s=settings.lock_ttl_s,

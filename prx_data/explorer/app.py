@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from importlib import resources
 from urllib.parse import urlencode
 
@@ -36,7 +37,8 @@ from prx_data.explorer.catalog import Catalog
 from prx_data.explorer.charts import COLOURS, bar_chart
 from prx_data.explorer.samples import find_source, load_sample, neighbours
 from prx_data.explorer.search import ExportIds, SearchParams, search
-from prx_data.explorer.security import SecurityHeaders, allowed_hosts_for
+from prx_data.explorer.opted_out import OptedOut
+from prx_data.explorer.security import SecurityHeaders, TokenAuth, allowed_hosts_for, check_bind, is_loopback, new_token
 from prx_data.explorer.skips import SkipIndex
 from prx_data.explorer.stats import Figures, aspect_label, bucket_sort_key
 from prx_data.explorer.thumbs import SIZES, ThumbnailCache, placeholder_svg
@@ -51,9 +53,11 @@ PACKAGE = "prx_data.explorer"
 class Explorer:
     """What the routes share: the catalog and the caches over it."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, show_opted_out: bool = False):
         self.settings = settings
+        self.show_opted_out = show_opted_out
         self.catalog = Catalog(settings)
+        self.opted_out = OptedOut(self.catalog.paths, settings.storage_options or None)
         self.skips = SkipIndex(settings.mds_root, storage_options=settings.storage_options)
         self.export_ids = ExportIds()
         self.thumbnails = ThumbnailCache()
@@ -173,8 +177,11 @@ def _image(request: Request, kind: str) -> Response:
     if info is None:
         raise validate.NotFound(f"no table for source {source}")
     side = SIZES[kind]
-    jpeg = explorer.thumbnails.get(info.ds, sample_id, side)
     cache = {"cache-control": "private, max-age=300"}
+    if not explorer.show_opted_out and sample_id in explorer.opted_out:
+        # Its owner asked for it to be left out: no picture unless --show-opted-out (loopback).
+        return Response(placeholder_svg(side, "opted out"), media_type="image/svg+xml", headers={"cache-control": "no-store", "x-prx-preview": "opted-out"})
+    jpeg = explorer.thumbnails.get(info.ds, sample_id, side)
     if jpeg is None:
         return Response(placeholder_svg(side), media_type="image/svg+xml", headers={**cache, "x-prx-preview": "unavailable"})
     return Response(jpeg, media_type="image/jpeg", headers=cache)
@@ -245,12 +252,20 @@ ROUTES = [
 ]
 
 
-def build_app(settings: Settings | None = None, allowed_hosts: list[str] | None = None) -> Starlette:
+def build_app(
+    settings: Settings | None = None,
+    allowed_hosts: list[str] | None = None,
+    token: str | None = None,
+    show_opted_out: bool = False,
+) -> Starlette:
     """The ASGI app over ``settings``' tables. ``allowed_hosts``: Host names it answers (None:
-    any; :func:`serve` limits a loopback server to loopback names)."""
+    any; :func:`serve` limits a loopback server to loopback names). ``token``: required on every
+    request when set. ``show_opted_out``: previews of opted-out samples are served too."""
     middleware = [Middleware(SecurityHeaders)]
     if allowed_hosts:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
+    if token:
+        middleware.append(Middleware(TokenAuth, token=token))
     app = Starlette(
         routes=ROUTES,
         middleware=middleware,
@@ -260,16 +275,36 @@ def build_app(settings: Settings | None = None, allowed_hosts: list[str] | None 
             HTTPException: _http_error,
         },
     )
-    app.state.explorer = Explorer(settings or get_settings())
+    app.state.explorer = Explorer(settings or get_settings(), show_opted_out=show_opted_out)
     return app
 
 
-def serve(host: str = "127.0.0.1", port: int = 8765, settings: Settings | None = None) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    settings: Settings | None = None,
+    allow_remote: bool = False,
+    show_opted_out: bool = False,
+) -> None:
+    # lazy: uvicorn only when serving
     import uvicorn
 
-    app = build_app(settings, allowed_hosts=allowed_hosts_for(host))
-    print(f"prx-data explorer on http://{host}:{port}/ (read-only)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+    refused = check_bind(host, allow_remote, show_opted_out)
+    if refused:
+        raise ValueError(refused)
+    token = None if is_loopback(host) else new_token()
+    app = build_app(settings, allowed_hosts=allowed_hosts_for(host), token=token, show_opted_out=show_opted_out)
+    if token:
+        print(
+            f"WARNING: the explorer listens on {host}, reachable from other machines; every request "
+            "needs the token below (printed only now). Prefer an SSH tunnel to 127.0.0.1.",
+            file=sys.stderr, flush=True,
+        )
+        print(f"prx-data explorer on http://{host}:{port}/?token={token} (read-only)", flush=True)
+    else:
+        print(f"prx-data explorer on http://{host}:{port}/ (read-only)", flush=True)
+    # access_log off: with a token in a first request's query, the log would keep it.
+    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False, access_log=token is None)
 
 
 def settings_for_root(root: str) -> Settings:
@@ -285,9 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--root", help="data root (default: PRX_DATA_ROOT or ./data)")
+    parser.add_argument(
+        "--allow-remote", action="store_true",
+        help="allow a --host other machines can reach; a token printed at start is then required",
+    )
+    parser.add_argument("--show-opted-out", action="store_true", help="serve previews of opted-out samples (loopback only)")
     args = parser.parse_args(argv)
+    refused = check_bind(args.host, args.allow_remote, args.show_opted_out)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     settings = settings_for_root(args.root) if args.root else get_settings()
-    serve(args.host, args.port, settings)
+    serve(args.host, args.port, settings, allow_remote=args.allow_remote, show_opted_out=args.show_opted_out)
     return 0
 
 

@@ -14,6 +14,7 @@ from prx_data.explorer import validate
 from prx_data.explorer.catalog import ROW_COLUMNS, Catalog
 from prx_data.explorer.skips import SkipEntry, SkipSnapshot
 from prx_data.core.storage import is_file, locate
+from prx_data.core.urls import redact_text, redact_url
 
 NEIGHBOURS = 24
 
@@ -63,6 +64,9 @@ def load_sample(catalog: Catalog, snapshot: SkipSnapshot, source: str, sample_id
         raise validate.NotFound(f"no sample {sample_id} in {source}")
     # Columns a stage has not added yet read as empty, so the page need not know the stages.
     row = {**dict.fromkeys(ROW_COLUMNS), **rows[0]}
+    # Tables written before URLs were redacted at ingest still hold the original.
+    row["source_url"] = redact_url(row["source_url"])
+    row["error"] = redact_text(row["error"])
     return SampleView(
         source=source,
         row=row,

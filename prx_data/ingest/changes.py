@@ -59,6 +59,7 @@ class UnitJob:
     rows_per_fragment: int = 1_000_000
     chunk_size: int = 256
     source_options: dict | None = None  # reach an object-store source (read by each worker)
+    url_hash_key: bytes | None = None  # the root's key for source_url_key (core/urls.py)
 
 
 @dataclass
@@ -141,7 +142,7 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
                     stats.rows_by_status[before[1]] += 1
                     _metadata_or_unchanged(before[2] != item_digest(item, spec), sid, item)
                     continue
-                row = item_row(source, item, job.now, job.optout)
+                row = item_row(source, item, job.now, job.optout, job.url_hash_key)
                 stats.rows_by_status[row["status"]] += 1
                 if row["error"] and len(stats.errors_sample) < EXAMPLES:
                     stats.errors_sample.append(f"{item.key}: {row['error']}")
@@ -165,7 +166,7 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
     def _metadata_or_unchanged(changed: bool, sid, item) -> None:
         if changed:
             stats.metadata_updated += 1
-            row = metadata_row(sid, item, spec, job.now)
+            row = metadata_row(sid, item, spec, job.now, job.url_hash_key)
             row["ingest_run_id"] = job.run_id
             meta_rows.append(row)
         else:

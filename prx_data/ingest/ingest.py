@@ -50,6 +50,7 @@ from prx_data.core.lance_io import ensure_columns, open_table, storage_options_o
 from prx_data.core.locking import locks_table
 from prx_data.ingest.registry import RegisteredSource
 from prx_data.core.schema import PHASH_COLUMNS, raw_schema
+from prx_data.core.urls import key_uri_for_table, load_url_key
 
 
 class EmptySource(SourceUnavailable):
@@ -177,6 +178,7 @@ def ingest_source(
         source=source, uri=uri, version=ds.version if ds is not None else None, storage_options=options, schema=schema,
         now=datetime.now(timezone.utc), run_id=run_id, optout=optout, rows_per_fragment=rows_per_fragment,
         source_options=source_options,
+        url_hash_key=load_url_key(key_uri_for_table(uri), options, create=True),
     )
     seen = SeenIds(**({"spill_rows": spill_rows} if spill_rows else {}))
     spill = _Spill(metadata_schema(schema))

@@ -17,6 +17,7 @@ from prx_data.ingest.items import RawItem
 from prx_data.ingest.probe import probe_image
 from prx_data.ingest.registry import RegisteredSource
 from prx_data.core.schema import Status
+from prx_data.core.urls import redact_text, redact_url, url_key
 
 # Decides at ingest whether an item is covered by an opt-out request: (source, sample_id, item)
 # -> the request id, or None.
@@ -104,7 +105,9 @@ def metadata_digest(caption, url, license, embedding) -> bytes:
 
 def item_digest(item: RawItem, spec) -> bytes:
     emb = item.embedding if spec.embedding_dim and item.embedding is not None and len(item.embedding) == spec.embedding_dim else None
-    return metadata_digest(item.caption, item.source_url, item.license, emb if spec.embedding_dim else None)
+    # The stored row holds the redacted URL: compare like with like (a row stored before
+    # redaction differs, so the next run rewrites it redacted).
+    return metadata_digest(item.caption, redact_url(item.source_url), item.license, emb if spec.embedding_dim else None)
 
 
 def resolve_urls(chunk: list[RawItem], spec, skip: set[str]) -> None:
@@ -123,7 +126,17 @@ def resolve_urls(chunk: list[RawItem], spec, skip: set[str]) -> None:
             item.error_status = Status(result.status).value
 
 
-def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutMatcher | None) -> dict:
+def _url_columns(item: RawItem, key: bytes | None) -> dict:
+    """The URL as stored: redacted, with the keyed hash of the original (never the original)."""
+    return {"source_url": redact_url(item.source_url), "source_url_key": url_key(item.source_url, key) if key else None}
+
+
+# Rows with these statuses hold bytes that are not an image this pipeline can use; keeping them
+# would turn the table into a copy of whatever files or responses a spec pointed at.
+_NO_BYTES = frozenset(s.value for s in Status) - {Status.OK.value}
+
+
+def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutMatcher | None, url_hash_key: bytes | None = None) -> dict:
     spec = source.spec
     sid = sample_id(spec.name, item.key)
     row = {
@@ -136,7 +149,7 @@ def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: Opt
         "width": None,
         "height": None,
         "source_caption": item.caption,
-        "source_url": item.source_url,
+        **_url_columns(item, url_hash_key),
         "license": item.license,
         "status": Status.OK.value,
         "error": None,
@@ -152,7 +165,7 @@ def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: Opt
         row.update(status=Status.OPTED_OUT.value, error=f"opt-out request {request}", **ingest_fingerprint(item.data))
         return row
     if item.error:
-        row.update(status=item.error_status or Status.INVALID_IMAGE.value, error=item.error)
+        row.update(status=item.error_status or Status.INVALID_IMAGE.value, error=redact_text(item.error))
         return row
     probe = probe_image(item.data, spec.max_pixels, spec.max_bytes, spec.formats)
     row.update(
@@ -161,16 +174,17 @@ def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: Opt
         width=probe.width,
         height=probe.height,
         status=probe.status.value,
-        error=probe.error,
+        error=redact_text(probe.error),
     )
-    # Undecodable bytes are kept for inspection; bytes over a limit are not stored.
-    if probe.status in (Status.OK, Status.INVALID_IMAGE):
+    # Only a valid image keeps its bytes: undecodable ones (a spec's path pointing at any
+    # readable file, an HTML error page) are described by status, error and sha256 instead.
+    if probe.status.value not in _NO_BYTES:
         row["image"] = item.data
     return row
 
 
-def metadata_row(sid: str, item: RawItem, spec, now: datetime) -> dict:
-    row = {"sample_id": sid, "source_caption": item.caption, "source_url": item.source_url, "license": item.license, "ingested_at": now}
+def metadata_row(sid: str, item: RawItem, spec, now: datetime, url_hash_key: bytes | None = None) -> dict:
+    row = {"sample_id": sid, "source_caption": item.caption, **_url_columns(item, url_hash_key), "license": item.license, "ingested_at": now}
     if spec.embedding_dim:
         row["embedding"] = item.embedding
     return row
@@ -181,5 +195,5 @@ def to_batch(rows: list[dict], schema: pa.Schema) -> pa.RecordBatch:
 
 
 def metadata_schema(schema: pa.Schema) -> pa.Schema:
-    names = ("sample_id", *METADATA_COLUMNS, "ingested_at", "ingest_run_id", "embedding")
+    names = ("sample_id", *METADATA_COLUMNS, "source_url_key", "ingested_at", "ingest_run_id", "embedding")
     return pa.schema([schema.field(n) for n in names if n in schema.names])

@@ -8,7 +8,7 @@ from prx_data.explorer.security import allowed_hosts_for
 
 def test_main_passes_host_port_and_root(monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(app_module, "serve", lambda host, port, settings: calls.append((host, port, settings)))
+    monkeypatch.setattr(app_module, "serve", lambda host, port, settings, **flags: calls.append((host, port, settings)))
     monkeypatch.setenv("PRX_LANCE_ROOT", "/somewhere/else/lance")
     assert app_module.main(["--port", "9123", "--root", str(tmp_path)]) == 0
     [(host, port, settings)] = calls

@@ -21,8 +21,9 @@ from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_FINGERPRINT_TYPE, OPTOUT_MATCH_SCHEMA
+from prx_data.core.urls import redact_url, url_key
 
-RAW_COLUMNS = ["sample_id", "source", "source_key", "source_url", "status", "image_sha256", "phash"]
+RAW_COLUMNS = ["sample_id", "source", "source_key", "source_url", "status", "image_sha256", "phash", "source_url_key"]
 FINGERPRINT_SCHEMA = pa.schema([pa.field("request_id", pa.string()), *OPTOUT_FINGERPRINT_TYPE])
 _HOST_RE = r"^[A-Za-z][A-Za-z0-9+.\-]*://(?:[^@/?#]*@)?(?P<host>[^:/?#]*)"
 
@@ -40,6 +41,8 @@ def raw_rows(paths: StoragePaths, sources: Iterable[str], options: dict | None =
         t = ds.to_table(columns=cols)
         if "phash" not in names:
             t = t.append_column("phash", pa.nulls(t.num_rows, pa.int64()))
+        if "source_url_key" not in names:  # a table ingested before URLs were redacted
+            t = t.append_column("source_url_key", pa.nulls(t.num_rows, pa.string()))
         degenerate = degenerate_mask(t)
         t = t.select(RAW_COLUMNS).append_column("degenerate", degenerate)
         tables.append(t)
@@ -52,7 +55,8 @@ def raw_schema() -> pa.Schema:
     return pa.schema(
         [
             ("sample_id", pa.string()), ("source", pa.string()), ("source_key", pa.string()), ("source_url", pa.string()),
-            ("status", pa.string()), ("image_sha256", pa.string()), ("phash", pa.int64()), ("degenerate", pa.bool_()),
+            ("status", pa.string()), ("image_sha256", pa.string()), ("phash", pa.int64()), ("source_url_key", pa.string()),
+            ("degenerate", pa.bool_()),
         ]
     )
 
@@ -105,8 +109,9 @@ def keyed_candidates(raw: pa.Table) -> pa.Table:
 
 
 # Identity -----------------------------------------------------------------------------------
-def named_tables(requests: dict) -> dict[str, pa.Table]:
-    """Per kind, (request_id, value[, sample_id]) rows for every name of every request."""
+def named_tables(requests: dict, url_hash_key: bytes | None = None) -> dict[str, pa.Table]:
+    """Per kind, (request_id, value[, sample_id]) rows for every name of every request. URLs
+    also get their keyed hash under ``url_hash_key`` (rows store only the redacted URL)."""
     ids, urls, domains = ([], [], []), ([], []), ([], [])
     for request_id, request in requests.items():
         for sid in request.sample_ids:
@@ -121,7 +126,13 @@ def named_tables(requests: dict) -> dict[str, pa.Table]:
     s = pa.string()
     return {
         "ids": pa.table({"request_id": pa.array(ids[0], s), "name": pa.array(ids[1], s), "sample_id": pa.array(ids[2], s)}),
-        "urls": pa.table({"request_id": pa.array(urls[0], s), "source_url": pa.array(urls[1], s)}),
+        "urls": pa.table(
+            {
+                "request_id": pa.array(urls[0], s),
+                "source_url": pa.array(urls[1], s),
+                "source_url_key": pa.array([url_key(u, url_hash_key) if url_hash_key else None for u in urls[1]], s),
+            }
+        ),
         "domains": pa.table({"request_id": pa.array(domains[0], s), "domain": pa.array(domains[1], s)}),
     }
 
@@ -169,7 +180,7 @@ def _match_rows(joined: pa.Table, matched_by: pa.Array | str) -> pa.Table:
 
 def match_identity(named: dict[str, pa.Table], raw: pa.Table) -> tuple[pa.Table, pa.Table]:
     """(identity matches, unmatched names as (request_id, name))."""
-    corpus = raw.select(["sample_id", "source", "source_url"])
+    corpus = raw.select(["sample_id", "source", "source_url", "source_url_key"])
     out, unmatched = [], []
     ids = named["ids"]
     if ids.num_rows:
@@ -180,10 +191,22 @@ def match_identity(named: dict[str, pa.Table], raw: pa.Table) -> tuple[pa.Table,
         unmatched.append(missing.select(["request_id", "name"]))
     urls = named["urls"]
     if urls.num_rows:
-        with_url = corpus.filter(pc.is_valid(corpus["source_url"]))
-        out.append(_match_rows(_small_join(urls, with_url, "source_url"), "url"))
-        missing = _small_join(urls, with_url.select(["source_url"]), "source_url", join_type="left anti")
-        unmatched.append(pa.table({"request_id": missing["request_id"], "name": pc.binary_join_element_wise("url ", missing["source_url"], "")}))
+        # Rows store the redacted URL and the keyed hash of the original: match the request's
+        # URL by that hash; rows ingested before redaction (no hash) by the URL itself.
+        keyed = corpus.filter(pc.is_valid(corpus["source_url_key"])).select(["sample_id", "source", "source_url_key"])
+        legacy = corpus.filter(pc.and_(pc.is_valid(corpus["source_url"]), pc.is_null(corpus["source_url_key"]))).select(["sample_id", "source", "source_url"])
+        by_key = urls.filter(pc.is_valid(urls["source_url_key"])).select(["request_id", "source_url", "source_url_key"])
+        joined = [_small_join(urls.select(["request_id", "source_url"]), legacy, "source_url")]
+        if by_key.num_rows:
+            joined.append(_small_join(by_key, keyed, "source_url_key").select(joined[0].column_names))
+        found = pa.concat_tables(joined)
+        out.append(_match_rows(found, "url"))
+        missing = urls.select(["request_id", "source_url"]).join(
+            found.select(["request_id", "source_url"]), ["request_id", "source_url"], join_type="left anti", use_threads=False
+        )
+        # The audit table names what did not match: never a credential a request carried.
+        names = [f"url {redact_url(u)}" for u in missing["source_url"].to_pylist()]
+        unmatched.append(pa.table({"request_id": missing["request_id"], "name": pa.array(names, pa.string())}))
     domains = named["domains"]
     if domains.num_rows:
         # One regex pass (RE2: linear in the URL bytes) picks the rows on any listed domain;

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
+from prx_data.core.urls import key_uri, load_url_key
 from prx_data.imaging.fingerprints import image_fingerprint
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
@@ -277,6 +278,7 @@ def resolve_all(
     raw: pa.Table,
     exported: pa.Table,
     previous: pa.Table | None = None,
+    url_hash_key: bytes | None = None,
 ) -> tuple[pa.Table, pa.Table, pa.Table, dict[str, list[str]]]:
     """(matches, unmatched names, fingerprints kept per request, problems per request).
 
@@ -296,7 +298,7 @@ def resolve_all(
         unique_fingerprints,
     )
 
-    identity, unmatched = match_identity(named_tables({k: v.request for k, v in requests.items()}), raw)
+    identity, unmatched = match_identity(named_tables({k: v.request for k, v in requests.items()}, url_hash_key), raw)
     images, problems = _image_fingerprints(requests)
     fingerprints = unique_fingerprints(
         pa.concat_tables([images, fingerprints_of_samples(identity, raw, exported), _kept_fingerprints(previous, set(requests))])
@@ -331,7 +333,8 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
     if previous is not None and "first_effective_at" in previous.column_names:
         for rid, fp, at in zip(previous["request_id"].to_pylist(), previous["fingerprint"].to_pylist(), previous["first_effective_at"].to_pylist()):
             first_seen[(rid, fp)] = at
-    matches, unmatched, fingerprints, problems = resolve_all(loaded.requests, raw, exported, previous)
+    url_hash_key = load_url_key(key_uri(paths.lance_root), options)
+    matches, unmatched, fingerprints, problems = resolve_all(loaded.requests, raw, exported, previous, url_hash_key)
 
     # lazy: pulls in lance, pandas
     from prx_data.curation.optout.match import _small_join

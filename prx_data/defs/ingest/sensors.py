@@ -18,6 +18,7 @@ import dagster as dg
 from prx_data.defs.jobs import source_pipeline_job
 from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource
+from prx_data.ingest.root_check import wide_root_warning
 
 RAW_SAMPLES = dg.AssetKey("raw_samples")
 
@@ -45,6 +46,10 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
     reg = registry.load()
     for error in reg.errors:
         context.log.error(f"bad source spec: {error}")
+    for source in reg.sources.values():
+        warning = wide_root_warning(source)
+        if warning:
+            context.log.warning(warning)
     known = set(context.instance.get_dynamic_partitions(sources_partitions.name))
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     new_partitions = sorted(name for name in reg.sources if name not in known)
