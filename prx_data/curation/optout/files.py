@@ -53,6 +53,8 @@ def read_image_file(
     the header); raises ``UnreadableFile`` naming the file and the reason."""
     data = read_capped_file(path, max_bytes, "image file")
     probe = probe_image(data, max_pixels=max_pixels, max_bytes=max_bytes, formats=DEFAULT_FORMATS)
+    if probe.status in (Status.INVALID_IMAGE, Status.UNSUPPORTED_FORMAT):
+        raise UnreadableFile(f"image file {os.fspath(path)} cannot be decoded: {probe.error}")
     if probe.status != Status.OK:
         raise UnreadableFile(f"image file {os.fspath(path)} is refused: {probe.error}")
     return data
