@@ -16,6 +16,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
+def pin_fixture_publication(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixture corpora hold a handful of images per bucket: they pin the publication of before
+    issue 22 (any bucket with one unskipped sample, no folding) so the feature each test is about
+    is not folded away. The defaults themselves (32, folding on) are tested by
+    curation/test_default_reader.py."""
+    monkeypatch.setenv("PRX_MIN_STREAM_SAMPLES", "1")
+    monkeypatch.setenv("PRX_FOLD_SPARSE_BUCKETS", "0")
+
+
 @pytest.fixture
 def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     from prx_data.core.settings import get_settings
@@ -27,6 +36,7 @@ def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         if name.startswith("PRX_") and name != "PRX_RAY_ADDRESS":
             monkeypatch.delenv(name)
     monkeypatch.setenv("PRX_DATA_ROOT", str(root))
+    pin_fixture_publication(monkeypatch)
     get_settings.cache_clear()
     yield root
     get_settings.cache_clear()

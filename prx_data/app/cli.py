@@ -282,12 +282,17 @@ def cmd_optout_add(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     # lazy: pulls in pyarrow, numpy, pydantic
+    from prx_data.curation.optout.files import read_image_file
     from prx_data.curation.optout.requests import OptOutRequest, write_request
     from prx_data.core.settings import get_settings
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
     try:
+        for image in args.image or []:
+            # Typed and capped now, so a FIFO or /dev/zero is refused here instead of being
+            # filed and read by every later `optout apply`.
+            read_image_file(image)
         request = OptOutRequest(
             id=args.id,
             requester_note=args.note or "",
@@ -333,6 +338,19 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
     from prx_data.core.locking import configure
 
     configure(settings.lock_policy())  # the fold writes its tables under their locks
+    if getattr(args, "withdraw_id", None):
+        # lazy: pulls in lance
+        from prx_data.curation.optout.withdraw import withdraw
+
+        try:
+            receipt = withdraw(StoragePaths.from_settings(settings), settings.optout_dir, args.withdraw_id, args.reason, settings.storage_options)
+        except (KeyError, ValueError) as exc:
+            print(f"error: {exc.args[0]}", file=sys.stderr)
+            return 2
+        print(
+            f"request {args.withdraw_id} withdrawn ({receipt['reason']}); file(s) removed: "
+            f"{', '.join(receipt['files_removed']) or 'none'}; receipt: prx-data optout report --id {args.withdraw_id}"
+        )
     applied = refresh(
         StoragePaths.from_settings(settings),
         settings.optout_dir,
@@ -345,11 +363,14 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
     )
     report = applied.optouts
     for error in report.errors:
-        print(f"request not applied: {error}", file=sys.stderr)
+        # Nothing here shrinks the opt-outs: a request that failed keeps its last applied version.
+        print(f"request not applied as filed: {error}", file=sys.stderr)
     for line, row in zip(report.summary_lines(), report.audit.to_pylist()):
         print(line)
         for problem in row["problems"]:
             print(f"  {problem}")
+    if report.kept:
+        print(f"{len(report.kept)} request(s) kept in force at their last applied version: {', '.join(sorted(report.kept))}", file=sys.stderr)
     print(
         f"applied {report.requests} request(s) in {applied.seconds:.2f}s: skip-list build {applied.build_id}, "
         f"{applied.skipped_samples} sample(s) skipped in all, {applied.sidecars_written} sidecar(s) written; "
@@ -432,6 +453,16 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--exclude-label", action="append", help="labels the skip lists exclude (default: nsfw, text)")
     apply.add_argument("--root")
     apply.set_defaults(func=cmd_optout_apply)
+    withdraw = optout_sub.add_parser(
+        "withdraw",
+        help="withdraw a request on purpose: its file is removed, a receipt is kept, the skip lists are rebuilt "
+        "(the only way a filed request stops excluding samples)",
+    )
+    withdraw.add_argument("--id", dest="withdraw_id", required=True)
+    withdraw.add_argument("--reason", required=True, help="why (kept in the receipt)")
+    withdraw.add_argument("--exclude-label", action="append", help="labels the skip lists exclude (default: nsfw, text)")
+    withdraw.add_argument("--root")
+    withdraw.set_defaults(func=cmd_optout_apply)
     receipt = optout_sub.add_parser("report", help="a request's receipt: matches, sources, shards, rules, skip-list builds")
     receipt.add_argument("--id", required=True)
     receipt.add_argument("--json", action="store_true", help="JSON instead of Markdown")

@@ -42,6 +42,9 @@ class StoragePaths:
     def optout_audit_table(self) -> str:
         return join(self.lance_root, "optout_audit.lance")
 
+    def optout_withdrawals_table(self) -> str:
+        return join(self.lance_root, "optout_withdrawals.lance")
+
     def optout_samples_table(self) -> str:
         return join(self.lance_root, "optout_samples.lance")
 

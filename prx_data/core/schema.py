@@ -180,6 +180,25 @@ OPTOUT_AUDIT_SCHEMA = pa.schema(
         # Durable: every fingerprint ever recorded for this request id, kept across re-ingests that
         # drop a matched row's bytes; every skip-list build re-applies them to every source.
         pa.field("fingerprints", pa.list_(OPTOUT_FINGERPRINT_TYPE)),
+        # The version in force (JSON of the request): a file that later fails to load or vanishes
+        # keeps this version applied until `prx-data optout withdraw` removes it on purpose.
+        pa.field("request_json", pa.string()),
+        # "applied" (loaded from its file this time) or "kept: <why>" (its last applied version).
+        pa.field("state", pa.string()),
+    ]
+)
+
+# One row per request withdrawn on purpose (`prx-data optout withdraw`): the receipt.
+OPTOUT_WITHDRAWAL_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.string()),
+        pa.field("withdrawn_at", pa.timestamp("us", tz="UTC")),
+        pa.field("reason", pa.string()),
+        pa.field("request_file", pa.string()),
+        pa.field("request_json", pa.string()),
+        pa.field("matched_samples", pa.int64()),  # matched when last applied
+        pa.field("first_effective_at", pa.timestamp("us", tz="UTC")),
+        pa.field("files_removed", pa.list_(pa.string())),
     ]
 )
 

@@ -43,12 +43,15 @@ class Settings(BaseModel):
     # Smallest bucket published for training, in unskipped samples: at least your global batch
     # size (per-device batch x devices), since a trainer batches per stream and a stream that
     # cannot fill one batch makes streaming raise. Smaller buckets stay in the tree, unpublished.
-    min_stream_samples: int = Field(1, ge=1)
-    # Opt-in: re-export the unskipped images of a sparse bucket (fewer than min_stream_samples)
-    # into the nearest bucket of the same tier that is published on its own, at most
-    # fold_max_steps aspect-grid steps away (each step crops about 11 % more of the long side;
-    # docs/trainable_export.md). Further than that the bucket stays unpublished.
-    fold_sparse_buckets: bool = False
+    # 32 by default: PRX's device_per_stream reader at per-device batches up to 32 never meets a
+    # stream it cannot fill (issue 22); raise it to your global batch size.
+    min_stream_samples: int = Field(32, ge=1)
+    # On by default (issue 22): re-export the unskipped images of a sparse bucket (fewer than
+    # min_stream_samples) into the nearest bucket of the same tier that is published on its own,
+    # at most fold_max_steps aspect-grid steps away (each step crops about 11 % more of the long
+    # side; docs/trainable_export.md), so the default min_stream_samples loses none of them.
+    # Further than that the bucket stays unpublished (listed in the data card).
+    fold_sparse_buckets: bool = True
     fold_max_steps: int = Field(2, ge=1, le=4)
     # One writer per source table (prx_data/core/locking.py): how long a second run waits for the
     # lock, and how long an object-store lease lives without renewal (a killed run's lease).
@@ -140,8 +143,8 @@ def load_settings(env: dict | None = None) -> Settings:
         kuberay_spec=env.get("PRX_KUBERAY_SPEC") or None,
         startup_checks=env.get("PRX_STARTUP_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
         rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
-        min_stream_samples=int(env.get("PRX_MIN_STREAM_SAMPLES", 1)),
-        fold_sparse_buckets=_flag(env.get("PRX_FOLD_SPARSE_BUCKETS", "0")),
+        min_stream_samples=int(env.get("PRX_MIN_STREAM_SAMPLES", 32)),
+        fold_sparse_buckets=_flag(env.get("PRX_FOLD_SPARSE_BUCKETS", "1")),
         fold_max_steps=int(env.get("PRX_FOLD_MAX_STEPS", 2)),
         lock_wait_s=float(env.get("PRX_LOCK_WAIT_S", 1800)),
         lock_ttl_s=float(env.get("PRX_LOCK_TTL_S", 60)),

@@ -49,7 +49,7 @@ from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
 from prx_data.imaging import transform  # called as transform.prepare (tests count its calls)
-from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, fold_target, shape_index
+from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, fold_target, shape_index, shapes_for_tier
 from prx_data.core.lance_io import open_table
 from prx_data.core.locking import table_lock
 from prx_data.core.paths import StoragePaths
@@ -139,6 +139,35 @@ def unskipped_placements(exports: pa.Table, skips: pa.Table) -> pa.Table:
     return placed.join(keys, ["shard", "index_in_shard"], join_type="left anti")
 
 
+def _pooled_targets(
+    tier: int, indexes: dict[int, str], counts: Counter, published: list[int], bucket_cfg: BucketConfig, policy: FoldPolicy
+) -> dict[int, int]:
+    """Sparse aspect index -> the sparse bucket it is pooled into.
+
+    A small corpus may have no bucket of a tier published on its own (at the default 32, none of
+    the demo corpus has). Sparse buckets with no published bucket in reach are then pooled: the
+    largest such bucket takes the images of those in reach of it, when together they reach
+    ``min_stream_samples``; it is published with its folded copies, and is never folded itself
+    (so folds still never chain). Greedy, largest first; ties to the squarer shape.
+    """
+    alone = [
+        i for i, rel in indexes.items()
+        if counts[rel] < policy.min_stream_samples and fold_target(tier, i, published, bucket_cfg, policy.max_steps) is None
+    ]
+    squarest = len(shapes_for_tier(tier, bucket_cfg)) // 2
+    assigned: dict[int, int] = {}
+    free = set(alone)
+    for i in sorted(alone, key=lambda i: (-counts[indexes[i]], abs(i - squarest), i)):
+        if i not in free:
+            continue
+        group = [k for k in sorted(free - {i}) if fold_target(tier, k, [i], bucket_cfg, policy.max_steps) == i]
+        if counts[indexes[i]] + sum(counts[indexes[k]] for k in group) < policy.min_stream_samples:
+            continue
+        free -= {i, *group}
+        assigned.update({k: i for k in group})
+    return assigned
+
+
 def plan_folds(exports: pa.Table, skips: pa.Table, bucket_cfg: BucketConfig, policy: FoldPolicy) -> FoldPlan:
     """Which sparse buckets fold into which published bucket, and the samples that move."""
     empty = FoldPlan({}, {}, _PLAN_SCHEMA.empty_table())
@@ -157,10 +186,13 @@ def plan_folds(exports: pa.Table, skips: pa.Table, bucket_cfg: BucketConfig, pol
     targets: dict[str, tuple[int, int, int]] = {}
     for tier, indexes in by_tier.items():
         published = [i for i, rel in indexes.items() if counts[rel] >= policy.min_stream_samples]
+        pooled = _pooled_targets(tier, indexes, counts, published, bucket_cfg, policy)
         for i, rel in indexes.items():
-            if counts[rel] >= policy.min_stream_samples:
+            if counts[rel] >= policy.min_stream_samples or i in set(pooled.values()):
                 continue
-            j = fold_target(tier, i, published, bucket_cfg, policy.max_steps)
+            j = pooled.get(i)
+            if j is None:
+                j = fold_target(tier, i, published, bucket_cfg, policy.max_steps)
             if j is None:
                 refused[rel] = counts[rel]
                 continue

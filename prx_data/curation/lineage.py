@@ -17,6 +17,7 @@ from prx_data.core.filters import Expr, any_of, equals, one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.urls import key_uri, load_url_key, redact_text, redact_url, url_key
+from prx_data.curation.optout.files import UnreadableFile, read_image_file
 from prx_data.export.skiplist import shard_sidecars
 
 ROW_COLUMNS = (
@@ -201,9 +202,10 @@ def _image_matches(paths: StoragePaths, sources: list[str], image: Path, max_ham
     from prx_data.imaging.phash import hamming, phash_bytes
 
     try:
-        target = phash_bytes(image.read_bytes())
-    except FileNotFoundError:
-        raise ValueError(f"image file {image} does not exist") from None
+        # Typed and capped: a FIFO, a device or a huge file is refused before anything is read.
+        target = phash_bytes(read_image_file(image))
+    except UnreadableFile as exc:
+        raise ValueError(str(exc)) from None
     except DecodeError as exc:
         raise ValueError(f"image file {image} cannot be decoded: {exc}") from None
     found = []

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths, join
 from prx_data.core.storage import locate, write_bytes
-from prx_data.export.corpus_index import unpublished_buckets
+from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import iter_root_sidecars
 
 
@@ -78,6 +78,20 @@ def _unpublished(paths: StoragePaths, options: dict | None) -> list[str]:
     ]
 
 
+def _retired(paths: StoragePaths, options: dict | None) -> list[str]:
+    """Buckets every source left: their leftovers were removed, no trainer streams them."""
+    record = retired_buckets(paths.mds_root, options)
+    if not record:
+        return ["No bucket has been retired."]
+    rows = [(rel, r.get("retired_at"), ", ".join(r.get("sources") or []) or "-") for rel, r in sorted(record.items())]
+    return [
+        "Emptied by every source (images removed or moved to another shape): index, manifest and "
+        "sidecars removed; a later export into the shape revives the bucket.",
+        "",
+        *_table(("bucket", "retired at", "sources before"), rows),
+    ]
+
+
 def build_data_card(
     paths: StoragePaths, sources: list[str], *, exclude_labels=(), options: dict | None = None, generated_at: datetime | None = None
 ) -> DataCard:
@@ -134,6 +148,9 @@ def build_data_card(
         "",
         "## Buckets not published for training",
         *_unpublished(paths, options),
+        "",
+        "## Retired buckets",
+        *_retired(paths, options),
         "",
         "## Sparse buckets folded into a neighbour",
         *_folded(paths, sources, options),

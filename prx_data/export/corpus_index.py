@@ -16,14 +16,23 @@ Unskipped counts come from the bucket's skip-list manifest when it was built aga
 source indexes. Skip lists change after indexing (opt-outs, labels), so the decision is taken
 again each time skip lists are built (``skip_lists`` calls ``merge_all`` after writing them):
 the published set always follows the current skips.
+
+Retirement. A bucket every source left (its only images removed, re-bucketed or dropped) is
+retired: its merged index, ``unpublished.json``, skip-list manifest and sidecars are removed, its
+empty folders too (shards a previous merged index named are left to ``collect_garbage``), and
+``retired_buckets.json`` at the root records it (the data card lists it). Nothing of it is left
+that a stream check or trainer would take for a stream. A later export into the same shape
+revives it (its record is dropped at the next merge).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,6 +45,7 @@ from prx_data.core.storage import (
     is_file,
     join,
     list_dir,
+    local_path,
     locate,
     read_bytes,
     try_read_bytes,
@@ -47,6 +57,8 @@ from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, parse_man
 SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
 UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
 UNPUBLISHED_FORMAT = "prx-unpublished-bucket"
+RETIRED_BASENAME = "retired_buckets.json"  # at the MDS root, beside the tier folders
+RETIRED_FORMAT = "prx-retired-buckets"
 
 MERGED_FORMAT = 1
 
@@ -92,6 +104,8 @@ class MergedIndex:
     written: bool  # False when the file already held these exact bytes (or was removed)
     unskipped: int = 0  # samples minus those the current skip lists skip
     published: bool = True  # has a bucket-level index.json: a stream for training
+    retired: bool = False  # this merge found it emptied and removed its leftovers
+    retired_sources: tuple[str, ...] = ()  # the sources its last merged index named
 
 
 class StaleIndexError(RuntimeError):
@@ -182,10 +196,11 @@ def _publish(bucket: Location, obj: dict | None, sources: dict[str, str], sample
     target, marker = bucket.child(INDEX_BASENAME), bucket.child(UNPUBLISHED_BASENAME)
     current = try_read_bytes(target)
     if obj is None:
-        if current is not None:
-            delete_file(target)  # an empty index would make StreamingDataset fail on this stream
-        delete_file(marker)
-        return MergedIndex(bucket.uri, {}, 0, 0, current is not None, 0, False)
+        # An empty index would make StreamingDataset fail on this stream; a leftover manifest
+        # or sidecar would make the bucket look like one: retire it whole.
+        before = _last_sources(bucket, current)
+        retired = _retire(bucket)
+        return MergedIndex(bucket.uri, {}, 0, 0, current is not None, 0, False, retired=retired, retired_sources=tuple(before))
     unskipped = samples - _skipped_now(bucket, sources)
     num_shards = len(obj["shards"])
     if unskipped >= max(1, min_stream_samples):
@@ -208,6 +223,68 @@ def _publish(bucket: Location, obj: dict | None, sources: dict[str, str], sample
     return MergedIndex(bucket.uri, sources, num_shards, samples, current is not None, max(0, unskipped), False)
 
 
+def _last_sources(bucket: Location, merged: bytes | None) -> list[str]:
+    """The sources a bucket held before it emptied: its merged index's, or (unpublished) its note's."""
+    if merged is not None:
+        return sorted(merged_source_digests(json.loads(merged)))
+    note = try_read_bytes(bucket.child(UNPUBLISHED_BASENAME))
+    try:
+        return sorted(UnpublishedNote.model_validate_json(note).sources) if note is not None else []
+    except ValueError:
+        return []
+
+
+def _retire(bucket: Location) -> bool:
+    """Remove what makes an emptied bucket look alive; True when anything was removed."""
+    removed = False
+    for name in (INDEX_BASENAME, UNPUBLISHED_BASENAME, MANIFEST_BASENAME):
+        if is_file(bucket.child(name)):
+            delete_file(bucket.child(name))
+            removed = True
+    for folder in list_dir(bucket):
+        if not (folder.is_dir and SOURCE_RE.match(folder.name)):
+            continue
+        for entry in list_dir(bucket.child(folder.name)):
+            if not entry.is_dir and SKIP_INFIX in entry.name:
+                delete_file(bucket.child(folder.name, entry.name))
+                removed = True
+    folder = local_path(bucket.uri)
+    if folder is not None:  # object stores have no folders to leave behind
+        for dirpath, _dirs, _files in sorted(os.walk(folder), key=lambda t: -len(t[0])):
+            try:
+                os.rmdir(dirpath)  # only empty ones: shards waiting for collect_garbage stay
+            except OSError:
+                pass
+        try:
+            os.rmdir(os.path.dirname(folder.rstrip(os.sep)))  # the tier folder, when this was its last bucket
+        except OSError:
+            pass
+    return removed
+
+
+def retired_buckets(mds_root: str, storage_options: dict | None = None) -> dict[str, dict]:
+    """``"tier/HxW"`` -> {retired_at, sources} for every bucket retired and not revived since."""
+    raw = try_read_bytes(locate(mds_root, storage_options).child(RETIRED_BASENAME))
+    if raw is None:
+        return {}
+    obj = json.loads(raw)
+    if obj.get("format") != RETIRED_FORMAT:
+        raise ValueError(f"{join(mds_root, RETIRED_BASENAME)}: not a {RETIRED_FORMAT} file")
+    return dict(obj.get("buckets", {}))
+
+
+def _record_retirements(root: Location, mds_root: str, storage_options: dict | None, merged: list[MergedIndex], rels: list[str]) -> None:
+    record = retired_buckets(mds_root, storage_options)
+    updated = dict(record)
+    for rel, m in zip(rels, merged):
+        if m.sources:
+            updated.pop(rel, None)  # exported into again: alive
+        elif m.retired:
+            updated[rel] = {"retired_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "sources": list(m.retired_sources)}
+    if updated != record:
+        write_bytes(root.child(RETIRED_BASENAME), dumps_stable({"format": RETIRED_FORMAT, "version": 1, "buckets": updated}))
+
+
 def merge_all(
     mds_root: str,
     storage_options: dict | None = None,
@@ -225,12 +302,16 @@ def merge_all(
     if min_stream_samples < 1:
         raise ValueError(f"min_stream_samples must be at least 1, got {min_stream_samples}")
     root = locate(mds_root, storage_options)
-    merged = []
+    merged, rels = [], []
     for ref in list_buckets(mds_root, storage_options):
         bucket = root.child(ref.rel)
         before = _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
         merged.append(merge_bucket_index(ref.dir(mds_root), storage_options, min_stream_samples=min_stream_samples))
-        collect_garbage(root, bucket, before, min_age_s=gc_min_age_s)
+        rels.append(ref.rel)
+        folder = local_path(bucket.uri)
+        if folder is None or os.path.isdir(folder):  # a retired local bucket may be gone whole
+            collect_garbage(root, bucket, before, min_age_s=gc_min_age_s)
+    _record_retirements(root, mds_root, storage_options, merged, rels)
     return merged
 
 

@@ -543,6 +543,11 @@ def build_skiplists(
         wanted = desired.get(bucket, {})
         bucket_loc = root.child(*bucket.split("/"))
         digests, total = _sync_bucket(bucket_loc, wanted, storage_options, report)
+        if not digests:
+            # Every source left this bucket: no manifest (corpus_index retires the bucket; a
+            # manifest here would make it look like a stream that does not open).
+            delete_file(bucket_loc.child(MANIFEST_BASENAME))  # tolerates its absence
+            continue
         skipped = unique_per_bucket.get(bucket, 0)
         manifest = ManifestFile(
             format=MANIFEST_FORMAT,

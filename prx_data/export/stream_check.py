@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator, Mapping
 
 from prx_data.core.storage import local_path, streaming_env
+from prx_data.export.corpus_index import unpublished_buckets
+from prx_data.export.tree import BucketRef, list_buckets, list_sources
 
 MDS_COLUMNS = {"image", "caption", "sample_id"}
 
@@ -28,6 +30,17 @@ def streaming_credentials(storage_options: Mapping[str, str] | None) -> Iterator
     finally:
         for name in added:
             os.environ.pop(name, None)
+
+
+def stream_buckets(mds_root: str, storage_options: dict | None = None) -> list[BucketRef]:
+    """The buckets a trainer is meant to stream: not unpublished on purpose, and not emptied by
+    every source (a retired bucket whose old shards wait for garbage collection is no stream)."""
+    unpublished = set(unpublished_buckets(mds_root, storage_options))
+    return [
+        ref
+        for ref in list_buckets(mds_root, storage_options)
+        if ref.rel not in unpublished and list_sources(ref.dir(mds_root), storage_options)
+    ]
 
 
 def read_bucket(bucket_dir: str, storage_options: dict | None = None, attempts: int = 4) -> int:

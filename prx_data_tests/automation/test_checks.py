@@ -64,7 +64,11 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
     good = auto.run("good", PER_SOURCE)
     assert good.success and _passed(good) == dict.fromkeys(SOURCE_CHECKS, True)
     corpus = auto.run(None, CORPUS)
-    assert _passed(corpus) == {"corpus_index:bucket_streams_readable": True, "skip_lists:skipped_share_per_stream": True}
+    assert _passed(corpus) == {
+        "corpus_index:bucket_streams_readable": True,
+        "optout_requests:every_request_loads": True,
+        "skip_lists:skipped_share_per_stream": True,
+    }
 
     bad = auto.run("bad", PER_SOURCE)
     # Warnings do not fail the run: the source is exported as far as it is usable.

@@ -80,6 +80,9 @@ def test_optout_request_end_to_end(data_root, prx_defs, instance):
     result = _corpus(prx_defs, instance)
     (mat,) = materializations(result, "optout_requests")
     assert mat.metadata["requests"].value == 1 and mat.metadata["bad_requests"].value == 1
+    # The asset succeeds (whatever was applied before stays in force); its check fails, naming the file.
+    (check,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "every_request_loads"]
+    assert not check.passed and "broken.yaml" in check.description
     matched = {r["sample_id"] for r in lance.dataset(paths.optout_samples_table()).to_table().to_pylist()}
     # The URL's image and every perceptual copy of it in any source are covered too.
     (url_record,) = find(paths, SOURCES, sample_id=by_url["sample_id"])

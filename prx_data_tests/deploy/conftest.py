@@ -61,6 +61,7 @@ def postgres_url(postgres_admin_url: str):
 
 
 # S3 (moto): s3_server and s3_bucket come from the storage-parity plugin -------------------
+from prx_data_tests.conftest import pin_fixture_publication  # noqa: E402
 from prx_data_tests.storage_parity import S3Server, free_port  # noqa: E402,F401 (re-exported)
 
 
@@ -72,6 +73,7 @@ def clean_prx_env(monkeypatch: pytest.MonkeyPatch):
     for name in list(os.environ):
         if name.startswith(("PRX_", "AWS_", "S3_ENDPOINT")) or name == "DAGSTER_HOME":
             monkeypatch.delenv(name)
+    pin_fixture_publication(monkeypatch)
     get_settings.cache_clear()
     yield monkeypatch
     get_settings.cache_clear()

@@ -60,6 +60,9 @@ def receipt(paths: StoragePaths, request_id: str, options: dict | None = None) -
     resolved (file it, then ``prx-data optout apply``)."""
     audit = open_table(paths.optout_audit_table(), options)
     rows = audit.to_table(filter=equals("request_id", request_id)).to_pylist() if audit is not None else []
+    withdrawn = _withdrawals(paths, request_id, options)
+    if not rows and withdrawn:
+        return {"request_id": request_id, "withdrawn": withdrawn, "builds": _builds(paths, request_id, options)}
     if not rows:
         raise KeyError(f"no resolved opt-out request {request_id!r}: file it, then run `prx-data optout apply`")
     row = rows[0]
@@ -112,7 +115,26 @@ def receipt(paths: StoragePaths, request_id: str, options: dict | None = None) -
         ],
         "samples": samples,
         "builds": _builds(paths, request_id, options),
+        "state": row.get("state") or "applied",
+        "withdrawn": withdrawn,  # earlier withdrawals of this id (it was filed again since)
     }
+
+
+def _withdrawals(paths: StoragePaths, request_id: str, options: dict | None) -> list[dict]:
+    # The table `optout.withdraw` appends to, read here so receipts stay below requests.
+    ds = open_table(paths.optout_withdrawals_table(), options)
+    if ds is None:
+        return []
+    rows = sorted(ds.to_table(filter=equals("request_id", request_id)).to_pylist(), key=lambda r: r["withdrawn_at"])
+    return [{**r, "withdrawn_at": _iso(r["withdrawn_at"]), "first_effective_at": _iso(r["first_effective_at"])} for r in rows]
+
+
+def _withdrawal_lines(withdrawn: list[dict]) -> list[str]:
+    return [
+        f"- withdrawn {w['withdrawn_at']} (in effect since {w['first_effective_at']}, {w['matched_samples']} sample(s) matched then): "
+        f"{w['reason']}; file(s) removed: {', '.join(w['files_removed']) or 'none'}"
+        for w in withdrawn
+    ]
 
 
 def _builds(paths: StoragePaths, request_id: str, options: dict | None) -> dict:
@@ -139,6 +161,12 @@ def _builds(paths: StoragePaths, request_id: str, options: dict | None) -> dict:
 
 def to_markdown(r: dict) -> str:
     lines = [f"# Opt-out request `{r['request_id']}`", ""]
+    if "samples" not in r:  # withdrawn, not filed again
+        lines += ["Withdrawn on purpose (`prx-data optout withdraw`); its samples are no longer excluded.", ""]
+        lines += _withdrawal_lines(r["withdrawn"])
+        return "\n".join(lines) + "\n"
+    if r.get("state", "applied") != "applied":
+        lines += [f"**{r['state']}**", ""]
     if r["requester_note"]:
         lines += [f"Note: {r['requester_note']}", ""]
     lines += [
@@ -167,6 +195,8 @@ def to_markdown(r: dict) -> str:
             lines.append(f"- ... {len(r['unmatched']) - 200} more (use --json)")
     if r["problems"]:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in r["problems"]]
+    if r.get("withdrawn"):
+        lines += ["", "## Earlier withdrawals", ""] + _withdrawal_lines(r["withdrawn"])
     lines += ["", f"Fingerprints kept: {len(r['fingerprints'])} (re-applied to every source on every skip-list build)"]
     return "\n".join(lines) + "\n"
 

@@ -31,6 +31,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
 from prx_data.core.urls import key_uri, load_url_key
+from prx_data.curation.optout.files import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    DEFAULT_MAX_IMAGE_PIXELS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    UnreadableFile,
+    read_capped_file,
+    read_image_file,
+)
 from prx_data.imaging.fingerprints import image_fingerprint
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
@@ -95,11 +103,24 @@ class RequestSet:
     requests: dict[str, LoadedRequest] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)  # same request filed again
+    failed_files: list[str] = field(default_factory=list)  # the files behind ``errors``
 
 
-def load_request(path: Path) -> OptOutRequest:
+class OptOutFolderError(RuntimeError):
+    """The opt-out folder is gone or unreadable: nothing may be withdrawn because of it."""
+
+
+REQUEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def load_request(path: Path, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> OptOutRequest:
     try:
-        text = path.read_text()
+        # Not confined to the folder (a request may be a link to a managed file), only typed and capped.
+        data = read_capped_file(path, max_bytes, "request file")
+    except UnreadableFile as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        text = data.decode("utf-8")
         # The C loader when present: a 10,000-URL request parses in milliseconds, not seconds.
         raw = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -116,17 +137,31 @@ def load_request(path: Path) -> OptOutRequest:
     return request
 
 
-def load_requests(folder: str | Path) -> RequestSet:
+def load_requests(folder: str | Path, *, missing_ok: bool = False, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> RequestSet:
+    """Every request in ``folder``. A file that cannot be loaded (bad YAML or schema, not a
+    regular file, too large) is one error and never stops the others. A missing or unreadable
+    folder raises ``OptOutFolderError`` unless ``missing_ok`` (ingest's early matching)."""
     out = RequestSet()
     folder = Path(folder)
-    if not folder.exists():
-        return out
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+    try:
+        entries = sorted(folder.iterdir())
+    except FileNotFoundError:
+        if missing_ok:
+            return out
+        raise OptOutFolderError(f"the opt-out folder {folder} does not exist") from None
+    except OSError as exc:
+        if missing_ok:
+            return out
+        raise OptOutFolderError(f"the opt-out folder {folder} cannot be read: {exc.strerror or exc}") from None
+    # Every entry with a request suffix counts, whatever its type: a FIFO or a directory named
+    # 'req.yaml' is reported (its last applied version stays in force), never silently skipped.
+    files = [p for p in entries if p.suffix in REQUEST_SUFFIXES and _counted(p)]
     for path in files:
         try:
-            request = load_request(path)
+            request = load_request(path, max_bytes)
         except ValueError as exc:
             out.errors.append(str(exc))
+            out.failed_files.append(str(path))
             continue
         previous = out.requests.get(request.id)
         if previous is None:
@@ -135,6 +170,7 @@ def load_requests(folder: str | Path) -> RequestSet:
             out.duplicates.append(f"{path} repeats {previous.path}")
         else:
             out.errors.append(f"{path}: request id {request.id!r} already used by {previous.path} with other content")
+            out.failed_files.append(str(path))
     return out
 
 
@@ -200,6 +236,8 @@ class OptOutReport:
     errors: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # request id -> why its last applied version is in force (its file failed to load or vanished)
+    kept: dict[str, str] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
         """One line per request, however many names it lists."""
@@ -215,7 +253,9 @@ def summary_line(row: dict) -> str:
     )
 
 
-def _image_fingerprints(requests: dict[str, LoadedRequest]) -> tuple[pa.Table, dict[str, list[str]]]:
+def _image_fingerprints(
+    requests: dict[str, LoadedRequest], max_bytes: int = DEFAULT_MAX_IMAGE_BYTES, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+) -> tuple[pa.Table, dict[str, list[str]]]:
     """Fingerprints of the requests' image files, and per request the files that failed."""
     # lazy: pulls in lance, pandas
     from prx_data.curation.optout.match import FINGERPRINT_SCHEMA
@@ -225,9 +265,9 @@ def _image_fingerprints(requests: dict[str, LoadedRequest]) -> tuple[pa.Table, d
         for name in item.request.image_files:
             path = Path(name) if Path(name).is_absolute() else item.path.parent / name
             try:
-                phash, sha, _ = image_fingerprint(path.read_bytes())
-            except FileNotFoundError:
-                problems.setdefault(request_id, []).append(f"image file {path} does not exist")
+                phash, sha, _ = image_fingerprint(read_image_file(path, max_bytes, max_pixels))
+            except UnreadableFile as exc:
+                problems.setdefault(request_id, []).append(str(exc))
                 continue
             except Exception as exc:  # noqa: BLE001 - any decode failure is reported, never fatal
                 problems.setdefault(request_id, []).append(f"image file {path} cannot be decoded: {exc}")
@@ -245,7 +285,11 @@ def _previous_audit(paths: StoragePaths, options: dict | None) -> pa.Table | Non
     ds = open_table(paths.optout_audit_table(), options)
     if ds is None:
         return None
-    wanted = [c for c in ("request_id", "fingerprint", "first_effective_at", "fingerprints") if c in ds.schema.names]
+    wanted = [
+        c
+        for c in ("request_id", "fingerprint", "first_effective_at", "fingerprints", "request_file", "request_json", "matched_samples")
+        if c in ds.schema.names
+    ]
     return ds.to_table(columns=wanted)
 
 
@@ -314,6 +358,30 @@ def resolve_all(
     return matches, unmatched, fingerprints, problems
 
 
+def keep_in_force(loaded: RequestSet, previous: pa.Table | None, folder_error: str | None) -> dict[str, tuple[LoadedRequest, str]]:
+    """The previously applied requests that this load did not bring back, each with why: their
+    last applied version stays in force (opt-outs never shrink by accident; withdrawal is
+    ``prx-data optout withdraw``)."""
+    if previous is None or previous.num_rows == 0 or "request_json" not in previous.column_names:
+        return {}
+    failed = set(loaded.failed_files)
+    kept: dict[str, tuple[LoadedRequest, str]] = {}
+    for row in previous.to_pylist():
+        rid, text, path = row["request_id"], row.get("request_json"), row.get("request_file") or ""
+        if rid in loaded.requests or not text:
+            continue
+        if folder_error:
+            why = f"kept in force: {folder_error}"
+        elif path in failed:
+            why = "failed to load; its last applied version stays in force until the file is fixed or the request is withdrawn"
+        elif Path(path).exists() or Path(path).is_symlink():
+            why = "no longer holds this request id; its last applied version stays in force until it is withdrawn"
+        else:
+            why = "vanished; its last applied version stays in force until it is withdrawn (prx-data optout withdraw --id ID --reason ...)"
+        kept[rid] = (LoadedRequest(OptOutRequest.model_validate_json(text), Path(path)), why)
+    return kept
+
+
 def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], options: dict | None = None) -> OptOutReport:
     """Resolve every request; write the matches (read by skip_lists) and the audit table."""
     import time
@@ -324,11 +392,22 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
     from prx_data.curation.optout.match import exported_rows, raw_rows
 
     started = time.perf_counter()
-    loaded = load_requests(optout_dir)
+    previous = _previous_audit(paths, options)
+    try:
+        loaded = load_requests(optout_dir)
+        folder_error = None
+    except OptOutFolderError as exc:
+        loaded, folder_error = RequestSet(), str(exc)
+    kept = keep_in_force(loaded, previous, folder_error)
     report = OptOutReport(requests=len(loaded.requests), errors=list(loaded.errors), duplicates=list(loaded.duplicates))
+    if folder_error and kept:
+        # No folder and nothing applied before is a root without opt-outs, not an accident.
+        report.errors.insert(0, f"{folder_error}: nothing is withdrawn, the {len(kept)} request(s) applied before stay in force")
+    report.kept = {rid: why for rid, (_, why) in kept.items()}
+    report.errors += [f"request {rid} ({item.path}) {why}" for rid, (item, why) in sorted(kept.items())]
+    loaded.requests.update({rid: item for rid, (item, _) in kept.items()})
     raw = raw_rows(paths, sources, options)
     exported = exported_rows(paths, sources, options)
-    previous = _previous_audit(paths, options)
     first_seen: dict[tuple[str, str], datetime] = {}
     if previous is not None and "first_effective_at" in previous.column_names:
         for rid, fp, at in zip(previous["request_id"].to_pylist(), previous["fingerprint"].to_pylist(), previous["first_effective_at"].to_pylist()):
@@ -353,9 +432,10 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
     for request_id, item in sorted(loaded.requests.items()):
         r = item.request
         fingerprint = r.fingerprint()
+        state = f"kept: {kept[request_id][1]}" if request_id in kept else "applied"
         missing = sorted(unmatched_by.get(request_id) or [])
         named = len(r.sample_ids) + len(r.source_keys) + len(r.urls) + len(r.domains) + len(r.image_files)
-        notes = list(problems.get(request_id, []))
+        notes = ([f"last applied version in force: {kept[request_id][1]}"] if request_id in kept else []) + list(problems.get(request_id, []))
         if missing:
             notes.append(f"{len(missing)} of {named} names matched nothing (listed in 'unmatched')")
         matched = counts.get(request_id) or 0
@@ -375,6 +455,8 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
                 "named": named,
                 "unmatched": missing,
                 "fingerprints": sorted(fps_by.get(request_id) or [], key=lambda f: (f["origin"], f["sha256"] or "", f["phash"] or 0)),
+                "request_json": r.model_dump_json(),
+                "state": state,
             }
         )
     report.matched = matches
@@ -400,7 +482,7 @@ def ingest_matcher(optout_dir: str):
     """An ``OptOutMatcher`` for ingest: sources that land later get ``opted_out`` rows for
     requests that name their ids, keys, URLs or domains (image files are matched after hashing,
     through the skip lists)."""
-    loaded = load_requests(optout_dir)
+    loaded = load_requests(optout_dir, missing_ok=True)
     if not loaded.requests:
         return None
     by_id, by_key, by_url, by_domain = {}, {}, {}, {}

@@ -5,7 +5,7 @@ import dagster as dg
 from prx_data.defs.resources import StorageResource
 from prx_data.export.corpus_index import unpublished_buckets
 from prx_data.export.skiplist import REWRITE_SHARE
-from prx_data.export.stream_check import read_bucket
+from prx_data.export.stream_check import read_bucket, stream_buckets
 from prx_data.export.tree import list_buckets
 
 SKIP_LISTS = dg.AssetKey("skip_lists")
@@ -18,9 +18,8 @@ SKIP_LISTS = dg.AssetKey("skip_lists")
     "last samples read back with image, caption and sample_id. Blocks skip_lists in the same run.",
 )
 def bucket_streams_readable(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    # Only published buckets are streams; the others have no index.json on purpose.
-    unpublished = set(unpublished_buckets(storage.mds_root, storage.options))
-    buckets = [ref for ref in list_buckets(storage.mds_root, storage.options) if ref.rel not in unpublished]
+    # Only published buckets are streams; unpublished and retired ones have no index.json on purpose.
+    buckets = stream_buckets(storage.mds_root, storage.options)
     samples, failures = {}, {}
     for ref in buckets:
         try:

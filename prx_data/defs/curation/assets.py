@@ -15,6 +15,15 @@ from prx_data.curation.optout.requests import apply_requests
     group_name="curation",
     kinds={"lance"},
     automation_condition=CORPUS_SETTLED,
+    check_specs=[
+        dg.AssetCheckSpec(
+            "every_request_loads",
+            asset="optout_requests",
+            description="Every file of the opt-out folder loads as a request and no applied request vanished. "
+            "When one fails, its last applied version stays in force (the asset itself succeeds); the check "
+            "names the file. Withdraw on purpose with `prx-data optout withdraw --id ID --reason ...`.",
+        )
+    ],
     description="Resolves every opt-out request (sample ids, source keys, URLs, domains, image files "
     "and all their perceptual copies) to samples for skip_lists, and keeps an audit table.",
 )
@@ -31,7 +40,18 @@ def optout_requests(
     for row, line in zip(audit, report.summary_lines()):
         # One line per request: a bulk request's unmatched names are in the audit table.
         (context.log.warning if row["problems"] else context.log.info)(line + "".join(f"; {p}" for p in row["problems"]))
+    check = dg.AssetCheckResult(
+        check_name="every_request_loads",
+        passed=not report.errors,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description="; ".join(report.errors)[:2000] or "every request file loaded",
+        metadata={
+            "errors": dg.MetadataValue.json(report.errors),
+            "kept_in_force": dg.MetadataValue.json(report.kept),
+        },
+    )
     return dg.MaterializeResult(
+        check_results=[check],
         metadata={
             "requests": report.requests,
             "matched_samples": report.matched.num_rows,
