@@ -24,6 +24,8 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 from prx_data.core.storage import is_remote, locate, try_read_bytes, write_bytes
 
 REDACTED = "REDACTED"
+# How a kept opt-out request names a URL by its keyed hash instead of its text.
+URL_KEY_PREFIX = "urlkey:"
 
 # Query (and fragment) parameter names that carry a credential, compared case-insensitively.
 # Signed-URL schemes: AWS SigV4 (X-Amz-*), AWS SigV2/CloudFront (Signature, Key-Pair-Id, Policy),

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+
+import pyarrow.compute as pc
 from pathlib import Path
 
 import pytest
@@ -143,10 +145,28 @@ def test_optout_by_the_original_url_matches(ingested):
     assert sorted(report.matched["sample_id"].to_pylist()) == sorted([sample_id("web", "a"), sample_id("web", "b")])
     # A URL that differs only in its signature is another URL: no match by the redacted form.
     other_signature = urls["b"].replace("SIGVALUEdeadbeef", "SIGVALUEother")
-    # (another request: one that matched keeps its samples' fingerprints, by design)
+    # (another request: req-1 stays in force even once its file is gone, until withdrawn on purpose)
     (Path(settings.optout_dir) / "req-1.yaml").unlink()
     (Path(settings.optout_dir) / "req-2.yaml").write_text(json.dumps({"id": "req-2", "urls": [other_signature]}))
     report = apply_requests(StoragePaths.from_settings(settings), settings.optout_dir, ["web"], settings.storage_options or None)
-    assert report.matched.num_rows == 0
+    assert report.matched.filter(pc.field("request_id") == "req-2").num_rows == 0
     audit = json.dumps(report.audit.to_pylist(), default=str)
     assert "SIGVALUEother" not in audit and "TOKVALUE7777" not in audit
+
+
+def test_a_broken_request_stays_in_force_by_url_without_storing_its_credentials(ingested):
+    """The audit keeps each request's last applied version (so a typo never re-admits its
+    samples); its URLs are kept as keyed hashes, never as written."""
+    from prx_data.core.paths import StoragePaths
+    from prx_data.curation.optout.requests import apply_requests
+
+    settings, urls, _ = ingested
+    paths = StoragePaths.from_settings(settings)
+    request_file = Path(settings.optout_dir) / "req-9.yaml"
+    request_file.write_text(json.dumps({"id": "req-9", "urls": [urls["b"]]}))
+    first = apply_requests(paths, settings.optout_dir, ["web"], settings.storage_options or None)
+    request_file.write_text("id: req-9\nurls: [unclosed\n")  # a typo
+    kept = apply_requests(paths, settings.optout_dir, ["web"], settings.storage_options or None)
+    assert kept.matched["sample_id"].to_pylist() == first.matched["sample_id"].to_pylist() != []
+    stored = json.dumps(kept.audit.to_pylist(), default=str)
+    assert not [s for s in SECRETS if s in stored]

@@ -21,7 +21,7 @@ from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_FINGERPRINT_TYPE, OPTOUT_MATCH_SCHEMA
-from prx_data.core.urls import redact_url, url_key
+from prx_data.core.urls import URL_KEY_PREFIX, redact_url, url_key
 
 RAW_COLUMNS = ["sample_id", "source", "source_key", "source_url", "status", "image_sha256", "phash", "source_url_key"]
 FINGERPRINT_SCHEMA = pa.schema([pa.field("request_id", pa.string()), *OPTOUT_FINGERPRINT_TYPE])
@@ -130,11 +130,18 @@ def named_tables(requests: dict, url_hash_key: bytes | None = None) -> dict[str,
             {
                 "request_id": pa.array(urls[0], s),
                 "source_url": pa.array(urls[1], s),
-                "source_url_key": pa.array([url_key(u, url_hash_key) if url_hash_key else None for u in urls[1]], s),
+                "source_url_key": pa.array([_url_key(u, url_hash_key) for u in urls[1]], s),
             }
         ),
         "domains": pa.table({"request_id": pa.array(domains[0], s), "domain": pa.array(domains[1], s)}),
     }
+
+
+def _url_key(url: str, url_hash_key: bytes | None) -> str | None:
+    """A request URL's keyed hash; a kept request version stores the hash itself (urlkey:...)."""
+    if url.startswith(URL_KEY_PREFIX):
+        return url.removeprefix(URL_KEY_PREFIX)
+    return url_key(url, url_hash_key) if url_hash_key else None
 
 
 def host_suffixes(raw: pa.Table) -> pa.Table:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
-from prx_data.core.urls import key_uri, load_url_key
+from prx_data.core.urls import URL_KEY_PREFIX, key_uri, load_url_key, redact_url, url_key
 from prx_data.curation.optout.files import (
     DEFAULT_MAX_IMAGE_BYTES,
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -358,6 +358,16 @@ def resolve_all(
     return matches, unmatched, fingerprints, problems
 
 
+def stored_request_json(request: OptOutRequest, url_hash_key: bytes | None) -> str:
+    """The request as kept in the audit table, to stay in force if its file breaks: its URLs
+    as their keyed hashes (``urlkey:<hash>``, what rows are matched by), never as written, since
+    a request's URLs may carry credentials (docs/security.md)."""
+    if not url_hash_key:
+        return request.model_copy(update={"urls": [redact_url(u) for u in request.urls]}).model_dump_json()
+    hashed = [u if u.startswith(URL_KEY_PREFIX) else URL_KEY_PREFIX + url_key(u, url_hash_key) for u in request.urls]
+    return request.model_copy(update={"urls": hashed}).model_dump_json()
+
+
 def keep_in_force(loaded: RequestSet, previous: pa.Table | None, folder_error: str | None) -> dict[str, tuple[LoadedRequest, str]]:
     """The previously applied requests that this load did not bring back, each with why: their
     last applied version stays in force (opt-outs never shrink by accident; withdrawal is
@@ -455,7 +465,7 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
                 "named": named,
                 "unmatched": missing,
                 "fingerprints": sorted(fps_by.get(request_id) or [], key=lambda f: (f["origin"], f["sha256"] or "", f["phash"] or 0)),
-                "request_json": r.model_dump_json(),
+                "request_json": stored_request_json(r, url_hash_key),
                 "state": state,
             }
         )
