@@ -26,7 +26,9 @@ DEFAULT_FORMATS = ("JPEG", "PNG", "WEBP", "AVIF", "GIF", "TIFF", "BMP")
 SUPPORTED_FORMATS = (*DEFAULT_FORMATS, "ICO", "PPM", "TGA")
 _FORMAT_ALIASES = {"JPG": "JPEG", "TIF": "TIFF"}
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
+# fullmatch, never match with "$": "$" also matches before a final newline ("web\n", which
+# ``name: |`` gives), a name no path, partition or filter can hold.
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_\-]{0,62}")
 
 
 class FieldMap(BaseModel):
@@ -137,7 +139,7 @@ class SourceSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name_is_a_key(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
+        if not _NAME_RE.fullmatch(value):
             raise ValueError(
                 "must be 1-63 chars of lowercase letters, digits, '-' or '_', starting with a "
                 "letter or digit"
@@ -247,17 +249,27 @@ def load_registry(sources_dir: str | Path) -> Registry:
     folder = Path(sources_dir)
     if not folder.exists():
         return registry
+    loaded: list[tuple[Path, SourceSpec]] = []
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         try:
             spec = load_spec(path)
         except ValueError as exc:
             registry.errors.append(SpecError(path, str(exc).removeprefix(f"{path}: ")))
             continue
-        if not spec.enabled:
-            continue
+        if spec.enabled:
+            loaded.append((path, spec))
+    # Two specs claiming one name: the one whose file is named after it (web.yaml for "web")
+    # keeps it, else the first in path order; the other is rejected and names both files. So a
+    # copy dropped in beside a source (web-copy.yaml, 0-web.yaml) can never take over its rows,
+    # however its file name sorts.
+    loaded.sort(key=lambda item: (item[0].stem != item[1].name, str(item[0])))
+    for path, spec in loaded:
         if spec.name in registry.sources:
             other = registry.sources[spec.name].path
-            registry.errors.append(SpecError(path, f"field 'name': {spec.name!r} already defined in {other}"))
+            registry.errors.append(
+                SpecError(path, f"field 'name': {spec.name!r} already defined in {other}; this spec is ignored and that source is left as it is")
+            )
             continue
         registry.sources[spec.name] = RegisteredSource(spec, path)
+    registry.sources = dict(sorted(registry.sources.items(), key=lambda item: str(item[1].path)))
     return registry
