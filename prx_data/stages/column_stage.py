@@ -123,7 +123,9 @@ def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance
 
 def input_fingerprints(table: pa.Table | pa.RecordBatch, inputs: tuple[str, ...]) -> list[str]:
     """One fingerprint per row of the ``inputs`` values (null and "" differ; order matters)."""
-    columns = [table.column(name).to_pylist() for name in inputs]
+    # An input the table lacks counts as null (a table made before that column existed).
+    names = table.schema.names
+    columns = [table.column(name).to_pylist() if name in names else [None] * table.num_rows for name in inputs]
     return [
         hashlib.blake2b(json.dumps(values, ensure_ascii=False, default=str).encode(), digest_size=16).hexdigest()
         for values in zip(*columns)
@@ -164,11 +166,13 @@ def find_pending(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str] |
     todo_ids, todo_addr, adopt_ids, adopt_fp = [], [], [], []
     fingerprints: dict[str, str] = {}
     changed = 0
-    scanner = ds.scanner(columns=["sample_id", *stage.inputs, fp_col], filter=stage.eligible, with_row_address=True)
+    present = [c for c in stage.inputs if c in ds.schema.names]
+    has_fp = fp_col in ds.schema.names  # not yet on a table the stage never ran on
+    scanner = ds.scanner(columns=["sample_id", *present, *([fp_col] if has_fp else [])], filter=stage.eligible, with_row_address=True)
     for batch in scanner.to_batches():
         now = input_fingerprints(batch, stage.inputs)
         ids = batch.column("sample_id").to_pylist()
-        stored = batch.column(fp_col).to_pylist()
+        stored = batch.column(fp_col).to_pylist() if has_fp else [None] * batch.num_rows
         addresses = batch.column("_rowaddr").to_pylist()
         for sid, fp, old, address in zip(ids, now, stored, addresses):
             fingerprints[sid] = fp
