@@ -19,7 +19,6 @@ captioner, whose captions older code left stale after a metadata edit, and costs
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -126,8 +125,11 @@ def input_fingerprints(table: pa.Table | pa.RecordBatch, inputs: tuple[str, ...]
     # An input the table lacks counts as null (a table made before that column existed).
     names = table.schema.names
     columns = [table.column(name).to_pylist() if name in names else [None] * table.num_rows for name in inputs]
+    # Each value tagged (\x00 null, \x01 + text) and separated by \x1e: unambiguous, and about
+    # cheaper than json.dumps per row (this runs over every eligible row on every run).
+    blake = hashlib.blake2b
     return [
-        hashlib.blake2b(json.dumps(values, ensure_ascii=False, default=str).encode(), digest_size=16).hexdigest()
+        blake("\x1e".join("\x00" if v is None else "\x01" + str(v) for v in values).encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
         for values in zip(*columns)
     ]
 
