@@ -98,6 +98,14 @@ LABEL_COLUMNS = pa.schema(
 LABELS = ("visual", "text", "nsfw")
 
 
+def input_fingerprint_field(stage: str) -> pa.Field:
+    """``<stage>_input_fp``: a fingerprint of the inputs a stage's value was made from
+    (``stages.column_stage``), written beside the stage's columns; a row whose inputs no longer
+    match it is redone. ``caption_input_fp``: image_sha256 (+ source_caption for the ``source``
+    captioner); ``label_input_fp``: the caption; ``phash_input_fp``: image_sha256."""
+    return pa.field(f"{stage}_input_fp", pa.string())
+
+
 # One row per sample of a source after export: where it landed, or why it was dropped.
 EXPORT_SCHEMA = pa.schema(
     [

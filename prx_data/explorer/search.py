@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import lance
+import pyarrow as pa
 
 from prx_data.explorer import validate
 from prx_data.explorer.catalog import TEXT_COLUMNS, Catalog, TableInfo
@@ -201,13 +202,7 @@ def _source_hits(
         # Post-filters (tier, bucket, skipped) drop some ranked hits, so ask for more of them.
         factor = 1 if required is None and params.skipped is None else 20
         limit = min(FTS_MAX_HITS, max(100, wanted * factor))
-        table = info.ds.to_table(
-            columns={**columns, "_score": "_score"},
-            full_text_query={"query": params.q, "columns": indexed},
-            filter=_and(base),
-            prefilter=True,
-            limit=limit,
-        )
+        table = full_text_table(info.ds, columns, params.q, indexed, _and(base), limit)
         if table.num_rows >= limit:
             result.notes.append(f"{info.source}: only the {limit} best-ranked full-text matches were looked at")
         yield from _hits_from_table(table, info.source, "full-text", keep, seen)
@@ -216,6 +211,37 @@ def _source_hits(
         match = "(" + " OR ".join(validate.like_contains(c, params.q) for c in plain) + ")"
         scanner = info.ds.scanner(columns=columns, filter=_and(base + [match]), batch_size=1024)
         yield from _hits(scanner, info.source, "substring", keep, seen)
+
+
+def is_phrase(query: str) -> bool:
+    """A query holding a double-quoted phrase (``"red square"``)."""
+    return query.count('"') >= 2
+
+
+def full_text_table(ds: lance.LanceDataset, columns: dict, query: str, indexed: list[str], where: str | None, limit: int) -> pa.Table:
+    """Best-ranked full-text matches over ``indexed`` columns, best first.
+
+    Lance refuses a phrase query over several columns ("Phrase queries cannot be used with
+    multiple columns"): a phrase is asked of each column alone, and a row matched in several
+    keeps its best score."""
+    groups = [[c] for c in indexed] if is_phrase(query) and len(indexed) > 1 else [indexed]
+    tables = [
+        ds.to_table(
+            columns={**columns, "_score": "_score"},
+            full_text_query={"query": query, "columns": group},
+            filter=where,
+            prefilter=True,
+            limit=limit,
+        )
+        for group in groups
+    ]
+    if len(tables) == 1:
+        return tables[0]
+    table = pa.concat_tables(tables).sort_by([("_score", "descending")])
+    first = {}
+    for i, sid in enumerate(table.column("sample_id").to_pylist()):
+        first.setdefault(sid, i)
+    return table.take(pa.array(sorted(first.values()), pa.int64())).slice(0, limit)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
 from prx_data.core.filters import one_of
-from prx_data.core.ids import sample_id
+from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
 from prx_data.ingest.rows import (
     EXAMPLES,
     METADATA_COLUMNS,
@@ -33,6 +33,7 @@ from prx_data.ingest.rows import (
     resolve_urls,
     to_batch,
 )
+from prx_data.ingest.items import RawItem
 from prx_data.ingest.units import Unit, read_unit
 from prx_data.core.lance_io import chunked
 from prx_data.ingest.registry import RegisteredSource
@@ -40,6 +41,13 @@ from prx_data.core.schema import Status
 
 # Statuses whose URL was fetched: such a row's URL is not fetched again.
 _FETCHED = (Status.OK.value, Status.OPTED_OUT.value)
+def undecodable_name(item: RawItem) -> RawItem:
+    """An item whose name is not UTF-8 (a file or tar member name): one ``invalid_record`` row
+    under its percent-escaped key, instead of an error that fails the whole source."""
+    key = escape_undecodable(item.key)
+    return RawItem(key=key, error=f"name is not valid UTF-8: {key} (undecodable bytes shown as %XX)", error_status=Status.INVALID_RECORD.value, file_level=item.file_level)
+
+
 SEEN_SCHEMA = pa.schema([("sample_id", pa.string()), ("unit", pa.int64()), ("pos", pa.int64())])
 REPLACED_SCHEMA = pa.schema([("sample_id", pa.string()), ("_rowaddr", pa.uint64())])
 
@@ -116,6 +124,8 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
     def picked(pairs):
         for pos, item in pairs:
             stats.seen += 1
+            if not is_utf8(item.key):
+                item = undecodable_name(item)
             sid = sample_id(spec.name, item.key)
             if pos in skip or sid in local:
                 stats.duplicate_key_count += 1

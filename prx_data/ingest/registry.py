@@ -27,7 +27,9 @@ SUPPORTED_FORMATS = (*DEFAULT_FORMATS, "ICO", "PPM", "TGA")
 _FORMAT_ALIASES = {"JPG": "JPEG", "TIF": "TIFF"}
 
 _OBJECT_SCHEMES = ("s3://", "gs://")
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
+# fullmatch, never match with "$": "$" also matches before a final newline ("web\n", which
+# ``name: |`` gives), a name no path, partition or filter can hold.
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_\-]{0,62}")
 
 
 class FieldMap(BaseModel):
@@ -95,7 +97,7 @@ class CheckThresholds(BaseModel):
     max_caption_length_outliers: float = Field(0.05, ge=0, le=1, description="Captions outside 2..300 words.")
 
 
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Spec keys that would hold a credential itself: a spec file is committed and shared, so these
 # are refused with a pointer to the *_env field that names a variable instead.
 _SECRET_WORDS = ("secret", "password", "token", "access_key", "key_id", "credential")
@@ -133,7 +135,7 @@ class StorageProfile(BaseModel):
     @field_validator("endpoint_env", "access_key_id_env", "secret_access_key_env", "session_token_env", "region_env")
     @classmethod
     def _variable_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME_RE.match(value):
+        if value is not None and not _ENV_NAME_RE.fullmatch(value):
             # Also catches a secret pasted where a variable's name belongs.
             raise ValueError("must be the name of an environment variable (letters, digits, '_'), not a value")
         return value
@@ -192,7 +194,7 @@ class SourceSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name_is_a_key(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
+        if not _NAME_RE.fullmatch(value):
             raise ValueError(
                 "must be 1-63 chars of lowercase letters, digits, '-' or '_', starting with a "
                 "letter or digit"
@@ -323,17 +325,27 @@ def load_registry(sources_dir: str | Path) -> Registry:
     folder = Path(sources_dir)
     if not folder.exists():
         return registry
+    loaded: list[tuple[Path, SourceSpec]] = []
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         try:
             spec = load_spec(path)
         except ValueError as exc:
             registry.errors.append(SpecError(path, str(exc).removeprefix(f"{path}: ")))
             continue
-        if not spec.enabled:
-            continue
+        if spec.enabled:
+            loaded.append((path, spec))
+    # Two specs claiming one name: the one whose file is named after it (web.yaml for "web")
+    # keeps it, else the first in path order; the other is rejected and names both files. So a
+    # copy dropped in beside a source (web-copy.yaml, 0-web.yaml) can never take over its rows,
+    # however its file name sorts.
+    loaded.sort(key=lambda item: (item[0].stem != item[1].name, str(item[0])))
+    for path, spec in loaded:
         if spec.name in registry.sources:
             other = registry.sources[spec.name].path
-            registry.errors.append(SpecError(path, f"field 'name': {spec.name!r} already defined in {other}"))
+            registry.errors.append(
+                SpecError(path, f"field 'name': {spec.name!r} already defined in {other}; this spec is ignored and that source is left as it is")
+            )
             continue
         registry.sources[spec.name] = RegisteredSource(spec, path)
+    registry.sources = dict(sorted(registry.sources.items(), key=lambda item: str(item[1].path)))
     return registry

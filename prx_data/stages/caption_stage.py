@@ -28,7 +28,7 @@ from prx_data.models.captioning.factory import make_captioner, parse_captioner_c
 from prx_data.models.captioning.prompt import caption_prompt_version, fused_prompt_version
 from prx_data.models.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
 from prx_data.core.lance_io import storage_options_of
-from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
+from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
 from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.stages.executors import make_processor
@@ -50,8 +50,20 @@ def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
     raise TypeError(type(config).__name__)
 
 
+def caption_inputs(config: CaptionerConfig) -> tuple[str, ...]:
+    """The columns a backend's caption is made from: the ``source`` captioner reads the source
+    caption; the models read the image alone."""
+    if isinstance(config, SourceCaptionerConfig):
+        return ("image_sha256", "source_caption")
+    return ("image_sha256",)
+
+
 def caption_stage(config: CaptionerConfig) -> ColumnStage:
     model_id, prompt_version = caption_identity(config)
+    inputs = caption_inputs(config)
+    # Older code never redid a source caption after a sidecar edit: redo those (no model, cheap).
+    # A model's caption followed its image already (a new image replaces the row): adopt it.
+    upgrade = "redo" if isinstance(config, SourceCaptionerConfig) else "adopt"
     if isinstance(config, VLLMCaptionerConfig) and config.fused_label:
         # The fused request writes the label with the caption: nothing to invalidate.
         return ColumnStage(
@@ -59,6 +71,9 @@ def caption_stage(config: CaptionerConfig) -> ColumnStage:
             columns=pa.schema([*CAPTION_COLUMNS, *LABEL_COLUMNS]),
             current={"caption_model": model_id, "caption_prompt_version": prompt_version},
             redo_also=is_set("caption_error"),
+            inputs=inputs,
+            upgrade=upgrade,
+            output_fingerprints={input_fingerprint_field("label").name: ("caption",)},
         )
     return ColumnStage(
         name="caption",
@@ -66,6 +81,8 @@ def caption_stage(config: CaptionerConfig) -> ColumnStage:
         current={"caption_model": model_id, "caption_prompt_version": prompt_version},
         redo_also=is_set("caption_error"),
         invalidates=tuple(f.name for f in LABEL_COLUMNS),
+        inputs=inputs,
+        upgrade=upgrade,
     )
 
 
@@ -145,4 +162,4 @@ def caption_word_counts(table_uri: str, storage_options: dict | None = None) -> 
     return [len(c.split()) for c in captions]
 
 
-__all__ = ["caption_identity", "caption_rows", "caption_stage", "compute_captions"]
+__all__ = ["caption_identity", "caption_inputs", "caption_rows", "caption_stage", "compute_captions"]

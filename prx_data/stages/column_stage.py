@@ -5,13 +5,24 @@ Why staging: committing each batch straight into a large fragment would rewrite 
 column files every time (a 1M-row caption column, once per 1k captions). Appending a batch to a
 staging table is a small new fragment; a killed run keeps every staged batch, and the next run
 skips those rows (when they were made by the current model/version) and merges them.
+
+Inputs: a stage that names its ``inputs`` stores ``<name>_input_fp``, a fingerprint of the input
+values each row's result was made from. A row whose inputs no longer match it is redone (an
+edited source caption re-captions its row, a new caption re-labels it), exactly those rows.
+Rows made before the column existed (null fingerprint) follow ``upgrade``: ``adopt`` records the
+fingerprint of their present inputs without redoing them (right when the older code already
+redid the row on every change of these inputs: image-derived values, since a new image replaces
+the whole row; labels, which a re-caption nulled), ``redo`` redoes them once (the ``source``
+captioner, whose captions older code left stale after a metadata edit, and costs nothing).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import lance
 import pyarrow as pa
@@ -20,6 +31,7 @@ import pyarrow.compute as pc
 from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.filters import STATUS_OK, Expr, all_of, any_of, differs, equals
 from prx_data.core.lance_io import ensure_columns, open_table, update_columns
+from prx_data.core.schema import input_fingerprint_field
 from prx_data.core.locking import locks_table
 from prx_data.core.storage import delete_tree, locate
 
@@ -39,6 +51,25 @@ class ColumnStage:
     # Downstream columns made from this stage's output: nulled for every row this stage redoes
     # (a new caption invalidates its label).
     invalidates: tuple[str, ...] = ()
+    # Columns each value is made from (e.g. ("image_sha256", "source_caption")); their fingerprint
+    # is kept in ``fingerprint_column`` and a row whose inputs changed is redone.
+    inputs: tuple[str, ...] = ()
+    # What rows made before fingerprints existed get (see the module docstring).
+    upgrade: Literal["adopt", "redo"] = "adopt"
+    # Fingerprints of other stages made from this stage's own output, computed from the result
+    # (a fused caption request writes the label too: {"label_input_fp": ("caption",)}).
+    output_fingerprints: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def fingerprint_column(self) -> str | None:
+        return input_fingerprint_field(self.name).name if self.inputs else None
+
+    @property
+    def stored_columns(self) -> pa.Schema:
+        """What the stage writes into the table: its columns and, with inputs, their fingerprint."""
+        extra = [pa.field(name, pa.string()) for name in self.output_fingerprints]
+        own = [input_fingerprint_field(self.name)] if self.inputs else []
+        return pa.schema([*self.columns, *own, *extra])
 
     def pending_filter(self) -> Expr:
         stale = [differs(col, val) for col, val in self.current.items()]
@@ -81,7 +112,7 @@ def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance
         return None
     if any(col not in staged.schema.names for col in stage.current):
         return None
-    if any(name not in staged.schema.names for name in stage.columns.names):
+    if any(name not in staged.schema.names for name in stage.stored_columns.names):
         # Staged by a version of the stage with fewer columns: none of it is current, and new
         # batches could not be appended to it.
         _remove(uri, options)
@@ -89,12 +120,80 @@ def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance
     return staged
 
 
+def input_fingerprints(table: pa.Table | pa.RecordBatch, inputs: tuple[str, ...]) -> list[str]:
+    """One fingerprint per row of the ``inputs`` values (null and "" differ; order matters)."""
+    # An input the table lacks counts as null (a table made before that column existed).
+    names = table.schema.names
+    columns = [table.column(name).to_pylist() if name in names else [None] * table.num_rows for name in inputs]
+    # Each value tagged (\x00 null, \x01 + text) and separated by \x1e: unambiguous, and about
+    # cheaper than json.dumps per row (this runs over every eligible row on every run).
+    blake = hashlib.blake2b
+    return [
+        blake("\x1e".join("\x00" if v is None else "\x01" + str(v) for v in values).encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+        for values in zip(*columns)
+    ]
+
+
+@dataclass
+class Pending:
+    """What a run must do: ``todo`` (sample_id + row address) to compute, ``adopt`` (sample_id +
+    fingerprint) rows made before fingerprints existed that only get theirs recorded, and the
+    current fingerprint of every eligible row."""
+
+    todo: pa.Table
+    adopt: pa.Table | None = None
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    changed: int = 0  # rows redone because their inputs changed
+
+
+def _by_id(ids: pa.Array | pa.ChunkedArray, exclude: set[str]) -> pa.Array:
+    return pc.invert(pc.is_in(ids, value_set=pa.array(sorted(exclude), pa.string())))
+
+
 def pending_rows(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str]) -> pa.Table:
     """sample_id and row address of every row that needs work (no blobs are read)."""
-    table = ds.to_table(columns=["sample_id"], filter=stage.pending_filter(), with_row_address=True)
-    if exclude:
-        table = table.filter(pc.invert(pc.is_in(table.column("sample_id"), value_set=pa.array(list(exclude)))))
-    return table
+    return find_pending(ds, stage, exclude).todo
+
+
+def find_pending(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str] | None = None) -> Pending:
+    """Rows stale by model/version/error, and (for a stage with inputs) rows whose inputs changed.
+
+    Only ``sample_id``, the input columns and the stored fingerprint are read, batch by batch."""
+    exclude = exclude or set()
+    stale = ds.to_table(columns=["sample_id"], filter=stage.pending_filter(), with_row_address=True)
+    fp_col = stage.fingerprint_column
+    if fp_col is None:
+        return Pending(stale.filter(_by_id(stale.column("sample_id"), exclude)) if exclude else stale)
+    stale_ids = set(stale.column("sample_id").to_pylist())
+    todo_ids, todo_addr, adopt_ids, adopt_fp = [], [], [], []
+    fingerprints: dict[str, str] = {}
+    changed = 0
+    present = [c for c in stage.inputs if c in ds.schema.names]
+    has_fp = fp_col in ds.schema.names  # not yet on a table the stage never ran on
+    scanner = ds.scanner(columns=["sample_id", *present, *([fp_col] if has_fp else [])], filter=stage.eligible, with_row_address=True)
+    for batch in scanner.to_batches():
+        now = input_fingerprints(batch, stage.inputs)
+        ids = batch.column("sample_id").to_pylist()
+        stored = batch.column(fp_col).to_pylist() if has_fp else [None] * batch.num_rows
+        addresses = batch.column("_rowaddr").to_pylist()
+        for sid, fp, old, address in zip(ids, now, stored, addresses):
+            fingerprints[sid] = fp
+            if sid in stale_ids:
+                redo = True
+            elif old is None:
+                redo = stage.upgrade == "redo"
+                if not redo:
+                    adopt_ids.append(sid)
+                    adopt_fp.append(fp)
+            else:
+                redo = old != fp
+                changed += redo
+            if redo and sid not in exclude:
+                todo_ids.append(sid)
+                todo_addr.append(address)
+    todo = pa.table({"sample_id": pa.array(todo_ids, pa.string()), "_rowaddr": pa.array(todo_addr, pa.uint64())})
+    adopt = pa.table({"sample_id": pa.array(adopt_ids, pa.string()), fp_col: pa.array(adopt_fp, pa.string())})
+    return Pending(todo, adopt, fingerprints, changed)
 
 
 # A processor receives the sample ids and row addresses of a chunk and yields result tables
@@ -121,21 +220,39 @@ def run_column_stage(
     ds = open_table(table_uri, storage_options)
     if ds is None:
         raise FileNotFoundError(f"no Lance table at {table_uri}: materialize raw_samples first")
-    ds = ensure_columns(ds, stage.columns)
+    ds = ensure_columns(ds, stage.stored_columns)
     stats.eligible = ds.count_rows(filter=stage.eligible)
 
     staging = staging_uri(table_uri, stage.name)
     staged = _staged_current(staging, stage, storage_options)
+    fp_col = stage.fingerprint_column
+    pending = find_pending(ds, stage)
     done: set[str] = set()
     if staged is not None:
-        done = set(staged.to_table(columns=["sample_id"], filter=stage.current_filter()).column("sample_id").to_pylist())
-    todo = pending_rows(ds, stage, done)
+        kept = staged.to_table(columns=["sample_id", *([fp_col] if fp_col else [])], filter=stage.current_filter())
+        if fp_col is None:
+            done = set(kept.column("sample_id").to_pylist())
+        else:
+            # A staged result counts only if it was made from the inputs the row holds now.
+            done = {sid for sid, fp in zip(kept.column("sample_id").to_pylist(), kept.column(fp_col).to_pylist()) if fp is not None and pending.fingerprints.get(sid) == fp}
+        done &= set(pending.todo.column("sample_id").to_pylist())
+    todo = pending.todo.filter(_by_id(pending.todo.column("sample_id"), done)) if done else pending.todo
     stats.pending = todo.num_rows + len(done)
     stats.resumed = len(done)
+    stats.extra["inputs_changed"] = pending.changed
 
-    out_schema = pa.schema([pa.field("sample_id", pa.string()), *stage.columns])
+    out_schema = pa.schema([pa.field("sample_id", pa.string()), *stage.stored_columns])
     mode = "append" if staged is not None else "create"
     for result in processor(ds, todo):
+        if fp_col is not None:
+            fps = [pending.fingerprints.get(sid) for sid in result.column("sample_id").to_pylist()]
+            if fp_col in result.column_names:
+                result = result.drop_columns([fp_col])
+            result = result.append_column(pa.field(fp_col, pa.string()), pa.array(fps, pa.string()))
+        for name, columns in stage.output_fingerprints.items():
+            if name in result.column_names:
+                result = result.drop_columns([name])
+            result = result.append_column(pa.field(name, pa.string()), pa.array(input_fingerprints(result, columns), pa.string()))
         result = result.select(out_schema.names).cast(out_schema)
         lance.write_dataset(result, staging, mode=mode, storage_options=storage_options)
         mode = "append"
@@ -150,18 +267,42 @@ def run_column_stage(
         results = final.to_table(filter=stage.current_filter())
         # Latest staged result per sample wins (a row re-done after a crash appears twice).
         results = _last_per_sample(results)
-        for name in stage.invalidates:
-            if name in ds.schema.names and name not in results.column_names:
-                results = results.append_column(ds.schema.field(name), pa.nulls(results.num_rows, ds.schema.field(name).type))
+        if fp_col is not None:
+            # Staged by a killed run from inputs that have changed since: redone above, or gone.
+            current = pa.array([pending.fingerprints.get(sid) == fp for sid, fp in zip(results.column("sample_id").to_pylist(), results.column(fp_col).to_pylist())], pa.bool_())
+            results = results.filter(current)
+        results = _invalidate(ds, stage, results)
         if run_id is not None:
             column = run_id_column(stage.name)
             ds = ensure_columns(ds, pa.schema([column]))
             results = results.append_column(column, pa.array([run_id] * results.num_rows, pa.string()))
         ds = update_columns(ds, results)
         _remove(staging, storage_options)
+    if pending.adopt is not None and pending.adopt.num_rows:
+        # Made before fingerprints existed: record what they were made from, redo nothing.
+        ds = update_columns(ds, pending.adopt)
+        stats.extra["fingerprints_adopted"] = pending.adopt.num_rows
     stats.version = ds.version
     stats.seconds = time.perf_counter() - started
     return stats
+
+
+def _invalidate(ds: lance.LanceDataset, stage: ColumnStage, results: pa.Table) -> pa.Table:
+    """Null the downstream columns of every row whose value this run changed; a row redone to the
+    same value (a re-run after an upgrade, a caption edited back) keeps its downstream values."""
+    downstream = [n for n in stage.invalidates if n in ds.schema.names and n not in results.column_names]
+    if not downstream or results.num_rows == 0:
+        return results
+    values = stage.columns.names
+    ids = results.column("sample_id")
+    stored = ds.to_table(columns=["sample_id", *values, *downstream], filter=pc.field("sample_id").isin(ids))
+    before = {r["sample_id"]: r for r in stored.to_pylist()}
+    made = results.select(["sample_id", *values]).to_pylist()
+    same = [bool(before.get(r["sample_id"])) and all(before[r["sample_id"]][v] == r[v] for v in values) for r in made]
+    for name in downstream:
+        kept = [before[r["sample_id"]][name] if keep else None for r, keep in zip(made, same)]
+        results = results.append_column(ds.schema.field(name), pa.array(kept, ds.schema.field(name).type))
+    return results
 
 
 def run_id_column(stage_name: str) -> pa.Field:
@@ -203,8 +344,11 @@ def read_rows(ds: lance.LanceDataset, addresses: list[int], columns: list[str]) 
 
 __all__ = [
     "ColumnStage",
+    "Pending",
     "StageStats",
     "address_chunks",
+    "find_pending",
+    "input_fingerprints",
     "pending_rows",
     "read_images",
     "read_rows",

@@ -58,6 +58,14 @@ from prx_data.stages.executors import make_processor
 # Bump when the resize/encode path changes in a way that changes exported bytes.
 TRANSFORM_VERSION = "lanczos-cover-crop-v1"
 
+# A caption longer than this is a scraping accident (a page's whole text, a base64 blob), not a
+# caption: its sample is dropped with ``caption_too_long``. T5/LLM text encoders read a few
+# hundred tokens; 20,000 characters leaves room for any long-form caption a VLM writes.
+MAX_CAPTION_CHARS = 20_000
+# Drop reasons that come from a row's columns, not its image bytes: decided anew on every run
+# (an edited caption can lift them), never carried over from the last placement.
+METADATA_DROPS = frozenset({"no_caption", "caption_too_long"})
+
 _PREPARED_SCHEMA = pa.schema(
     [
         pa.field("sample_id", pa.string()),
@@ -146,6 +154,7 @@ def export_source(
     rewrite_share: float = REWRITE_SHARE,
     write_workers: int = 1,
     run_id: str | None = None,
+    max_caption_chars: int | None = MAX_CAPTION_CHARS,
 ) -> ExportStats:
     """Bring the source's export up to date with its table, doing only the work that changed.
 
@@ -155,14 +164,18 @@ def export_source(
     indexes and commits once. The tasks write into ``<mds root>/_commits/`` (local roots) or
     ``scratch_dir`` (object-store roots), so they must share that filesystem with the driver
     (one node, or a shared volume). ``run_id`` goes to ``export_run_id`` on every row this run
-    places or drops; kept rows keep the run that placed them.
+    places or drops; kept rows keep the run that placed them. A caption longer than
+    ``max_caption_chars`` (None: no cap) drops its sample as ``caption_too_long``.
     """
+    if max_caption_chars is not None and max_caption_chars < 1:
+        raise ValueError(f"max_caption_chars must be at least 1 (or None for no cap), got {max_caption_chars}")
     with table_lock(table_uri, storage_options, purpose=f"export of {source}") as check:
         return _export(
             table_uri, source, mds_root=mds_root, exports_uri=exports_uri, bucket_cfg=bucket_cfg or BucketConfig(),
             writer_cfg=writer_cfg or MdsWriterConfig(), executor=executor, chunk_rows=chunk_rows,
             require_caption=require_caption, options=storage_options, progress=progress, scratch_dir=scratch_dir,
             rewrite_share=rewrite_share, check=check, write_workers=write_workers, run_id=run_id,
+            max_caption_chars=max_caption_chars,
         )
 
 
@@ -170,7 +183,7 @@ def _column(table: pa.Table, name: str) -> list:
     return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
 
 
-def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers, run_id=None) -> ExportStats:
+def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers, run_id=None, max_caption_chars=MAX_CAPTION_CHARS) -> ExportStats:
     started = time.perf_counter()
     stats = ExportStats(source=source, version=export_version(bucket_cfg))
     # The writer's columns decide the shard layout: a change must not append to old shards.
@@ -193,6 +206,9 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     for i in range(n):
         if require_caption and not caption[i]:
             drop[i] = "no_caption"
+            continue
+        if max_caption_chars is not None and caption[i] and len(caption[i]) > max_caption_chars:
+            drop[i] = f"caption_too_long: {len(caption[i])} characters, the limit is {max_caption_chars}"
             continue
         assigned = assign(widths[i], heights[i], bucket_cfg)
         if isinstance(assigned, Drop):
@@ -231,7 +247,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
             else:
                 reuse.append((i, p))
                 new_sup.append(p)
-        elif p and not p.get("shard") and same_image and p.get("drop_reason") and _drop_reason_code(p["drop_reason"]) != "no_caption":
+        elif p and not p.get("shard") and same_image and p.get("drop_reason") and _drop_reason_code(p["drop_reason"]) not in METADATA_DROPS:
             drop[i] = p["drop_reason"]  # dropped when its bytes were decoded: still the same bytes
         else:
             encode.append(i)
@@ -471,4 +487,4 @@ def _same_exports(prev: pa.Table | None, new: pa.Table) -> bool:
     return prev.select(columns).sort_by("sample_id").equals(new.select(columns).sort_by("sample_id"))
 
 
-__all__: Iterable[str] = ["ExportStats", "export_source", "export_version", "prepare_rows"]
+__all__: Iterable[str] = ["MAX_CAPTION_CHARS", "ExportStats", "export_source", "export_version", "prepare_rows"]

@@ -51,6 +51,9 @@ def label_stage(config: ClassifierConfig) -> ColumnStage:
         current={"label_model": model_id, "label_version": version},
         eligible=all_of(STATUS_OK, is_set("caption")),
         redo_also=is_set("label_error"),
+        # A label follows its caption; older code nulled the label of every re-captioned row,
+        # so labels made before the fingerprint existed are adopted, not redone.
+        inputs=("caption",),
     )
 
 

@@ -11,7 +11,9 @@ from prx_data.core.schema import PHASH_COLUMNS
 from prx_data.stages.column_stage import ColumnStage, StageStats, run_column_stage
 from prx_data.stages.executors import make_processor
 
-PHASH_STAGE = ColumnStage(name="phash", columns=PHASH_COLUMNS, current={"phash_version": PHASH_VERSION})
+# A phash follows its image bytes (named by image_sha256); older code replaced the whole row on a
+# new image, so hashes made before the fingerprint existed are adopted, not redone.
+PHASH_STAGE = ColumnStage(name="phash", columns=PHASH_COLUMNS, current={"phash_version": PHASH_VERSION}, inputs=("image_sha256",))
 
 
 def hash_rows(sample_ids: list[str], images: list[bytes | None], _rows: pa.Table) -> pa.Table:

@@ -68,6 +68,9 @@ class World:
     options: dict | None = None
     sources: dict[str, dict[str, Item]] = field(default_factory=dict)
     captioner: int = 0
+    # (source, key) -> the record's caption: absent = the default, None = no caption at all.
+    captions: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    licenses: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from prx_data.core.paths import StoragePaths
@@ -90,18 +93,24 @@ class World:
             data = variant_bytes(*item.variant)
             if not image.exists() or image.read_bytes() != data:
                 image.write_bytes(data)
-            lines.append(json.dumps({"k": key, "path": image.name, "url": item.url, "caption": f"photo {key} of {name}"}))
+            record = {"k": key, "path": image.name, "url": item.url, "caption": self.caption_of(name, key)}
+            if (name, key) in self.licenses:
+                record["lic"] = self.licenses[(name, key)]
+            lines.append(json.dumps({k: v for k, v in record.items() if v is not None}))
         for stale in folder.glob("*.jpg"):
             if stale.stem not in self.sources[name]:
                 stale.unlink()
         (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
         spec = (
             f"name: {name}\nshape: jsonl\nlocation: ../raw/{name}/items.jsonl\n"
-            "fields: {key: k, image: path, image_kind: path, url: url, caption: caption}\n"
+            "fields: {key: k, image: path, image_kind: path, url: url, caption: caption, license: lic}\n"
         )
         spec_path = self.root / "sources" / f"{name}.yaml"
         if not spec_path.exists() or spec_path.read_text() != spec:
             spec_path.write_text(spec)
+
+    def caption_of(self, name: str, key: str) -> str | None:
+        return self.captions.get((name, key), f"photo {key} of {name}")
 
     def priorities(self) -> dict[str, int]:
         return {name: 0 for name in self.sources}
@@ -195,6 +204,33 @@ class World:
         clean_stale_shared_memory()
         return seen
 
+    def yielded_samples(self, cache: Path | None = None) -> list[dict]:
+        """Every sample the training loader yields (sample_id, caption, label), repeats kept."""
+        from streaming.base.util import clean_stale_shared_memory
+
+        from prx_data.export.tree import list_buckets
+        from prx_data.training.loader import PrxStreamingDataset
+
+        out: list[dict] = []
+        for ref in list_buckets(self.mds_root, self.options):
+            if not self._has_index(ref.rel):
+                continue
+            clean_stale_shared_memory()
+            if self.options:
+                kwargs = {"remote": f"{self.mds_root}/{ref.rel}", "local": str(cache / ref.rel)}
+            else:
+                kwargs = {"local": ref.dir(self.mds_root)}
+            try:
+                ds = _open_dataset(PrxStreamingDataset, kwargs)
+            except ValueError as exc:
+                assert "every sample" in str(exc), exc
+                continue
+            out.extend({"sample_id": s["sample_id"], "caption": s["caption"], "label": s.get("label")} for s in ds)
+            del ds
+            gc.collect()
+        clean_stale_shared_memory()
+        return out
+
     def _has_index(self, rel: str) -> bool:
         if not self.options:
             return os.path.isfile(os.path.join(self.mds_root, rel, "index.json"))
@@ -235,6 +271,7 @@ def captioner_stage(version: int):
         columns=CAPTION_COLUMNS,
         current={"caption_model": f"test-captioner-{version}", "caption_prompt_version": "p1"},
         invalidates=tuple(f.name for f in LABEL_COLUMNS),
+        inputs=("image_sha256", "source_caption"),
     )
 
 

@@ -12,8 +12,8 @@ from prx_data.demo.corpus import build_demo_corpus
 from prx_data.imaging.phash import PHASH_VERSION
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
-from prx_data.stages.column_stage import staging_uri
-from prx_data.stages.phash_stage import hash_rows
+from prx_data.stages.column_stage import input_fingerprints, staging_uri
+from prx_data.stages.phash_stage import PHASH_STAGE, hash_rows
 from prx_data_tests.conftest import materializations, run_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -68,11 +68,14 @@ def test_killed_run_resumes_from_staging(data_root, prx_defs, instance):
     assert run_source(prx_defs, instance, "photos", selection=[RAW]).success
     uri = StoragePaths.from_settings(get_settings()).raw_table("photos")
     ds = lance.dataset(uri)
-    todo = ds.to_table(columns=["sample_id"], filter="status = 'ok'", with_row_address=True)
+    todo = ds.to_table(columns=["sample_id", "image_sha256"], filter="status = 'ok'", with_row_address=True)
     first = todo.slice(0, 5)
     images = [data for _, data in ds.read_blobs("image", addresses=first.column("_rowaddr").to_pylist(), preserve_order=True)]
-    # What a run killed after its first batch leaves behind: a staged batch, nothing merged.
-    lance.write_dataset(hash_rows(first.column("sample_id").to_pylist(), images, pa.table({})), staging_uri(uri, "phash"))
+    # What a run killed after its first batch leaves behind: a staged batch (with the fingerprint
+    # of the inputs it was made from), nothing merged.
+    staged = hash_rows(first.column("sample_id").to_pylist(), images, pa.table({}))
+    staged = staged.append_column("phash_input_fp", pa.array(input_fingerprints(first, PHASH_STAGE.inputs), pa.string()))
+    lance.write_dataset(staged, staging_uri(uri, "phash"))
 
     result = run_source(prx_defs, instance, "photos", selection=[PHASH])
     meta = _meta(result, "phashes")

@@ -41,7 +41,7 @@ from prx_data.curation.optout.files import (
 )
 from prx_data.imaging.fingerprints import image_fingerprint
 
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}")  # fullmatch: "$" accepts a final newline
 _SAMPLE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -60,14 +60,14 @@ class OptOutRequest(BaseModel):
     @field_validator("id")
     @classmethod
     def _id_is_safe(cls, value: str) -> str:
-        if not _ID_RE.match(value):
+        if not _ID_RE.fullmatch(value):
             raise ValueError("must be 1-80 chars of letters, digits, '.', '_' or '-'")
         return value
 
     @field_validator("sample_ids")
     @classmethod
     def _ids_look_like_ids(cls, values: list[str]) -> list[str]:
-        bad = [v for v in values if not _SAMPLE_ID_RE.match(v)]
+        bad = [v for v in values if not _SAMPLE_ID_RE.fullmatch(v)]
         if bad:
             raise ValueError(f"not sample ids (32 hex chars): {bad[:3]}")
         return values

@@ -60,6 +60,7 @@ def mds_shards(
         write_workers=config.write_workers,
         run_id=context.run_id,
         require_caption=export.require_caption,
+        max_caption_chars=export.max_caption_chars,
         storage_options=storage.options,
         progress=ProgressLogger(context.log, "exported"),
     )

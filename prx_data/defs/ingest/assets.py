@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from prx_data.core.ids import printable
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
@@ -49,12 +50,13 @@ def raw_samples(
     if stats.duplicate_key_count:
         context.log.warning(
             f"{stats.duplicate_key_count} duplicated key(s) in {source.name}, first kept: "
-            + ", ".join(stats.duplicate_keys)
+            + ", ".join(printable(k) for k in stats.duplicate_keys)
         )
+    # Keys, file names and errors come from the data: escaped, so none can forge a log line.
     for line in stats.warnings:
-        context.log.warning(line)
+        context.log.warning(printable(line))
     for line in stats.errors_sample:
-        context.log.info(f"row error: {line}")
+        context.log.info(f"row error: {printable(line)}")
     meta = stats.as_metadata()
     return dg.MaterializeResult(
         metadata={

@@ -15,6 +15,7 @@ import json
 
 import dagster as dg
 
+from prx_data.core.ids import printable
 from prx_data.defs.jobs import source_pipeline_job
 from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource
@@ -45,11 +46,11 @@ def ingested_fingerprint(instance: dg.DagsterInstance, source: str) -> str | Non
 def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
     reg = registry.load()
     for error in reg.errors:
-        context.log.error(f"bad source spec: {error}")
+        context.log.error(f"bad source spec: {printable(error)}")
     for source in reg.sources.values():
         warning = wide_root_warning(source)
         if warning:
-            context.log.warning(warning)
+            context.log.warning(printable(warning))
     known = set(context.instance.get_dynamic_partitions(sources_partitions.name))
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     new_partitions = sorted(name for name in reg.sources if name not in known)
