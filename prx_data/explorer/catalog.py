@@ -65,7 +65,7 @@ class Catalog:
         names = set()
         for entry in list_dir(folder):
             name, dot, ext = entry.name.rpartition(".")
-            if entry.is_dir and dot and ext == "lance" and SOURCE_RE.match(name):
+            if entry.is_dir and dot and ext == "lance" and SOURCE_RE.fullmatch(name):
                 names.add(name)
         return names
 

@@ -242,7 +242,7 @@ def _retire(bucket: Location) -> bool:
             delete_file(bucket.child(name))
             removed = True
     for folder in list_dir(bucket):
-        if not (folder.is_dir and SOURCE_RE.match(folder.name)):
+        if not (folder.is_dir and SOURCE_RE.fullmatch(folder.name)):
             continue
         for entry in list_dir(bucket.child(folder.name)):
             if not entry.is_dir and SKIP_INFIX in entry.name:
@@ -355,7 +355,7 @@ def collect_garbage(root: Location, bucket: Location, previous_merged: set[str],
     now = time.time()
     deleted = []
     for folder in list_dir(bucket):
-        if not (folder.is_dir and SOURCE_RE.match(folder.name)):
+        if not (folder.is_dir and SOURCE_RE.fullmatch(folder.name)):
             continue
         source_dir = bucket.child(folder.name)
         current = try_read_bytes(source_dir.child(INDEX_BASENAME))

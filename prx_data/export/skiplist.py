@@ -81,7 +81,7 @@ def encode_reason(reason: str) -> str:
 
 
 def decode_reason(token: str) -> str:
-    if not _TOKEN_RE.match(token):
+    if not _TOKEN_RE.fullmatch(token):
         raise ValueError(f"not a skip reason token: {token!r}")
     raw = bytearray()
     i = 0
@@ -232,7 +232,7 @@ def root_sidecar_entries(root: Location) -> list[Entry]:
     out = []
     for entry in glob_entries(root, SIDECAR_GLOB, recursive=True):
         parts = entry.name.split("/")
-        if len(parts) == 4 and TIER_RE.match(parts[0]) and BUCKET_RE.match(parts[1]) and SOURCE_RE.match(parts[2]):
+        if len(parts) == 4 and TIER_RE.fullmatch(parts[0]) and BUCKET_RE.fullmatch(parts[1]) and SOURCE_RE.fullmatch(parts[2]):
             out.append(entry)
     return out
 
@@ -376,7 +376,7 @@ class SkiplistReport:
 def _parse_shard_path(path: str) -> tuple[str, str, str]:
     """'1024/768x1344/src/shard.00003.mds' -> ('1024/768x1344', 'src', 'shard.00003.mds')."""
     parts = path.split("/")
-    if len(parts) != 4 or not TIER_RE.match(parts[0]) or not BUCKET_RE.match(parts[1]) or not SOURCE_RE.match(parts[2]):
+    if len(parts) != 4 or not TIER_RE.fullmatch(parts[0]) or not BUCKET_RE.fullmatch(parts[1]) or not SOURCE_RE.fullmatch(parts[2]):
         raise ValueError(f"shard path {path!r} is not '<tier>/<HxW>/<source>/<shard basename>'")
     return f"{parts[0]}/{parts[1]}", parts[2], parts[3]
 

@@ -25,7 +25,7 @@ INDEX_BASENAME = "index.json"
 
 
 def check_source(source: str) -> str:
-    if not SOURCE_RE.match(source):
+    if not SOURCE_RE.fullmatch(source):
         raise ValueError(f"invalid source name {source!r}: lowercase letters, digits, '-', '_' only")
     return source
 
@@ -40,7 +40,7 @@ def bucket_key(height: int, width: int) -> str:
 
 
 def parse_bucket(bucket: str) -> tuple[int, int]:
-    match = BUCKET_RE.match(bucket)
+    match = BUCKET_RE.fullmatch(bucket)
     if not match:
         raise ValueError(f"invalid bucket {bucket!r}, expected '<height>x<width>'")
     return int(match.group(1)), int(match.group(2))
@@ -73,10 +73,10 @@ def list_buckets(mds_root: str, storage_options: dict | None = None) -> list[Buc
     root = locate(mds_root, storage_options)
     found = []
     for tier in list_dir(root):
-        if not (tier.is_dir and TIER_RE.match(tier.name)):
+        if not (tier.is_dir and TIER_RE.fullmatch(tier.name)):
             continue
         for bucket in list_dir(root.child(tier.name)):
-            match = BUCKET_RE.match(bucket.name)
+            match = BUCKET_RE.fullmatch(bucket.name)
             if bucket.is_dir and match:
                 found.append(BucketRef(int(tier.name), int(match.group(1)), int(match.group(2))))
     return sorted(found)
@@ -88,6 +88,6 @@ def list_sources(bucket_dir: str, storage_options: dict | None = None) -> list[s
     return [
         entry.name
         for entry in list_dir(loc)
-        if entry.is_dir and SOURCE_RE.match(entry.name) and is_file(loc.child(entry.name, INDEX_BASENAME))
+        if entry.is_dir and SOURCE_RE.fullmatch(entry.name) and is_file(loc.child(entry.name, INDEX_BASENAME))
     ]
 
