@@ -80,7 +80,7 @@ FOLDS_SCHEMA = pa.schema(
 def fold_folder(source: str) -> str:
     """The partition that holds ``source``'s folded copies in a target bucket."""
     name = f"{source}{FOLD_SUFFIX}"
-    if not SOURCE_RE.match(name):
+    if not SOURCE_RE.fullmatch(name):
         raise ValueError(f"source {source!r} is too long for a fold folder ({name!r}); shorten the source name")
     return name
 
