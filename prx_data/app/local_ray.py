@@ -13,7 +13,7 @@ Who can reach it (Ray 2.60, measured; docs/security_local_ray.md):
   the client server, agents, dashboard and metrics then bind loopback.
 - The GCS, the raylet's two ports and each worker's gRPC server still bind every interface (the
   C++ gRPC servers have no bind option). Token auth therefore stays on, with a random token made
-  for this command only, in a 0600 file in the head's private temp folder (0700), passed by path
+  for this command only, in a 0600 file in a private folder (0700), passed by path
   (``RAY_AUTH_TOKEN_PATH``), never printed, and deleted with the folder.
 
 Children die with the command: a watchdog (``prx_data.app.ray_watchdog``) in its own session
@@ -74,8 +74,11 @@ def head_env(token_path: str) -> dict[str, str]:
     }
 
 
-def _write_token(temp: str) -> str:
-    path = os.path.join(temp, "auth_token")
+def _write_token() -> str:
+    # Its own folder: Ray makes its temp folder world-writable (0777, measured), so the token
+    # cannot live there.
+    folder = tempfile.mkdtemp(prefix="prx-ray-auth-", dir="/tmp" if os.path.isdir("/tmp") else None)  # 0700
+    path = os.path.join(folder, "auth_token")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, secrets.token_urlsafe(32).encode())
@@ -124,6 +127,7 @@ class LocalRayHead:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=1.0)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(self.env["RAY_AUTH_TOKEN_PATH"]), ignore_errors=True)
         if self.record is not None:
             with contextlib.suppress(OSError):
                 self.record.unlink()
@@ -166,7 +170,9 @@ def clean_stale_heads(records_dir: Path, log=print) -> int:
             stopped += 1
             stop_session(sid)
             log(f"stopped a local Ray head left by process {owner} (session {sid})")
-        shutil.rmtree(info.get("temp_dir") or "", ignore_errors=True)
+        for folder in (info.get("temp_dir") or "").split(os.pathsep):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             record.unlink()
     return stopped
@@ -181,7 +187,9 @@ def start_head(num_cpus: int | None = None, records_dir: Path | None = None) -> 
     port = free_port()
     # A short path: Ray's unix socket paths must stay under ~107 bytes. mkdtemp makes it 0700.
     temp = tempfile.mkdtemp(prefix="prx-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    env = head_env(_write_token(temp))
+    token_path = _write_token()
+    env = head_env(token_path)
+    cleanup = os.pathsep.join((temp, os.path.dirname(token_path)))
     cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
            "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
            # Not 10001: two commands on one machine would fight over it.
@@ -199,7 +207,7 @@ def start_head(num_cpus: int | None = None, records_dir: Path | None = None) -> 
     try:
         watchdog_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)}
         head.watchdog = subprocess.Popen(
-            [sys.executable, "-m", "prx_data.app.ray_watchdog", str(process.pid), temp, str(record)],
+            [sys.executable, "-m", "prx_data.app.ray_watchdog", str(process.pid), cleanup, str(record)],
             stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=watchdog_env,
         )
     finally:
@@ -208,7 +216,7 @@ def start_head(num_cpus: int | None = None, records_dir: Path | None = None) -> 
         records_dir.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps({
             "owner_pid": os.getpid(), "owner_ticks": start_ticks(os.getpid()), "sid": process.pid,
-            "watchdog_pid": head.watchdog.pid, "temp_dir": temp, "address": head.address,
+            "watchdog_pid": head.watchdog.pid, "temp_dir": cleanup, "address": head.address,
         }))
         head.record = record
     return head
