@@ -67,8 +67,8 @@ def _local_listing(path: Path) -> list[tuple[str, int, int]]:
                 st = os.stat(full)
             except OSError:
                 continue  # vanished while listed: the next run sees the folder as it is then
-            # File names are bytes-safe here: an undecodable name is kept as its surrogates.
-            found.append((os.path.relpath(full, path).encode("utf-8", "surrogateescape").hex(), st.st_size, st.st_mtime_ns))
+            # An undecodable name stays as its surrogate escapes (json.dumps escapes them).
+            found.append((os.path.relpath(full, path).replace(os.sep, "/"), st.st_size, st.st_mtime_ns))
             if len(found) > MAX_LISTED:
                 raise ListingTooLarge(str(path))
     return found
