@@ -55,13 +55,13 @@ def _wall(cmd: list[str], env: dict[str, str], repeats: int) -> tuple[float, str
 
 def _import_time(statement: str, env: dict[str, str], repeats: int) -> tuple[float, list[str]]:
     code = ("import sys, time; t = time.perf_counter(); " + statement +
-            f"; print(time.perf_counter() - t); print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+            f"; print(time.perf_counter() - t); print('HEAVY=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))")
     times, heavy = [], []
     for _ in range(repeats):
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         lines = proc.stdout.strip().splitlines()
         times.append(float(lines[-2]))
-        heavy = [m for m in lines[-1].split(",") if m]
+        heavy = [m for m in lines[-1].removeprefix("HEAVY=").split(",") if m]
     return statistics.median(times), heavy
 
 
