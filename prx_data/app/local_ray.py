@@ -38,10 +38,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prx_data.app.process_session import (
+    is_alive,
+    session_members,
+    start_ticks,
+    stop_session,
+)
+
 # Both live in core (ingest joins the command's Ray through them) and are used here.
 from prx_data.core.quiet import quiet_ray_env
 from prx_data.core.ray_tasks import ADDRESS_VAR
-from prx_data.app.process_session import is_alive, session_members, start_ticks, stop_session
 
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 RECORDS_DIR = "local_ray"

@@ -23,7 +23,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from prx_data.core.storage import glob_entries, is_file, locate, try_read_bytes, write_bytes
+from prx_data.core.storage import (
+    glob_entries,
+    is_file,
+    locate,
+    try_read_bytes,
+    write_bytes,
+)
 
 RECORDS = "_run_inputs"
 CORPUS = "_corpus"

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prx_data.app.run_inputs import CORPUS, RunRecords, SourceInputs, corpus_fingerprint, source_inputs, table_versions
+from prx_data.app.run_inputs import (
+    CORPUS,
+    RunRecords,
+    SourceInputs,
+    corpus_fingerprint,
+    source_inputs,
+    table_versions,
+)
 from prx_data.core.paths import StoragePaths
 from prx_data.curation.optout.requests import folder_version
 

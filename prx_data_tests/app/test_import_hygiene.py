@@ -13,8 +13,9 @@ from prx_data_tests.app.helpers import cli_env, tiny_root
 
 HEAVY = ("torch", "transformers", "streaming", "vllm", "sentence_transformers", "torchvision")
 
-PROBE = """
+PROBE = f"""
 import json, sys
+HEAVY = {HEAVY!r}
 argv = json.loads(sys.argv[1])
 if argv == ["<definitions>"]:
     import prx_data.definitions
@@ -24,12 +25,12 @@ else:
         main(argv)
     except SystemExit:
         pass
-print("LOADED=" + json.dumps(sorted(m for m in %r if m in sys.modules)))
-""" % (HEAVY,)
+print("LOADED=" + json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
+"""
 
 
 def _loaded(argv: list[str], env: dict[str, str]) -> list[str]:
-    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], env=env, capture_output=True, text=True, timeout=300, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("LOADED=")]
     assert lines, f"the probe did not finish: rc={out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     return json.loads(lines[-1].removeprefix("LOADED="))

@@ -11,7 +11,13 @@ from pathlib import Path
 import lance
 import pyarrow as pa
 
-from prx_data.app.run_inputs import RunRecords, listing, settings_digest, source_inputs, table_versions
+from prx_data.app.run_inputs import (
+    RunRecords,
+    listing,
+    settings_digest,
+    source_inputs,
+    table_versions,
+)
 from prx_data.core.settings import get_settings
 from prx_data.ingest.registry import load_registry
 from prx_data_tests.app.helpers import tiny_root
