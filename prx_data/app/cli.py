@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from prx_data.app.local_ray import shared_local_ray
+from prx_data.app.local_ray import starting_local_ray
 from prx_data.app.ui import serve_ui
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -83,14 +83,18 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
         exported = t.num_rows - t.column("shard").null_count
         drops = Counter(r.split(":", 1)[0] for r in t.column("drop_reason").to_pylist() if r)
         lines.append(f"{source:>10}: exported={exported} dropped={dict(sorted(drops.items()))}")
-    # lazy: pulls in streaming (torch)
+    # lazy: pulls in pyarrow, numpy
+    from prx_data.core.storage import is_file, locate
     from prx_data.export.skiplist import iter_root_sidecars
-    from prx_data.training.loader import published_buckets
+    from prx_data.export.tree import INDEX_BASENAME, list_buckets
 
     skipped: Counter = Counter()
     for sidecar in iter_root_sidecars(settings.mds_root, settings.storage_options):
         skipped[sidecar.reason.split(":")[0] if sidecar.reason.startswith("optout") else sidecar.reason] += len(sidecar.indices)
-    buckets = published_buckets(settings.mds_root, settings.storage_options)
+    # Published = has an index.json (what training.loader.published_buckets lists), read without
+    # importing the loader, whose `streaming` import costs seconds.
+    buckets = [ref for ref in list_buckets(settings.mds_root, settings.storage_options)
+               if is_file(locate(ref.dir(settings.mds_root), settings.storage_options).child(INDEX_BASENAME))]
     lines.append(f"{'':>10}  {len(buckets)} published bucket streams; skipped by reason: {dict(sorted(skipped.items()))}")
     return lines
 
@@ -147,6 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_everything(args: argparse.Namespace) -> int:
     # lazy: pulls in Dagster
+    from prx_data.app.run_plan import plan_run, record_corpus, record_sources
     from prx_data.defs.build import build_defs
     from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
     from prx_data.ingest.registry import load_registry
@@ -161,14 +166,33 @@ def _run_everything(args: argparse.Namespace) -> int:
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}")
     sources = [s for s in registry.sources if not args.source or s in args.source]
+    defs = build_defs()
+    plan = plan_run(defs, settings, registry, sources, force=getattr(args, "force", False))
+    for source in plan.unchanged:
+        print(f"[{source}] inputs unchanged since its last successful run: skipped (--force runs it)")
 
-    # One Ray for the whole command: every source's run and every step connect to it, instead
-    # of each run starting and stopping its own.
-    with shared_local_ray():
-        defs = build_defs()
-        with open_instance(sources) as instance:
-            outcome = materialize_sources(defs, instance, sources)
-            corpus_ok = materialize_corpus(defs, instance)
+    outcome: dict[str, bool] = {}
+    corpus_ok = True
+    if plan.to_run or plan.corpus_needed():
+        # One Ray for the whole command: every source's run and every step connect to it. It
+        # starts in the background while the instance is opened; a run with nothing to do
+        # starts none.
+        with starting_local_ray(records_dir=_ray_records_dir()) as ray_head:
+            with open_instance(sources) as instance:
+                ray_head.wait()
+                defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
+                outcome = materialize_sources(defs, instance, plan.to_run)
+                if plan.corpus_needed(outcome):
+                    corpus_ok = materialize_corpus(defs, instance)
+                else:
+                    print("[corpus] inputs unchanged since the last corpus run: skipped")
+        # After the corpus assets, which may write the sources' tables (the fold policy): the
+        # records hold the versions this command leaves.
+        record_sources(plan, outcome, settings)
+        if corpus_ok and plan.corpus_needed(outcome):
+            record_corpus(plan, settings)
+    else:
+        print("[corpus] inputs unchanged since the last corpus run: skipped")
     _remember_data_root()
     print(_summary(sources))
     print(_ui_hint())
@@ -177,6 +201,15 @@ def _run_everything(args: argparse.Namespace) -> int:
         print(f"FAILED: {', '.join(failed) or 'corpus assets'}")
         return 1
     return 0
+
+
+def _ray_records_dir() -> Path:
+    """Where this command records its Ray head (a local folder; under the data root's Dagster
+    home by default), so the next command on the root stops a head this one left."""
+    from prx_data.app.local_ray import RECORDS_DIR
+
+    home = os.environ.get("DAGSTER_HOME")
+    return Path(home) / RECORDS_DIR if home else _state_file().parent / RECORDS_DIR
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -405,11 +438,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--root", default=str(REPO_ROOT / "data" / "demo"))
     demo.add_argument("--fresh", action="store_true", help="delete the demo data first")
     demo.add_argument("--source", action="append", help="only these sources")
+    demo.add_argument("--force", action="store_true", help="run every source even when its inputs are unchanged")
     demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser("run", help="run the whole pipeline on the configured registry")
     run.add_argument("--root", help="data root (default: $PRX_DATA_ROOT or ./data)")
     run.add_argument("--source", action="append", help="only these sources")
+    run.add_argument("--force", action="store_true", help="run every source even when its inputs are unchanged")
     run.set_defaults(func=cmd_run)
 
     ui = sub.add_parser("ui", help="the Dagster UI on the data of the last demo / run (Ctrl-C stops it)")

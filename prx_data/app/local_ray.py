@@ -1,31 +1,56 @@
 """One local Ray for a whole command (``prx-data run``, ``demo``, ``ui``), shared by every run and
 step it starts, instead of a Ray started and stopped per run or per step.
 
-A loopback head (``ray start --head --block``) in its own process group: every Dagster run of
-the command connects to it through ``PRX_RAY_ADDRESS``, its worker processes stay warm between
-runs, and it is stopped as a whole when the command ends (never with ``ray stop``, which would
-stop every Ray on the machine). Token auth is off: the head listens on 127.0.0.1 only, and Ray
-2.60 turns auth on by default for ``ray start`` and then prints a notice on every connect.
+A head (``ray start --head --block``) in a session of its own: every Dagster run of the command
+connects to it through ``PRX_RAY_ADDRESS``, its worker processes stay warm between runs, and it
+is stopped as a whole when the command ends (never with ``ray stop``, which would stop every Ray
+on the machine).
+
+Who can reach it (Ray 2.60, measured; docs/security_local_ray.md):
+- ``--node-ip-address=127.0.0.1`` alone is rewritten by ``ray start`` to the machine's external
+  address (``resolve_ip_for_localhost``), so the client server and the runtime-env agent listen
+  there. ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray keep 127.0.0.1 as the node address:
+  the client server, agents, dashboard and metrics then bind loopback.
+- The GCS, the raylet's two ports and each worker's gRPC server still bind every interface (the
+  C++ gRPC servers have no bind option). Token auth therefore stays on, with a random token made
+  for this command only, in a 0600 file in a private folder (0700), passed by path
+  (``RAY_AUTH_TOKEN_PATH``), never printed, and deleted with the folder.
+
+Children die with the command: a watchdog (``prx_data.app.ray_watchdog``) in its own session
+holds the read end of a pipe only this process writes to; when this process ends in any way,
+``kill -9`` included, the pipe closes and the watchdog stops the head's session. A record per
+head under the Dagster home lets the next command stop a head whose watchdog was killed too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from prx_data.app.process_session import (
+    is_alive,
+    session_members,
+    start_ticks,
+    stop_session,
+)
 
 # Both live in core (ingest joins the command's Ray through them) and are used here.
 from prx_data.core.quiet import quiet_ray_env
 from prx_data.core.ray_tasks import ADDRESS_VAR
+
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+RECORDS_DIR = "local_ray"
 
 
 class LocalRayError(RuntimeError):
@@ -44,20 +69,80 @@ def listening(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def head_env(token_path: str) -> dict[str, str]:
+    """What the head and every process that talks to it need: token auth on, the token by path,
+    the node address kept on loopback, no usage-stats prompt."""
+    return {
+        **quiet_ray_env(),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": token_path,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
+
+
+def _write_token() -> str:
+    # Its own folder: Ray makes its temp folder world-writable (0777, measured), so the token
+    # cannot live there.
+    folder = tempfile.mkdtemp(prefix="prx-ray-auth-", dir="/tmp" if os.path.isdir("/tmp") else None)  # 0700
+    path = os.path.join(folder, "auth_token")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, secrets.token_urlsafe(32).encode())
+    finally:
+        os.close(fd)
+    return path
+
+
 @dataclass
 class LocalRayHead:
     address: str
     process: subprocess.Popen
     temp_dir: str
-    started_s: float
+    env: dict[str, str]
+    log_path: Path
+    started: float
+    watchdog: subprocess.Popen | None = None
+    record: Path | None = None
+    _pipe_w: int | None = field(default=None, repr=False)
+    started_s: float | None = None
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        stop_process_group(self.process, timeout_s)
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Block until the runtime is up; on failure stop what started and say why."""
+        if self.started_s is not None:
+            return
+        deadline = self.started + timeout_s
+        while time.monotonic() < deadline and self.process.poll() is None and not _ready(self.address, self.log_path):
+            time.sleep(0.1)
+        if self.process.poll() is not None or not _ready(self.address, self.log_path):
+            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+            self.stop()
+            raise LocalRayError(f"the local Ray head did not start in {timeout_s:.0f}s:\n{tail}")
+        self.started_s = time.monotonic() - self.started
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Closing the pipe is the stop signal: the watchdog stops the session and cleans up.
+        Done here as well, so a dead watchdog costs nothing but the wait."""
+        if self._pipe_w is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pipe_w)
+            self._pipe_w = None
+        if self.watchdog is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.watchdog.wait(timeout=timeout_s)
+        stop_session(self.process.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=1.0)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(self.env["RAY_AUTH_TOKEN_PATH"]), ignore_errors=True)
+        if self.record is not None:
+            with contextlib.suppress(OSError):
+                self.record.unlink()
 
 
 def stop_process_group(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
     """SIGTERM to the process's own group, SIGKILL to what is left after ``timeout_s``."""
+    import signal
+
     if process.poll() is not None:
         return
     try:
@@ -71,71 +156,162 @@ def stop_process_group(process: subprocess.Popen, timeout_s: float = 10.0) -> No
         pass
 
 
-def start_head(num_cpus: int | None = None, timeout_s: float = 90.0) -> LocalRayHead:
+def clean_stale_heads(records_dir: Path, log=print) -> int:
+    """Stop the heads recorded under ``records_dir`` whose command is gone (its watchdog was
+    killed with it, or the machine slept through it). Heads of live commands are left alone."""
+    stopped = 0
+    for record in sorted(records_dir.glob("*.json")) if records_dir.is_dir() else []:
+        try:
+            info = json.loads(record.read_text())
+            owner, owner_ticks, sid = int(info["owner_pid"]), info.get("owner_ticks"), int(info["sid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            with contextlib.suppress(OSError):
+                record.unlink()
+            continue
+        if is_alive(owner, owner_ticks):
+            continue
+        # The kernel does not reuse a pid while a process still has it as its session id, so
+        # members of `sid` are the dead command's head.
+        if session_members(sid):
+            stopped += 1
+            stop_session(sid)
+            log(f"stopped a local Ray head left by process {owner} (session {sid})")
+        for folder in (info.get("temp_dir") or "").split(os.pathsep):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            record.unlink()
+    return stopped
+
+
+def start_head(num_cpus: int | None = None, records_dir: Path | None = None) -> LocalRayHead:
+    """Start the head and its watchdog and return at once; ``wait_ready`` blocks until it is up
+    (so a command overlaps the head's start-up with its own work)."""
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if not ray_bin:
         raise LocalRayError("the `ray` command is not installed next to this Python")
     port = free_port()
-    # A short path: Ray's unix socket paths must stay under ~107 bytes.
+    # A short path: Ray's unix socket paths must stay under ~107 bytes. mkdtemp makes it 0700.
     temp = tempfile.mkdtemp(prefix="prx-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-           "--disable-usage-stats", f"--temp-dir={temp}"]
+    token_path = _write_token()
+    env = head_env(token_path)
+    cleanup = os.pathsep.join((temp, os.path.dirname(token_path)))
+    cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+           "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
+           # Not 10001: two commands on one machine would fight over it.
+           f"--ray-client-server-port={free_port()}"]
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
     started = time.monotonic()
     log_path = Path(temp) / "head.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - kept by the child
-    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **quiet_ray_env()})
-    log.close()
-    address = f"127.0.0.1:{port}"
-    deadline = started + timeout_s
-    while time.monotonic() < deadline and process.poll() is None and not _ready(address, log_path):
-        time.sleep(0.3)
-    if process.poll() is not None or not _ready(address, log_path):
-        tail = log_path.read_text(errors="replace")[-2000:]
-        stop_process_group(process)
-        shutil.rmtree(temp, ignore_errors=True)
-        raise LocalRayError(f"the local Ray head did not start in {timeout_s:.0f}s:\n{tail}")
-    return LocalRayHead(address=address, process=process, temp_dir=temp, started_s=time.monotonic() - started)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True, env={**os.environ, **env})
+    head = LocalRayHead(address=f"127.0.0.1:{port}", process=process, temp_dir=temp, env=env, log_path=log_path, started=started)
+    read_end, head._pipe_w = os.pipe()  # both non-inheritable: no other child holds the write end
+    record = Path(records_dir or temp) / f"{os.getpid()}-{process.pid}.json"
+    try:
+        watchdog_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)}
+        head.watchdog = subprocess.Popen(
+            [sys.executable, "-m", "prx_data.app.ray_watchdog", str(process.pid), cleanup, str(record)],
+            stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=watchdog_env,
+        )
+    finally:
+        os.close(read_end)
+    if records_dir is not None:
+        records_dir.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({
+            "owner_pid": os.getpid(), "owner_ticks": start_ticks(os.getpid()), "sid": process.pid,
+            "watchdog_pid": head.watchdog.pid, "temp_dir": cleanup, "address": head.address,
+        }))
+        head.record = record
+    return head
 
 
 def _ready(address: str, log_path: Path) -> bool:
     """The GCS port answers and ``ray start`` has reported the runtime up (the port opens before
     the raylet registers)."""
-    host, port = address.rsplit(":", 1)
-    if not listening(int(port), host):
+    try:
+        if b"Ray runtime started" not in log_path.read_bytes():
+            return False
+    except OSError:
         return False
-    return b"Ray runtime started" in log_path.read_bytes()
+    host, port = address.rsplit(":", 1)
+    return listening(int(port), host)
 
 
 @contextlib.contextmanager
-def shared_local_ray(log=print) -> Iterator[str | None]:
-    """``PRX_RAY_ADDRESS`` set to a local head for the duration of the block, unless it is set
-    already (a cluster, or a head shared by tests) or the profile is not local. Yields the
-    address in use (None when none could be started: each run then starts its own Ray)."""
-    # lazy: pulls in pyarrow, numpy, pydantic
-    from prx_data.core.settings import get_settings
-
-    settings = get_settings()
-    if settings.ray_address or settings.env != "local":
-        yield settings.ray_address
-        return
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
-        head = start_head()
-    except LocalRayError as exc:
-        log(f"warning: no shared local Ray ({exc}); each run starts its own")
-        yield None
-        return
-    saved = {k: os.environ.get(k) for k in (ADDRESS_VAR, *quiet_ray_env())}
-    os.environ.update({ADDRESS_VAR: head.address, **quiet_ray_env()})
-    get_settings.cache_clear()
-    try:
-        yield head.address
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        get_settings.cache_clear()
+
+
+@contextlib.contextmanager
+def shared_local_ray(log=print, records_dir: Path | None = None) -> Iterator[str | None]:
+    """``PRX_RAY_ADDRESS`` set to a local head for the duration of the block, unless it is set
+    already (a cluster, or a head shared by tests) or the profile is not local. Yields the
+    address in use (None when none could be started: each run then starts its own Ray).
+
+    ``records_dir`` (a local folder, e.g. under the Dagster home): where the head is recorded so
+    the next command can stop it if this one dies with its watchdog; stale heads found there are
+    stopped first."""
+    with starting_local_ray(log, records_dir) as pending:
+        yield pending.wait()
+
+
+class PendingRay:
+    """A head being started: ``wait()`` returns its address once it is up (None without one)."""
+
+    def __init__(self, head: LocalRayHead | None, address: str | None, log) -> None:
+        self.head, self._address, self._log = head, address, log
+
+    def wait(self) -> str | None:
+        if self.head is None:
+            return self._address
+        try:
+            self.head.wait_ready()
+        except LocalRayError as exc:
+            self._log(f"warning: no shared local Ray ({exc}); each run starts its own")
+            self.head = None
+            os.environ.pop(ADDRESS_VAR, None)
+            return None
+        return self.head.address
+
+
+@contextlib.contextmanager
+def starting_local_ray(log=print, records_dir: Path | None = None) -> Iterator[PendingRay]:
+    """Like ``shared_local_ray``, but yields while the head is still starting: the caller does
+    its own set-up meanwhile and calls ``wait()`` before the first run."""
+    # lazy: pulls in pyarrow, numpy, pydantic
+    from prx_data.core.settings import get_settings
+
+    settings = get_settings()
+    if settings.ray_address or settings.env != "local":
+        yield PendingRay(None, settings.ray_address, log)
+        return
+    if records_dir is not None:
+        clean_stale_heads(records_dir, log)
+    try:
+        head = start_head(records_dir=records_dir)
+    except (LocalRayError, OSError) as exc:
+        log(f"warning: no shared local Ray ({exc}); each run starts its own")
+        yield PendingRay(None, None, log)
+        return
+    pending = PendingRay(head, None, log)
+    try:
+        with _environment({ADDRESS_VAR: head.address, **head.env}):
+            get_settings.cache_clear()
+            try:
+                yield pending
+            finally:
+                get_settings.cache_clear()
+    finally:
         head.stop()

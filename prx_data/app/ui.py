@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from prx_data.app.local_ray import free_port, listening, shared_local_ray, stop_process_group
+from prx_data.app.local_ray import RECORDS_DIR, free_port, listening, shared_local_ray, stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKSPACE = REPO_ROOT / "workspace.yaml"
@@ -67,7 +67,7 @@ def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host:
     # SIGTERM and a closed terminal stop it as Ctrl-C does: dagster dev and Ray run in their own
     # process groups, so nothing else would stop them.
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    with shared_local_ray() as ray_address:
+    with shared_local_ray(records_dir=dagster_home / RECORDS_DIR) as ray_address:
         process = start_ui(dagster_home, port, host)
         try:
             print(f"Dagster UI on {data_root}")

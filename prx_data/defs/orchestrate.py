@@ -75,3 +75,15 @@ def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, log: 
     log("[corpus] materializing corpus-wide assets ...")
     result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)
     return result.success
+
+
+def asset_code_versions(defs: dg.Definitions) -> dict[str, str]:
+    """The code version of every asset in the Definitions (assets without one are left out):
+    part of what `prx-data run` compares to decide a source or the corpus has nothing to do."""
+    graph = defs.resolve_asset_graph()
+    versions = {}
+    for key in graph.get_all_asset_keys():
+        version = graph.get(key).code_version
+        if version is not None:
+            versions[key.to_user_string()] = str(version)
+    return versions

@@ -56,9 +56,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, Field
-from streaming import MDSWriter
 
-from prx_data.compat.streaming_internals import flush_shard
 from prx_data.core.schema import EXPORT_SCHEMA
 from prx_data.export._fs import dumps_stable
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
@@ -154,6 +152,10 @@ class _BucketWriter:
     """One open MDSWriter plus the sample ids in the order they were written."""
 
     def __init__(self, out: str, config: MdsWriterConfig) -> None:
+        # lazy: `streaming`'s package import loads torch and transformers (seconds); only a
+        # process that writes shards pays it, not the code location or the plain commands.
+        from streaming import MDSWriter
+
         os.makedirs(out, exist_ok=False)
         self.out = out
         self.writer = MDSWriter(
@@ -176,6 +178,9 @@ class _BucketWriter:
         self.bytes += len(row["image"])
 
     def flush_early(self) -> None:
+        # lazy: imports streaming (torch)
+        from prx_data.compat.streaming_internals import flush_shard
+
         flush_shard(self.writer)
 
     def cancel(self) -> None:

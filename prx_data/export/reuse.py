@@ -13,8 +13,6 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from streaming.base.format import reader_from_json
-
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets
 from prx_data.core.storage import drop_local_copy, fetch_local, locate, try_read_bytes
 
@@ -62,6 +60,9 @@ class ShardReader:
             loc = self.root.child(*shard.split("/"))
             path = fetch_local(loc, self.scratch)
             try:
+                # lazy: any streaming submodule runs the package's __init__ (torch, transformers)
+                from streaming.base.format import reader_from_json
+
                 reader = reader_from_json(os.path.dirname(path), None, info)
                 for index in sorted(by_shard[shard]):
                     yield shard, index, reader[index]

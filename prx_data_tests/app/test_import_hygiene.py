@@ -1,0 +1,61 @@
+"""Plain commands and the code location load none of the heavy ML packages: each is imported or
+run in a fresh interpreter, and the modules it left in ``sys.modules`` are checked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from prx_data_tests.app.helpers import cli_env, tiny_root
+
+HEAVY = ("torch", "transformers", "streaming", "vllm", "sentence_transformers", "torchvision")
+
+PROBE = f"""
+import json, sys
+HEAVY = {HEAVY!r}
+argv = json.loads(sys.argv[1])
+if argv == ["<definitions>"]:
+    import prx_data.definitions
+else:
+    from prx_data.app.cli import main
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+print("LOADED=" + json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
+"""
+
+
+def _loaded(argv: list[str], env: dict[str, str]) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], env=env, capture_output=True, text=True, timeout=300, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("LOADED=")]
+    assert lines, f"the probe did not finish: rc={out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    return json.loads(lines[-1].removeprefix("LOADED="))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["<definitions>"],
+        ["sources", "--root", "{root}"],
+        ["buckets"],
+        ["lineage", "--root", "{root}", "--key", "photos:p0.jpg"],
+        ["optout", "add", "--root", "{root}", "--id", "req-1", "--key", "photos:p0.jpg"],
+        ["optout", "apply", "--root", "{root}"],
+        ["optout", "report", "--root", "{root}", "--id", "req-1"],
+    ],
+    ids=lambda a: " ".join(a[:2]).replace("--root", "").strip(),
+)
+def test_plain_commands_and_code_location_load_no_heavy_package(argv, tmp_path):
+    root = tiny_root(tmp_path / "data")
+    env = cli_env(tmp_path)
+    env["PRX_DATA_ROOT"] = str(root)
+    env["DAGSTER_HOME"] = str(tmp_path / "dagster_home")
+    (tmp_path / "dagster_home").mkdir()
+    if argv[:2] == ["optout", "report"]:  # a request to report on
+        _loaded(["optout", "add", "--root", str(root), "--id", "req-1", "--key", "photos:p0.jpg"], env)
+    argv = [a.replace("{root}", str(root)) for a in argv]
+    assert _loaded(argv, env) == []

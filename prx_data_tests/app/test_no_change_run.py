@@ -1,0 +1,70 @@
+"""``prx-data run`` with nothing changed launches no Dagster run and starts no Ray; a changed file
+or spec runs its source again (real Dagster, Lance, Ray through the session's shared head)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+
+import dagster as dg
+
+from prx_data.app import local_ray
+from prx_data.app.cli import main
+from prx_data.core.settings import get_settings
+from prx_data_tests.app.helpers import tiny_root
+
+
+def _run(root) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["run", "--root", str(root)])
+    get_settings.cache_clear()
+    return code, out.getvalue()
+
+
+def _run_count(home) -> int:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        return len(instance.get_run_records())
+
+
+def test_no_change_run_launches_nothing_and_changes_run(tmp_path, monkeypatch):
+    root = tiny_root(tmp_path / "data")
+    home = tmp_path / "dagster_home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    code, out = _run(root)
+    assert code == 0, out
+    assert "[photos] materializing" in out and "[corpus] materializing" in out
+    runs = _run_count(home)
+
+    def no_ray(*_a, **_k):
+        raise AssertionError("a no-change run started Ray")
+
+    with monkeypatch.context() as m:
+        m.delenv("PRX_RAY_ADDRESS", raising=False)  # a start would be a real local head
+        m.setattr(local_ray, "start_head", no_ray)
+        code, out = _run(root)
+    assert code == 0, out
+    assert "[photos] inputs unchanged" in out and "[corpus] inputs unchanged" in out
+    assert "materializing" not in out
+    assert _run_count(home) == runs
+    assert "Summary" in out  # the summary is still printed
+
+    # A new mtime on the same bytes is a change: the source and the corpus run again.
+    image = root / "photos" / "p0.jpg"
+    st = image.stat()
+    os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    code, out = _run(root)
+    assert code == 0, out
+    assert "[photos] materializing" in out and "[corpus] materializing" in out
+    assert _run_count(home) > runs
+
+    # --force runs an unchanged source.
+    runs = _run_count(home)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["run", "--root", str(root), "--force"]) == 0
+    get_settings.cache_clear()
+    assert "[photos] materializing" in out.getvalue()
+    assert _run_count(home) > runs
