@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+WINDOW: dict[str, float] = {}
 
 
 def make_jpegs(count: int, target: int = 200_000) -> list[bytes]:
@@ -59,6 +60,7 @@ class Served:
     def __init__(self, hosts: int, images: list[bytes]) -> None:
         self.images = images
         self.first_request: float | None = None
+        self.last_answer: float | None = None
         self.requests = 0
         self.lock = threading.Lock()
         self.servers = []
@@ -86,6 +88,8 @@ class Served:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+                with outer.lock:
+                    outer.last_answer = time.monotonic()
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -106,7 +110,7 @@ class Served:
 
     def reset(self) -> None:
         with self.lock:
-            self.first_request, self.requests = None, 0
+            self.first_request, self.last_answer, self.requests = None, None, 0
 
     def close(self) -> None:
         for s in self.servers:
@@ -174,6 +178,8 @@ def img2dataset(served: Served, urls: list[str], tmp: Path) -> tuple[float, floa
     wall = time.monotonic() - started
     got = len(list(out.rglob("*.jpg")))
     assert got == len(urls), f"img2dataset saved {got} of {len(urls)}"
+    # Its download window (first request to last answer): the rate once its start-up is paid.
+    WINDOW["img2dataset"] = len(urls) / (served.last_answer - served.first_request)
     return wall, served.first_request - started
 
 
@@ -199,7 +205,9 @@ def main() -> None:
                     rows[name] = args.n / wall
                     print(f"  {hosts:>2} host(s) | {name:<17} {wall:6.1f}s  {args.n / wall:7.1f} img/s  first request after {first:.2f}s")
                 ratio = rows["raw_samples step"] / rows["img2dataset"]
-                print(f"  {hosts:>2} host(s) | raw_samples / img2dataset: {ratio:.2f}x (goal >= 1.0)")
+                window = rows["raw_samples step"] / WINDOW["img2dataset"]
+                print(f"  {hosts:>2} host(s) | img2dataset download window alone: {WINDOW['img2dataset']:.1f} img/s")
+                print(f"  {hosts:>2} host(s) | raw_samples / img2dataset: {ratio:.2f}x whole command, {window:.2f}x its download window (goal >= 1.0)")
                 if "prx-data run" in rows:
                     print(f"  {hosts:>2} host(s) | prx-data run / img2dataset: {rows['prx-data run'] / rows['img2dataset']:.2f}x")
             finally:
