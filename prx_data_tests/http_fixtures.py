@@ -93,6 +93,7 @@ class HTTPTestServer:
         self._max_active: dict[str, int] = defaultdict(int)
         self._total_active = 0
         self._max_total_active = 0
+        self._connections = 0
         self.requests: list[Request] = []
         self.closing = threading.Event()
         self._httpd = _Server((host, 0), _make_handler_class(self))
@@ -166,6 +167,11 @@ class HTTPTestServer:
         with self._lock:
             return self._hits[path]
 
+    def connections(self) -> int:
+        """TCP connections accepted so far (keep-alive serves many requests on one)."""
+        with self._lock:
+            return self._connections
+
     def max_concurrent(self, path: str | None = None) -> int:
         """Most requests ever in progress at once, for one route or for the whole server.
 
@@ -215,6 +221,11 @@ def _make_handler_class(server: HTTPTestServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             pass
+
+        def setup(self) -> None:
+            super().setup()
+            with server._lock:
+                server._connections += 1
 
         def do_GET(self) -> None:  # noqa: N802
             self._serve(send_body=True)

@@ -11,6 +11,7 @@ Plain module: Ray workers import it without Dagster.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -30,7 +31,7 @@ from prx_data.ingest.rows import (
     metadata_digest,
     metadata_row,
     metadata_schema,
-    resolve_urls,
+    apply_download,
     to_batch,
 )
 from prx_data.ingest.items import RawItem
@@ -140,38 +141,51 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
                 stats.file_errors += 1
             yield sid, item
 
-    def batches():
+    def prepared():
+        # The stored rows are looked up a chunk at a time (one filtered scan per chunk); the
+        # downloads themselves stream across chunks with no barrier between them.
         for chunk in chunked(picked(enumerate(read_unit(source, unit, job.source_options))), job.chunk_size):
             before_of = stored.lookup([sid for sid, _ in chunk])
-            skip_fetch = {it.key for sid, it in chunk if it.url and not it.error and sid in before_of and before_of[sid][1] in _FETCHED}
-            resolve_urls([it for _, it in chunk], spec, skip_fetch)
-            rows = []
             for sid, item in chunk:
                 before = before_of.get(sid)
-                if item.key in skip_fetch:
-                    stats.rows_by_status[before[1]] += 1
-                    _metadata_or_unchanged(before[2] != item_digest(item, spec), sid, item)
-                    continue
-                row = item_row(source, item, job.now, job.optout, job.url_hash_key)
-                stats.rows_by_status[row["status"]] += 1
-                if row["error"] and len(stats.errors_sample) < EXAMPLES:
-                    stats.errors_sample.append(f"{item.key}: {row['error']}")
-                if before is not None and before[:2] == (row["image_sha256"], row["status"]):
-                    digest = metadata_digest(row["source_caption"], row["source_url"], row["license"], row.get("embedding"))
-                    _metadata_or_unchanged(before[2] != digest, sid, item)
-                    continue
-                if before is None:
-                    stats.new += 1
-                else:
-                    stats.updated += 1
-                    replaced["sample_id"].append(sid)
-                    replaced["_rowaddr"].append(before[3])
-                if row["image"] is not None:
-                    stats.bytes_written += len(row["image"])
-                row["ingest_run_id"] = job.run_id
-                rows.append(row)
-            if rows:
+                # A URL already fetched (ok or opted out) is not fetched again.
+                fetched = bool(item.url and not item.error and before is not None and before[1] in _FETCHED)
+                wanted = item.url and item.data is None and not item.error and not fetched
+                yield (sid, item, before, fetched), item.key, item.url if wanted else None
+
+    def batches():
+        rows = []
+        for (sid, item, before, fetched), result in _downloaded(spec, prepared()):
+            if result is not None:
+                apply_download(item, result)
+            if fetched:
+                stats.rows_by_status[before[1]] += 1
+                _metadata_or_unchanged(before[2] != item_digest(item, spec), sid, item)
+                continue
+            row = item_row(source, item, job.now, job.optout, job.url_hash_key)
+            item.data = None  # the row holds the bytes now; the item may outlive this loop
+            stats.rows_by_status[row["status"]] += 1
+            if row["error"] and len(stats.errors_sample) < EXAMPLES:
+                stats.errors_sample.append(f"{item.key}: {row['error']}")
+            if before is not None and before[:2] == (row["image_sha256"], row["status"]):
+                digest = metadata_digest(row["source_caption"], row["source_url"], row["license"], row.get("embedding"))
+                _metadata_or_unchanged(before[2] != digest, sid, item)
+                continue
+            if before is None:
+                stats.new += 1
+            else:
+                stats.updated += 1
+                replaced["sample_id"].append(sid)
+                replaced["_rowaddr"].append(before[3])
+            if row["image"] is not None:
+                stats.bytes_written += len(row["image"])
+            row["ingest_run_id"] = job.run_id
+            rows.append(row)
+            if len(rows) >= job.chunk_size:
                 yield to_batch(rows, job.schema)
+                rows = []
+        if rows:
+            yield to_batch(rows, job.schema)
 
     def _metadata_or_unchanged(changed: bool, sid, item) -> None:
         if changed:
@@ -192,6 +206,22 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
         replaced=pa.table(replaced, schema=REPLACED_SCHEMA),
         metadata=pa.Table.from_batches([to_batch(meta_rows, meta_schema)]) if meta_rows else None,
     )
+
+
+def _downloaded(spec, items):
+    """``(tag, key, url-or-None)`` -> ``(tag, result-or-None)``: the URL items through this
+    process's long-lived download session, in completion order. A source without URLs never
+    imports httpx nor starts a download pool."""
+    items = iter(items)
+    for tag, key, url in items:
+        if url is None:
+            yield tag, None
+            continue
+        # lazy: pulls in httpx, only for sources that download
+        from prx_data.ingest.download import shared_session
+
+        yield from shared_session(spec.download).stream(itertools.chain([(tag, key, url)], items))
+        return
 
 
 def _write(job: UnitJob, batches) -> list[FragmentMetadata]:

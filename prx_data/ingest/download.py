@@ -1,9 +1,12 @@
 """Fetch many URLs politely: bounded look-ahead, global and per-host limits, retries, size cap.
 
-``download_many`` is a plain iterator so callers can write batches to Lance as results arrive.
-Work runs on a thread pool of ``config.concurrency`` threads sharing one ``httpx.Client``; the
-caller's iterator is pulled lazily, at most ``2 * concurrency`` items ahead of what has been
-yielded, so millions of URLs stream through in flat memory.
+A :class:`DownloadSession` is a thread pool of ``config.concurrency`` threads and a few
+``httpx.Client`` pools (one per ``THREADS_PER_CLIENT`` threads), kept for the life of a worker
+process (``shared_session``): connections to a host are reused from one chunk and one unit to
+the next. ``DownloadSession.stream`` is a plain iterator pulled lazily, at most
+``2 * concurrency`` items ahead of what has been yielded, so millions of URLs stream through in
+flat memory, and a slow URL holds only its own slot, never a batch. ``download_many`` is the
+one-call form.
 
 Every item yields exactly one :class:`DownloadResult`; failures are values, never exceptions,
 because one bad URL must not stop an ingest of millions.
@@ -17,6 +20,8 @@ compressed body included, so no more than the cap plus one network read is ever 
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import math
 import queue
 import re
@@ -24,8 +29,9 @@ import zlib
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -35,7 +41,7 @@ from prx_data.ingest.registry import DownloadConfig
 from prx_data.core.retry import RetryPolicy, Retryable, is_retryable_status
 from prx_data.core.schema import Status
 
-__all__ = ["DownloadResult", "download_many", "download_one", "robots_opt_out"]
+__all__ = ["DownloadResult", "DownloadSession", "download_many", "download_one", "robots_opt_out", "shared_session"]
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 MAX_REDIRECTS = 5
@@ -78,13 +84,12 @@ class _HostLimiter:
     distinct hosts does not grow a dict of millions of semaphores.
     """
 
-    def __init__(self, limit: int, stop: threading.Event) -> None:
+    def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._stop = stop
         self._lock = threading.Lock()
         self._hosts: dict[str, list] = {}  # host -> [active, waiters, Condition]
 
-    def acquire(self, host: str) -> None:
+    def acquire(self, host: str, stop: threading.Event) -> None:
         with self._lock:
             entry = self._hosts.get(host)
             if entry is None:
@@ -92,7 +97,7 @@ class _HostLimiter:
             entry[1] += 1
             try:
                 while entry[0] >= self._limit:
-                    if self._stop.is_set():
+                    if stop.is_set():
                         raise _Cancelled
                     # Timed wait so a closed iterator is noticed even if no slot frees up.
                     entry[2].wait(0.1)
@@ -181,14 +186,14 @@ class _Downloader:
     def __init__(
         self,
         config: DownloadConfig,
-        client: httpx.Client,
-        stop: threading.Event,
+        clients: list[httpx.Client],
         max_retry_after_s: float,
     ) -> None:
         self.config = config
-        self.client = client
-        self.stop = stop
-        self.hosts = _HostLimiter(config.per_host, stop)
+        self.clients = clients
+        self._local = threading.local()
+        self._next_client = itertools.count()
+        self.hosts = _HostLimiter(config.per_host)
         self.policy = RetryPolicy(
             retries=config.retries,
             backoff_s=config.backoff_s,
@@ -196,11 +201,15 @@ class _Downloader:
             max_retry_after_s=max_retry_after_s,
         )
 
-    def _sleep(self, seconds: float) -> None:
-        if seconds > 0 and self.stop.wait(seconds):
-            raise _Cancelled
+    def _client(self) -> httpx.Client:
+        # Each thread keeps to one client: connections are reused within it, and the threads
+        # are spread over several httpcore pools, whose one lock each is what contends.
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self.clients[next(self._next_client) % len(self.clients)]
+        return client
 
-    def fetch(self, key: str, url: str) -> DownloadResult:
+    def fetch(self, key: str, url: str, stop: threading.Event) -> DownloadResult:
         host, reason = _check_url(url)
         if reason is not None:
             return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, reason)
@@ -211,33 +220,37 @@ class _Downloader:
             )
 
         try:
-            return self._fetch(key, url, url.strip(), host, failed)
+            return self._fetch(key, url, url.strip(), host, failed, stop)
         finally:
             netguard.set_deadline(None)
 
-    def _fetch(self, key, url, current, host, failed) -> DownloadResult:
+    def _fetch(self, key, url, current, host, failed, stop) -> DownloadResult:
+        def sleep(seconds: float) -> None:
+            if seconds > 0 and stop.wait(seconds):
+                raise _Cancelled
+
         redirects = 0
         attempt = 0
         # The deadline starts with the first request, not while queued behind a per-host slot.
         deadline = math.inf
-        retrying = self.policy.retrying(deadline=lambda: deadline, sleep=self._sleep)
+        retrying = self.policy.retrying(deadline=lambda: deadline, sleep=sleep)
         try:
             for tried in retrying:
                 with tried:
                     attempt = tried.retry_state.attempt_number
                     # Redirect hops belong to one attempt; a retry re-requests the current hop.
                     while True:
-                        if self.stop.is_set():
+                        if stop.is_set():
                             raise _Cancelled
                         if time.monotonic() >= deadline:
                             return failed(f"deadline of {self.config.deadline_s}s exceeded", attempt)
                         try:
-                            self.hosts.acquire(host)
+                            self.hosts.acquire(host, stop)
                             if deadline == math.inf:
                                 deadline = time.monotonic() + self.config.deadline_s
                                 netguard.set_deadline(deadline)
                             try:
-                                return self._attempt(key, url, current, attempt)
+                                return self._attempt(key, url, current, attempt, stop)
                             finally:
                                 self.hosts.release(host)
                         except _Redirect as hop:
@@ -272,11 +285,11 @@ class _Downloader:
             return failed(f"{type(exc).__name__}: {exc}", attempt)
         raise AssertionError("the retry loop ends with a result or an exception")
 
-    def _attempt(self, key: str, url: str, current: str, attempt: int) -> DownloadResult:
+    def _attempt(self, key: str, url: str, current: str, attempt: int, stop: threading.Event) -> DownloadResult:
         """One request. Returns a final result or raises _Redirect / Retryable."""
         max_bytes = self.config.max_bytes
         try:
-            with self.client.stream("GET", current) as resp:
+            with self._client().stream("GET", current) as resp:
                 code = resp.status_code
                 ctype = resp.headers.get("content-type")
 
@@ -323,7 +336,7 @@ class _Downloader:
                     buf += chunk
                     if len(buf) > max_bytes:
                         return result(Status.TOO_LARGE, None, f"body larger than {max_bytes} bytes")
-                    if self.stop.is_set():
+                    if stop.is_set():
                         raise _Cancelled
                 if inflate is not None:
                     buf += inflate.flush()
@@ -341,11 +354,11 @@ class _Downloader:
 # -- many downloads ------------------------------------------------------------------------------
 
 
-def make_client(config: DownloadConfig) -> httpx.Client:
-    """The client ``download_many`` uses; redirects are followed by hand to vet each hop."""
+def make_client(config: DownloadConfig, connections: int | None = None) -> httpx.Client:
+    """A client of the kind sessions use; redirects are followed by hand to vet each hop."""
     # The thread pool already bounds requests in flight, so an httpx pool limit would only
     # add a second queue that can time out.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=config.concurrency)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=connections or config.concurrency)
     # Direct connections only: a proxy from the environment would connect on our behalf to
     # addresses the guard never sees.
     transport = httpx.HTTPTransport(limits=limits, trust_env=False)
@@ -362,6 +375,121 @@ def make_client(config: DownloadConfig) -> httpx.Client:
     )
 
 
+# Threads per httpcore pool: past this, the pool's one lock costs more than it serves
+# (measured in #24: 128 threads on one pool were slower than 64).
+THREADS_PER_CLIENT = 32
+
+
+class DownloadSession:
+    """A long-lived thread pool and set of clients: connections stay open across calls.
+
+    ``stream`` may be called many times (each unit of a source, each chunk) and from several
+    threads at once; the per-host limit holds across all of them. ``close`` ends it.
+    """
+
+    def __init__(self, config: DownloadConfig, *, max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S) -> None:
+        self.config = config
+        n = max(1, math.ceil(config.concurrency / THREADS_PER_CLIENT))
+        per_client = math.ceil(config.concurrency / n)
+        self.clients = [make_client(config, per_client) for _ in range(n)]
+        self._downloader = _Downloader(config, self.clients, max_retry_after_s)
+        self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
+        self._closed = False
+
+    def __enter__(self) -> "DownloadSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for client in self.clients:
+            client.close()
+
+    def stream(self, items: Iterable[tuple[T, str, str | None]]) -> Iterator[tuple[T, DownloadResult | None]]:
+        """``(tag, key, url)`` in, ``(tag, result)`` out as each download completes.
+
+        A ``None`` URL is passed through at once with a ``None`` result, so a caller can send
+        every item of a source through one stream (only the URL items are fetched) and has no
+        barrier between chunks. At most ``2 * concurrency`` items are pulled ahead of what has
+        been yielded. Closing the iterator stops pulling, drops its queued items and waits only
+        for its requests already on the wire (bounded by ``timeout_s``).
+        """
+        if self._closed:
+            raise RuntimeError("download session is closed")
+        window = 2 * self.config.concurrency
+        stop = threading.Event()
+        source = iter(items)
+        downloader = self._downloader
+        # Workers hand finished futures over a queue rather than the caller polling them with
+        # concurrent.futures.wait, which costs O(window) per call and would dominate at high
+        # concurrency over millions of items.
+        finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        in_flight: set[Future] = set()
+        try:
+            exhausted = False
+            while True:
+                while not exhausted and len(in_flight) < window:
+                    try:
+                        tag, key, url = next(source)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    if url is None:
+                        yield tag, None
+                        continue
+                    # Rejected URLs never touch the pool, so a run of them cannot delay good ones.
+                    if _check_url(url)[1] is not None:
+                        yield tag, downloader.fetch(key, url, stop)
+                        continue
+                    future = self._pool.submit(_guarded_fetch, downloader, key, url, stop)
+                    future.tag = tag  # type: ignore[attr-defined]
+                    in_flight.add(future)
+                    future.add_done_callback(finished.put)
+                if not in_flight:
+                    return
+                future = finished.get()
+                in_flight.discard(future)
+                yield future.tag, future.result()  # type: ignore[attr-defined]
+        finally:
+            stop.set()
+            for future in in_flight:
+                future.cancel()
+            if in_flight:
+                wait(in_flight)
+
+
+T = TypeVar("T")
+
+_SHARED: dict[str, DownloadSession] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_session(config: DownloadConfig) -> DownloadSession:
+    """This process's session for ``config``: one per worker process, reused by every unit it
+    runs, so connections to a host stay open from one unit to the next."""
+    key = config.model_dump_json()
+    with _SHARED_LOCK:
+        session = _SHARED.get(key)
+        if session is None:
+            if len(_SHARED) >= 8:  # specs rarely differ; do not keep idle pools for each one
+                _SHARED.pop(next(iter(_SHARED))).close()
+            if not _SHARED:
+                atexit.register(_close_shared)
+            session = _SHARED[key] = DownloadSession(config)
+        return session
+
+
+def _close_shared() -> None:
+    with _SHARED_LOCK:
+        while _SHARED:
+            _SHARED.popitem()[1].close()
+
+
 def download_one(key: str, url: str, config: DownloadConfig | None = None) -> DownloadResult:
     """Convenience for a single URL (same rules as ``download_many``)."""
     return next(download_many([(key, url)], config or DownloadConfig()))
@@ -372,56 +500,30 @@ def download_many(
     config: DownloadConfig,
     *,
     max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
+    session: DownloadSession | None = None,
 ) -> Iterator[DownloadResult]:
     """Download ``(key, url)`` pairs, yielding one result per item as each completes.
 
     Order is not preserved. At most ``2 * config.concurrency`` items are pulled from ``items``
     ahead of the results already yielded. Closing the iterator early (``break``, ``.close()``)
     stops pulling input, drops queued items and waits only for requests already on the wire
-    (bounded by ``config.timeout_s``).
+    (bounded by ``config.timeout_s``). Without ``session``, a session is made for this call.
     """
-    window = 2 * config.concurrency
-    stop = threading.Event()
-    source = iter(items)
-    client = make_client(config)
-    downloader = _Downloader(config, client, stop, max_retry_after_s)
-    pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
-    # Workers hand finished futures over a queue rather than the caller polling them with
-    # concurrent.futures.wait, which costs O(window) per call and would dominate at high
-    # concurrency over millions of items.
-    finished: queue.SimpleQueue[Future[DownloadResult]] = queue.SimpleQueue()
-    in_flight = 0
+    own = session is None
+    if own:
+        session = DownloadSession(config, max_retry_after_s=max_retry_after_s)
     try:
-        exhausted = False
-        while True:
-            while not exhausted and in_flight < window:
-                try:
-                    key, url = next(source)
-                except StopIteration:
-                    exhausted = True
-                    break
-                # Rejected URLs never touch the pool, so a run of them cannot delay good ones.
-                if _check_url(url)[1] is not None:
-                    yield downloader.fetch(key, url)
-                    continue
-                future = pool.submit(_guarded_fetch, downloader, key, url)
-                future.add_done_callback(finished.put)
-                in_flight += 1
-            if in_flight == 0:
-                return
-            future = finished.get()
-            in_flight -= 1
-            yield future.result()
+        for _, result in session.stream((None, key, url) for key, url in items):
+            yield result
     finally:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        client.close()
+        if own:
+            session.close()
 
 
-def _guarded_fetch(downloader: _Downloader, key: str, url: str) -> DownloadResult:
+def _guarded_fetch(downloader: _Downloader, key: str, url: str, stop: threading.Event) -> DownloadResult:
     started = time.monotonic()
     try:
-        return downloader.fetch(key, url)
+        return downloader.fetch(key, url, stop)
     except _Cancelled:
         # Only reachable after the consumer has gone; nobody will read this.
         return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, "cancelled")

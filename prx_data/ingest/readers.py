@@ -275,17 +275,21 @@ def read_parquet_file(ctx: _Context, file: Path, row_groups: list[int] | None = 
             yield item
 
 
-def _jsonl_lines(handle, limit: int) -> Iterator[tuple[int, bytes | None]]:
-    """(line number, bytes) per line; None for a line longer than ``limit`` (skipped unread)."""
-    line_no = 0
-    while True:
+def _jsonl_lines(handle, limit: int, first_line: int = 0, length: int | None = None) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) per line; None for a line longer than ``limit`` (skipped unread).
+    ``length``: read only the lines that start within that many bytes (a unit's byte range)."""
+    line_no = first_line
+    read = 0
+    while length is None or read < length:
         line = handle.readline(limit + 1)
         if not line:
             return
+        read += len(line)
         line_no += 1
         if len(line) > limit and not line.endswith(b"\n"):
             while True:  # drop the rest of the overlong line in bounded pieces
                 rest = handle.readline(limit + 1)
+                read += len(rest)
                 if not rest or rest.endswith(b"\n"):
                     break
             yield line_no, None
@@ -299,18 +303,28 @@ def read_jsonl(spec: SourceSpec, location: Path | str, root: AnyRoot | None = No
         yield from read_jsonl_file(ctx, file)
 
 
-def read_jsonl_file(ctx: _Context, file: Path) -> Iterator[RawItem]:
-    spec = ctx.spec
+def jsonl_line_limit(spec: SourceSpec) -> int:
     # A line carries at most one image as base64 plus its metadata.
-    limit = spec.max_bytes * 4 // 3 + SIDECAR_MAX_BYTES
+    return spec.max_bytes * 4 // 3 + SIDECAR_MAX_BYTES
+
+
+def read_jsonl_file(ctx: _Context, file: Path, byte_range: tuple[int, int] | None = None, first_line: int = 0) -> Iterator[RawItem]:
+    """The file's items; ``byte_range`` (start, end) with the number of lines before ``start``
+    reads one piece of a split file (see ``units``): the lines that start in that range."""
+    spec = ctx.spec
+    limit = jsonl_line_limit(spec)
     handle, refused = open_contained(file, ctx.root)
     if handle is None:
         yield _file_error(file, refused.status, refused.error)
         return
     with handle:
         buffered = io.BufferedReader(handle)
+        length = None
         try:
-            for line_no, raw in _jsonl_lines(buffered, limit):
+            if byte_range is not None:
+                buffered.seek(byte_range[0])
+                length = byte_range[1] - byte_range[0]
+            for line_no, raw in _jsonl_lines(buffered, limit, first_line, length):
                 position = f"{file.name}:{line_no}"
                 if raw is None:
                     yield RawItem(key=position, error=f"line {line_no} of {file.name} is longer than {limit} bytes", error_status=Status.TOO_LARGE.value)

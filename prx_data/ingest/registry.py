@@ -59,8 +59,8 @@ class FieldMap(BaseModel):
 class DownloadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: int = Field(32, ge=1, le=1024)
-    per_host: int = Field(4, ge=1, le=256)
+    concurrency: int = Field(64, ge=1, le=1024)
+    per_host: int = Field(16, ge=1, le=256)
     timeout_s: float = Field(10.0, gt=0)
     retries: int = Field(2, ge=0, le=10)
     backoff_s: float = Field(0.5, ge=0)

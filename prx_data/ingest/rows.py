@@ -110,20 +110,13 @@ def item_digest(item: RawItem, spec) -> bytes:
     return metadata_digest(item.caption, redact_url(item.source_url), item.license, emb if spec.embedding_dim else None)
 
 
-def resolve_urls(chunk: list[RawItem], spec, skip: set[str]) -> None:
-    """Download, in place, the chunk's URL items that have no bytes yet."""
-    pending = {item.key: item for item in chunk if item.url and item.data is None and not item.error and item.key not in skip}
-    if not pending:
-        return
-    # lazy: pulls in httpx
-    from prx_data.ingest.download import download_many  # httpx only for sources that need it
-    for result in download_many(((k, it.url) for k, it in pending.items()), spec.download):
-        item = pending[result.key]
-        if result.status == Status.OK:
-            item.data = result.data
-        else:
-            item.error = result.error or str(result.status)
-            item.error_status = Status(result.status).value
+def apply_download(item: RawItem, result) -> None:
+    """Put a download's bytes, or its failure, on the item it was for."""
+    if result.status == Status.OK:
+        item.data = result.data
+    else:
+        item.error = result.error or str(result.status)
+        item.error_status = Status(result.status).value
 
 
 def _url_columns(item: RawItem, key: bytes | None) -> dict:

@@ -7,7 +7,9 @@ is split. Units are yielded lazily: a folder of 100M files is never a list in th
 
 - image folders: batches of ``folder_batch`` files, in walk order;
 - WebDataset: one tar shard;
-- JSONL: one file;
+- JSONL: one file, or runs of about ``jsonl_lines`` lines (byte ranges that start and end at a
+  line start, found by one sequential scan in the driver), so a single big URL list is read and
+  downloaded by ``workers`` tasks at once;
 - Parquet: one file, or runs of row groups of about ``parquet_rows`` rows (a URL list in one
   big file becomes several URL batches);
 - Lance: the whole table (one unit).
@@ -26,6 +28,9 @@ from prx_data.ingest.registry import RegisteredSource
 
 FOLDER_BATCH = 512
 PARQUET_UNIT_ROWS = 8192
+# A URL line is ~100-300 bytes: 8192 lines is a unit of a few MB and a few minutes of downloads.
+JSONL_UNIT_LINES = 8192
+_SCAN_BLOCK = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,8 @@ class Unit:
     file: str | None = None
     entries: tuple[tuple[str, str | None], ...] = ()  # image folders: (path, unlistable reason)
     row_groups: tuple[int, ...] | None = None
-    first_row: int = 0
+    first_row: int = 0  # Parquet: rows before the first row group; JSONL: lines before the range
+    byte_range: tuple[int, int] | None = None  # JSONL: the piece of the file, [start, end)
     label: str = field(default="", compare=False)
 
 
@@ -62,12 +68,17 @@ def _path(source: RegisteredSource, text: str) -> Path | PurePosixPath:
 
 
 def list_units(
-    source: RegisteredSource, folder_batch: int | None = None, parquet_rows: int | None = None, storage_options: dict | None = None
+    source: RegisteredSource,
+    folder_batch: int | None = None,
+    parquet_rows: int | None = None,
+    storage_options: dict | None = None,
+    jsonl_lines: int | None = None,
 ) -> Iterator[Unit]:
     """The source's units in reading order; raises SourceUnavailable as the readers do.
     ``storage_options`` reach an object-store location (see ``object_source``)."""
     folder_batch = folder_batch or FOLDER_BATCH
     parquet_rows = parquet_rows or PARQUET_UNIT_ROWS
+    jsonl_lines = jsonl_lines or JSONL_UNIT_LINES
     shape = source.spec.shape
     location = source.resolve_location()
     if shape == "image_folder":
@@ -91,6 +102,13 @@ def list_units(
     ctx = _context(source, storage_options) if shape == "parquet" else None
     index = 0
     for file in files:
+        if shape == "jsonl":
+            ranges = _line_runs(file, root, jsonl_lines)
+            if ranges:
+                for start, end, before in ranges:
+                    yield Unit(index, shape, file=str(file), byte_range=(start, end), first_row=before, label=f"{file}:{before + 1}")
+                    index += 1
+                continue
         pieces = _row_group_runs(ctx, file, parquet_rows) if ctx is not None else None
         if not pieces:
             yield Unit(index, shape, file=str(file), label=str(file))
@@ -99,6 +117,41 @@ def list_units(
         for groups, first_row in pieces:
             yield Unit(index, shape, file=str(file), row_groups=groups, first_row=first_row, label=f"{file}#{groups[0]}")
             index += 1
+
+
+def _line_runs(file, root: AnyRoot, lines: int) -> list[tuple[int, int, int]] | None:
+    """(start, end, lines before start) for runs of ``lines`` lines; None to read the file whole
+    (it holds fewer lines, or cannot be opened: its reader then yields the file's error row).
+    Splits fall right after a newline, where the reader's lines start too, so the pieces'
+    items are exactly the whole file's, with the same line numbers."""
+    handle, _ = open_contained(file, root)
+    if handle is None:
+        return None
+    runs, start, before, count, offset = [], 0, 0, 0, 0
+    try:
+        with handle:
+            while block := handle.read(_SCAN_BLOCK):
+                at = 0
+                while True:
+                    need = lines - count
+                    # Find the need-th newline of this block from ``at``, or count them all.
+                    pos = at - 1
+                    for _ in range(need):
+                        pos = block.find(b"\n", pos + 1)
+                        if pos < 0:
+                            break
+                    if pos < 0:
+                        count += block.count(b"\n", at)
+                        break
+                    end = offset + pos + 1
+                    runs.append((start, end, before))
+                    start, before, count, at = end, before + lines, 0, pos + 1
+                offset += len(block)
+    except OSError:
+        return None
+    if offset > start:
+        runs.append((start, offset, before))
+    return runs if len(runs) > 1 else None
 
 
 def _row_group_runs(ctx: readers._Context, file: Path, rows: int) -> list[tuple[tuple[int, ...], int]] | None:
@@ -146,6 +199,6 @@ def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None
         groups = list(unit.row_groups) if unit.row_groups is not None else None
         yield from readers.read_parquet_file(ctx, _path(source, unit.file), groups, unit.first_row)
     elif unit.kind == "jsonl":
-        yield from readers.read_jsonl_file(ctx, _path(source, unit.file))
+        yield from readers.read_jsonl_file(ctx, _path(source, unit.file), unit.byte_range, unit.first_row)
     else:
         yield from readers.read_tar(ctx, _path(source, unit.file))

@@ -326,9 +326,10 @@ def test_download_one(http_server: HTTPTestServer):
 def test_host_limiter_forgets_idle_hosts():
     import threading
 
-    limiter = _HostLimiter(2, threading.Event())
+    limiter = _HostLimiter(2)
+    stop = threading.Event()
     for i in range(100):
-        limiter.acquire(f"h{i}")
+        limiter.acquire(f"h{i}", stop)
     assert len(limiter) == 100
     for i in range(100):
         limiter.release(f"h{i}")
