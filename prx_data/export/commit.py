@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.core.storage import Location, delete_file, exists, list_dir, locate, try_read_bytes, write_bytes
@@ -201,7 +202,7 @@ def publish(
     if len({part.tag for part in parts}) != len(parts):
         raise ValueError("two parts share a writer tag; their shard names would collide")
     lineage = [part.lineage for part in parts if part.lineage.num_rows]
-    ids = pc.count_distinct(pc.concat_arrays([t["sample_id"].combine_chunks() for t in lineage])).as_py() if lineage else 0
+    ids = pc.count_distinct(pa.chunked_array([c for t in lineage for c in t["sample_id"].chunks], pa.string())).as_py() if lineage else 0
     if ids != sum(t.num_rows for t in lineage):
         raise ValueError(f"source {source!r}: duplicate sample_id in the partition")
     shards: dict[BucketRef, list[dict]] = {}
