@@ -442,8 +442,11 @@ def _write_parallel(ds, source, todo, meta, reused, *, mds_root, options, writer
         except ray.exceptions.RayTaskError as exc:
             raise (exc.cause or exc) from None
     except BaseException:
-        for ref in refs:  # nothing may keep writing once the run is abandoned
+        # Nothing may keep writing once the run is abandoned: kill the tasks and wait until
+        # they are gone (a cancel only asks), so the clean-up sees everything they wrote.
+        for ref in refs:
             ray.cancel(ref, force=True)
+        ray.wait(refs, num_returns=len(refs), timeout=60)
         raise
     for written, late in results:
         parts.append(written)

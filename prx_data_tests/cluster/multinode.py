@@ -39,10 +39,18 @@ class ClusterUnavailable(RuntimeError):
     """This machine cannot isolate nodes (not root, no unshare): the message says what is missing."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: all held open until all are chosen, so none repeats."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def _ray_bin() -> str:
@@ -52,12 +60,16 @@ def _ray_bin() -> str:
     return found
 
 
-def _node_ports() -> list[str]:
-    return [
-        f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
-        f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-        f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
-    ]
+NODE_PORT_FLAGS = (
+    "--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port", "--metrics-export-port",
+)
+
+
+def _node_ports(*extra: str) -> list[str]:
+    """Every port flag of a node (plus ``extra`` flags) with its own distinct free port."""
+    flags = [*NODE_PORT_FLAGS, *extra]
+    return [f"{flag}={port}" for flag, port in zip(flags, _free_ports(len(flags)))]
 
 
 def check_isolation_possible() -> None:
@@ -142,13 +154,13 @@ def start_cluster(
     ray = _ray_bin()
     temp = tempfile.mkdtemp(prefix="prx-cluster-")
     logs = Path(log_dir or temp)
-    port = _free_port()
+    port = _free_ports(1)[0]
     node_env = {**os.environ, **RAY_ENV, **(env or {})}
     head_log = logs / "head.log"
     head_cmd = [
         ray, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=0",
         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
-        f"--ray-client-server-port={_free_port()}", *_node_ports(),
+        *_node_ports("--ray-client-server-port"),
     ]
     with open(head_log, "wb") as out:
         head = subprocess.Popen(head_cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=node_env)
