@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.core.ray_tasks import task_options
-from prx_data.export.commit import abandon, begin, new_run_id
+from prx_data.export.commit import abandon, begin, new_run_id, recover
 from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
 from prx_data.export.shard_writer import write_shards
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
@@ -204,7 +204,10 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
         else:
             target[i] = BucketRef(assigned.tier, assigned.height, assigned.width)
 
-    # What is published now, and what the tables say about it.
+    # What is published now, and what the tables say about it. Under the table lock no other
+    # export of the source is live: finish or clean up what a killed one left first, so a
+    # rolled-forward commit's shards are seen (and superseded as orphans) by this run.
+    recover(mds_root, source, options)
     indexes = source_indexes(mds_root, source, options)
     sizes = shard_sizes(indexes, source)
     prev_ds = open_table(exports_uri, options)
