@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from prx_data.core.storage import Location, delete_file, exists, list_dir, locate, try_read_bytes, write_bytes
 from prx_data.export._fs import dumps_stable
-from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
+from prx_data.export.tree import INDEX_BASENAME, SHARD_KEYS, BucketRef, check_source, list_buckets
 
 if TYPE_CHECKING:  # shard_writer imports streaming (torch); the commit needs neither
     from prx_data.export.shard_writer import WrittenShards
@@ -49,7 +49,6 @@ logger = logging.getLogger(__name__)
 COMMITS_DIR = "_commits"
 RUN_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{8}$")
 SKIP_INFIX = ".skip."
-SHARD_KEYS = ("raw_data", "zip_data")  # the file entries of one shard in an MDS index
 
 
 def new_run_id() -> str:

@@ -22,9 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from prx_data.core.storage import Location, locate, upload_file
-from prx_data.export.commit import SHARD_KEYS
 from prx_data.export.mds_rows import LINEAGE_SCHEMA, MdsWriterConfig, to_row
-from prx_data.export.tree import BucketRef, check_source
+from prx_data.export.tree import SHARD_KEYS, BucketRef, check_source
 
 
 def shard_object_name(run_id: str, tag: str, basename: str) -> str:

@@ -22,6 +22,7 @@ SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 BUCKET_RE = re.compile(r"^(\d+)x(\d+)$")
 TIER_RE = re.compile(r"^\d+$")
 INDEX_BASENAME = "index.json"
+SHARD_KEYS = ("raw_data", "zip_data")  # the file entries of one shard in an MDS index
 
 
 def check_source(source: str) -> str:
