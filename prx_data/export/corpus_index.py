@@ -38,6 +38,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from prx_data.export._fs import dumps_stable, sha256_bytes
+from prx_data.export.commit import COMMITS_DIR, run_of_object, running_marker_name
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
 from prx_data.core.storage import (
     Location,
@@ -347,9 +348,6 @@ def collect_garbage(root: Location, bucket: Location, previous_merged: set[str],
     ``_commits/<source>.<run>.running`` marker exists); objects younger than ``min_age_s``;
     skip-list sidecars. Only names that start with a run id are ever candidates.
     """
-    # lazy: pulls in streaming (torch)
-    from prx_data.export.mds_writer import COMMITS_DIR, run_of_object, running_marker_name
-
     keep = set(previous_merged) | _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
     running = {entry.name for entry in list_dir(root.child(COMMITS_DIR)) if entry.name.endswith(".running")}
     now = time.time()

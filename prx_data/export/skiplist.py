@@ -227,8 +227,8 @@ def iter_root_sidecars(mds_root: str, storage_options: dict | None = None):
 
 def root_sidecar_entries(root: Location) -> list[Entry]:
     """Sidecars of committed source folders under an MDS root, in one listing; ``Entry.name`` is
-    '<tier>/<HxW>/<source>/<sidecar>'. Transient folders (``<source>.old-<run>`` between a swap
-    and its cleanup) are left out, so their sidecars are never counted twice."""
+    '<tier>/<HxW>/<source>/<sidecar>'. Folders that are not a source's (a dot in the name) are
+    left out, so no sidecar is counted twice."""
     out = []
     for entry in glob_entries(root, SIDECAR_GLOB, recursive=True):
         parts = entry.name.split("/")

@@ -1,9 +1,9 @@
-"""The MDS tree's layout: ``<mds root>/<tier>/<height>x<width>/<source>/shard.NNNNN.mds``.
+"""The MDS tree's layout: ``<mds root>/<tier>/<height>x<width>/<source>/<run>.<tag>.shard.NNNNN.mds``
+plus the source's ``index.json`` (what readers resolve; ``export.commit`` writes it).
 
 Paths of real folders come from ``prx_data.core.paths``; this module only adds what core/paths.py does
-not know: how to list the tree and how to recognise the transient folders that the atomic
-export leaves beside a source's folder (``<source>.staging-<run>``, ``<source>.old-<run>``).
-Source names never contain a dot (registry rule), so a dot marks a transient folder.
+not know: how to list the tree. Source names never contain a dot (registry rule), so a folder
+name with a dot is never a source (older releases left ``<source>.staging-<run>`` folders).
 
 ``list_buckets`` and ``list_sources`` take a local folder or an ``s3://`` / ``gs://`` root alike
 (with the same ``storage_options`` as Lance): an object store has no folders, only prefixes, so a
@@ -22,6 +22,7 @@ SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 BUCKET_RE = re.compile(r"^(\d+)x(\d+)$")
 TIER_RE = re.compile(r"^\d+$")
 INDEX_BASENAME = "index.json"
+SHARD_KEYS = ("raw_data", "zip_data")  # the file entries of one shard in an MDS index
 
 
 def check_source(source: str) -> str:

@@ -13,12 +13,12 @@ its other columns hold (``meta_key``). A re-run compares them with the source ta
 - rewrites a bucket of the source (its live samples copied from the old shards, again without
   image work) once superseded placements pass ``rewrite_share`` (10 %) of its samples.
 
-Decoding and encoding run on Ray; the MDS writer runs in the driver and commits the partition
-at once (``export.mds_writer``), so a failed run leaves the previous export as it was. The MDS
+Decoding and encoding run on Ray; every writer (the driver, or ``write_workers`` Ray tasks on
+any node) writes its shards straight into the MDS root under the run's names, and the driver
+publishes them at once (``export.commit``, the same on a folder and on ``s3://``), so a failed
+or killed run leaves the previous export as it was and the next run cleans up after it. The MDS
 commit comes first and the tables after it; a run killed in between leaves shards that no
 table knows, and the next run supersedes them (``_orphans``) before it writes anything.
-An object-store MDS root (``s3://``) is written in a local scratch folder and published with the
-same all-or-nothing promise (``write_partition``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import functools
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections import Counter
@@ -41,8 +40,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.export.mds_writer import MdsWriterConfig, write_partition
-from prx_data.export.mds_writer import parts_root as new_parts_root
+from prx_data.core.ray_tasks import task_options
+from prx_data.export.commit import abandon, begin, new_run_id, recover
+from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
+from prx_data.export.shard_writer import write_shards
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
@@ -155,17 +156,19 @@ def export_source(
     write_workers: int = 1,
     run_id: str | None = None,
     max_caption_chars: int | None = MAX_CAPTION_CHARS,
+    task_resources: dict[str, float] | None = None,
 ) -> ExportStats:
     """Bring the source's export up to date with its table, doing only the work that changed.
 
     Holds the source's table lock (``prx_data.core.locking``) for the whole run. ``write_workers``
     > 1 (with ``executor='ray'``) splits the rows to encode into that many Ray tasks, each of
-    which encodes its rows and writes its own shards per bucket; the driver then merges their
-    indexes and commits once. The tasks write into ``<mds root>/_commits/`` (local roots) or
-    ``scratch_dir`` (object-store roots), so they must share that filesystem with the driver
-    (one node, or a shared volume). ``run_id`` goes to ``export_run_id`` on every row this run
-    places or drops; kept rows keep the run that placed them. A caption longer than
-    ``max_caption_chars`` (None: no cap) drops its sample as ``caption_too_long``.
+    which encodes its rows and writes its own shards per bucket straight into ``mds_root`` (so
+    they may run on any node that reaches the root, and need nothing the driver sees); the
+    driver then publishes all of them in one commit. ``task_resources`` (e.g.
+    ``{"cpu_pool": 0.01}``) is added to those tasks' Ray resource demands, to place them on
+    labelled nodes. ``run_id`` goes to ``export_run_id`` on every row this run places or drops;
+    kept rows keep the run that placed them. A caption longer than ``max_caption_chars`` (None: no
+    cap) drops its sample as ``caption_too_long``.
     """
     if max_caption_chars is not None and max_caption_chars < 1:
         raise ValueError(f"max_caption_chars must be at least 1 (or None for no cap), got {max_caption_chars}")
@@ -176,6 +179,7 @@ def export_source(
             require_caption=require_caption, options=storage_options, progress=progress, scratch_dir=scratch_dir,
             rewrite_share=rewrite_share, check=check, write_workers=write_workers, run_id=run_id,
             max_caption_chars=max_caption_chars,
+            task_resources=task_resources,
         )
 
 
@@ -183,7 +187,7 @@ def _column(table: pa.Table, name: str) -> list:
     return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
 
 
-def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers, run_id=None, max_caption_chars=MAX_CAPTION_CHARS) -> ExportStats:
+def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers, run_id=None, task_resources=None, max_caption_chars=MAX_CAPTION_CHARS) -> ExportStats:
     started = time.perf_counter()
     stats = ExportStats(source=source, version=export_version(bucket_cfg))
     # The writer's columns decide the shard layout: a change must not append to old shards.
@@ -216,7 +220,10 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
         else:
             target[i] = BucketRef(assigned.tier, assigned.height, assigned.width)
 
-    # What is published now, and what the tables say about it.
+    # What is published now, and what the tables say about it. Under the table lock no other
+    # export of the source is live: finish or clean up what a killed one left first, so a
+    # rolled-forward commit's shards are seen (and superseded as orphans) by this run.
+    recover(mds_root, source, options)
     indexes = source_indexes(mds_root, source, options)
     sizes = shard_sizes(indexes, source)
     prev_ds = open_table(exports_uri, options)
@@ -287,7 +294,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
             ds, rows, source, mds_root=mds_root, options=options, writer_cfg=writer_cfg, bucket_cfg=bucket_cfg,
             executor=executor, chunk_rows=chunk_rows, progress=progress, scratch_dir=scratch_dir, indexes=indexes,
             reuse=reuse, encode=encode, caption=caption, label=label, model=model, rewrite=rewrite, late_drops=late_drops,
-            write_workers=write_workers if executor == "ray" else 1,
+            write_workers=write_workers if executor == "ray" else 1, task_resources=task_resources,
         )
     by_row = {sid: i for i, sid in enumerate(ids)}
     for sid, reason in late_drops.items():
@@ -334,7 +341,7 @@ def _orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_
     return found
 
 
-def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, executor, chunk_rows, progress, scratch_dir, indexes, reuse, encode, caption, label, model, rewrite, late_drops, write_workers):
+def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, executor, chunk_rows, progress, scratch_dir, indexes, reuse, encode, caption, label, model, rewrite, late_drops, write_workers, task_resources):
     ids = rows.column("sample_id").to_pylist()
     extras = {"label": label, "caption_model": model}
     processor = make_processor(
@@ -376,22 +383,36 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
             if progress:
                 progress(done, todo.num_rows)
 
-    if write_workers > 1 and len(encode) > 1:
-        return _write_parallel(
-            ds, source, todo, {ids[i]: meta(i) for i in encode}, samples, mds_root=mds_root, options=options,
-            writer_cfg=writer_cfg, bucket_cfg=bucket_cfg, chunk_rows=chunk_rows, scratch_dir=scratch_dir,
-            rewrite=rewrite, late_drops=late_drops, workers=min(write_workers, len(encode)), reuse=bool(reuse),
+    mds_run = new_run_id()
+    started = time.perf_counter()
+    begin(mds_root, source, mds_run, options)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
+            if write_workers > 1 and len(encode) > 1:
+                parts = _write_parallel(
+                    ds, source, todo, {ids[i]: meta(i) for i in encode}, samples(scratch, encoded=False) if reuse else None,
+                    mds_root=mds_root, options=options, writer_cfg=writer_cfg, bucket_cfg=bucket_cfg, chunk_rows=chunk_rows,
+                    scratch_dir=scratch_dir, late_drops=late_drops, workers=min(write_workers, len(encode)), run_id=mds_run,
+                    task_resources=task_resources,
+                )
+            else:
+                parts = [write_shards(
+                    samples(scratch), mds_root=mds_root, source=source, run_id=mds_run, tag="p0", config=writer_cfg,
+                    storage_options=options, scratch_dir=scratch_dir,
+                )]
+        return commit_parts(
+            parts, mds_root=mds_root, source=source, run_id=mds_run, storage_options=options, rewrite=rewrite,
+            allow_empty=True, started=started,
         )
-    with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
-        return write_partition(
-            samples(scratch), mds_root=mds_root, source=source, storage_options=options, config=writer_cfg,
-            allow_empty=True, scratch_dir=scratch_dir, rewrite=rewrite,
-        )
+    except BaseException:
+        abandon(mds_root, source, mds_run, options)
+        raise
 
 
-def _write_part(uri, version, options, bucket_cfg_json, writer_cfg_json, root, source, todo: pa.Table, meta: dict, chunk_rows: int):
-    """One parallel writer (a Ray task): encode its rows and write its own shards under ``root``."""
-    ds = lance.dataset(uri, version=version, storage_options=options)
+def _write_part(uri, version, lance_options, bucket_cfg_json, writer_cfg_json, mds_root, mds_options, source, run_id, tag, todo: pa.Table, meta: dict, chunk_rows: int):
+    """One parallel writer (a Ray task, any node): encode its rows and write its shards straight
+    into the MDS root under the run's names. Returns them unpublished, with its late drops."""
+    ds = lance.dataset(uri, version=version, storage_options=lance_options)
     late: dict[str, str] = {}
 
     def samples() -> Iterator[dict]:
@@ -407,45 +428,49 @@ def _write_part(uri, version, options, bucket_cfg_json, writer_cfg_json, root, s
                 }
 
     config = MdsWriterConfig.model_validate_json(writer_cfg_json)
-    export = write_partition(samples(), mds_root=root, source=source, config=config, allow_empty=True)
-    return export.lineage, late
+    written = write_shards(samples(), mds_root=mds_root, source=source, run_id=run_id, tag=tag, config=config, storage_options=mds_options)
+    return written, late
 
 
-def _write_parallel(ds, source, todo, meta, samples, *, mds_root, options, writer_cfg, bucket_cfg, chunk_rows, scratch_dir, rewrite, late_drops, workers, reuse):
+def _write_parallel(ds, source, todo, meta, reused, *, mds_root, options, writer_cfg, bucket_cfg, chunk_rows, scratch_dir, late_drops, workers, run_id, task_resources):
+    """``workers`` Ray tasks encode and write; the driver writes the re-used bytes (``reused``)
+    meanwhile. Returns every writer's unpublished shards; the caller publishes them."""
+    # lazy: ray is a measured heavy import
     import ray
 
     if not ray.is_initialized():
         raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource")
-    parts_root = new_parts_root(mds_root, source, scratch_dir)
+    task = ray.remote(**task_options(num_cpus=1, max_retries=0, resources=task_resources))(_write_part)
+    refs = []
+    for k, group in enumerate(np.array_split(np.arange(todo.num_rows), workers), start=1):
+        chunk = todo.take(pa.array(group, pa.int64()))
+        part_meta = {sid: meta[sid] for sid in chunk.column("sample_id").to_pylist()}
+        refs.append(task.remote(
+            ds.uri, ds.version, storage_options_of(ds), bucket_cfg.model_dump_json(), writer_cfg.model_dump_json(),
+            mds_root, options, source, run_id, f"p{k}", chunk, part_meta, chunk_rows,
+        ))
     try:
-        task = ray.remote(num_cpus=1, max_retries=0)(_write_part)
-        options_of = storage_options_of(ds)
-        refs = []
-        for k, group in enumerate(np.array_split(np.arange(todo.num_rows), workers), start=1):
-            chunk = todo.take(pa.array(group, pa.int64()))
-            part_meta = {sid: meta[sid] for sid in chunk.column("sample_id").to_pylist()}
-            refs.append(task.remote(
-                ds.uri, ds.version, options_of, bucket_cfg.model_dump_json(), writer_cfg.model_dump_json(),
-                os.path.join(parts_root, f"p{k}"), source, chunk, part_meta, chunk_rows,
-            ))
         parts = []
-        with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
-            if reuse:  # the driver writes the re-used bytes while the tasks encode
-                own = write_partition(samples(scratch, encoded=False), mds_root=os.path.join(parts_root, "p0"), source=source, config=writer_cfg, allow_empty=True)
-                parts.append((os.path.join(parts_root, "p0"), own.lineage))
+        if reused is not None:
+            parts.append(write_shards(
+                reused, mds_root=mds_root, source=source, run_id=run_id, tag="p0", config=writer_cfg,
+                storage_options=options, scratch_dir=scratch_dir,
+            ))
         try:
             results = ray.get(refs)
         except ray.exceptions.RayTaskError as exc:
             raise (exc.cause or exc) from None
-        for k, (lineage, late) in enumerate(results, start=1):
-            parts.append((os.path.join(parts_root, f"p{k}"), lineage))
-            late_drops.update(late)
-        return write_partition(
-            [], mds_root=mds_root, source=source, storage_options=options, config=writer_cfg, allow_empty=True,
-            scratch_dir=scratch_dir, rewrite=rewrite, parts=parts,
-        )
-    finally:
-        shutil.rmtree(parts_root, ignore_errors=True)
+    except BaseException:
+        # Nothing may keep writing once the run is abandoned: kill the tasks and wait until
+        # they are gone (a cancel only asks), so the clean-up sees everything they wrote.
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        ray.wait(refs, num_returns=len(refs), timeout=60)
+        raise
+    for written, late in results:
+        parts.append(written)
+        late_drops.update(late)
+    return parts
 
 
 def _exports_table(source, version, made, ids, rows, drop, image_key, meta_key, keep, prev, export) -> pa.Table:

@@ -15,7 +15,9 @@ from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.export import mds_writer
 from prx_data.export.corpus_index import merge_all
-from prx_data.export.mds_writer import COMMITS_DIR, recover_remote_source, write_partition
+from prx_data.export import commit, shard_writer
+from prx_data.export.commit import COMMITS_DIR
+from prx_data.export.mds_writer import write_partition
 from prx_data.export.tree import list_buckets, list_sources
 from prx_data.imaging.buckets import assign
 from prx_data.ingest.ingest import ingest_source
@@ -142,9 +144,9 @@ def test_publish_is_all_or_nothing_and_rolls_forward(s3_server, s3_bucket, tmp_p
     first_objects = {k for k in _keys(client, s3_bucket, "mds/") if f"/{first.run_id}." in k}
     assert len(first_objects) >= len(rels)  # at least one shard per bucket; staged indexes are gone
 
-    # Dies while uploading shards (before the commit point): readers see the first export, and
-    # the half-uploaded objects are garbage that the next merge removes.
-    real_upload = mds_writer.upload_file
+    # Fails while moving shards into the root (before the commit point): readers see the first
+    # export, and the run deletes what it had moved there.
+    real_upload = shard_writer.upload_file
     calls = {"n": 0}
 
     def flaky_upload(local_path, loc):
@@ -153,32 +155,31 @@ def test_publish_is_all_or_nothing_and_rolls_forward(s3_server, s3_bucket, tmp_p
             raise OSError("connection reset")
         return real_upload(local_path, loc)
 
-    monkeypatch.setattr(mds_writer, "upload_file", flaky_upload)
+    monkeypatch.setattr(shard_writer, "upload_file", flaky_upload)
     with pytest.raises(OSError, match="connection reset"):
         write_partition(make_samples("alpha", 20, seed=2), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
-    monkeypatch.setattr(mds_writer, "upload_file", real_upload)
+    monkeypatch.setattr(shard_writer, "upload_file", real_upload)
+    assert calls["n"] == 2, "the failed run moved a shard into the root before failing"
     assert {rel: _source_index(root, rel, "alpha") for rel in rels} == published
     assert not _keys(client, s3_bucket, f"mds/{COMMITS_DIR}/")
     orphans = {k for k in _keys(client, s3_bucket, "mds/") if k not in first_objects and not k.endswith("index.json")}
-    assert orphans, "the failed run uploaded something before dying"
-    merge_all(mds_root, options, gc_min_age_s=0)
-    assert not orphans & set(_keys(client, s3_bucket, "mds/"))
+    assert not orphans
 
     # Dies after the commit point, before any bucket flipped: still the first export for
     # readers; the next export of the source rolls the committed one forward first.
-    real_apply = mds_writer._apply_remote_journal
+    real_apply = commit._apply
 
     def killed(root_loc, journal):
         raise KeyboardInterrupt("killed after commit")
 
-    monkeypatch.setattr(mds_writer, "_apply_remote_journal", killed)
+    monkeypatch.setattr(commit, "_apply", killed)
     with pytest.raises(KeyboardInterrupt):
         write_partition(make_samples("alpha", 20, seed=3), mds_root=mds_root, source="alpha", storage_options=options, config=SMALL)
-    monkeypatch.setattr(mds_writer, "_apply_remote_journal", real_apply)
+    monkeypatch.setattr(commit, "_apply", real_apply)
     assert {rel: _source_index(root, rel, "alpha") for rel in rels} == published
-    assert _keys(client, s3_bucket, f"mds/{COMMITS_DIR}/") == [f"mds/{COMMITS_DIR}/alpha.json"]
+    assert f"mds/{COMMITS_DIR}/alpha.json" in _keys(client, s3_bucket, f"mds/{COMMITS_DIR}/")
 
-    assert recover_remote_source(mds_root, "alpha", options)
+    assert commit.recover(mds_root, "alpha", options)["rolled_forward"]
     assert not _keys(client, s3_bucket, f"mds/{COMMITS_DIR}/")
     indexes = {ref.rel: _source_index(root, ref.rel, "alpha") for ref in list_buckets(mds_root, options)}
     live = {rel: raw for rel, raw in indexes.items() if raw is not None}

@@ -234,7 +234,8 @@ def test_parallel_writers_each_write_their_shards_and_one_commit_merges_them(pat
     assert stats.encoded == 10 and stats.exported == 10
     expect_visible(paths, items)
     shards = [k for k in tree_files(paths.mds_root) if k.endswith(".mds")]
-    assert len({name.rsplit("/", 1)[1].split(".", 1)[0] for name in shards}) == 2, "each task wrote its own shards"
+    names = [name.rsplit("/", 1)[1].split(".") for name in shards]
+    assert len({run for run, *_ in names}) == 1 and {tag for _, tag, *_ in names} == {"p1", "p2"}, "each task wrote its own shards"
     exports = lance.dataset(paths.exports_table("alpha")).to_table()
     assert set(exports["shard"].to_pylist()) == set(shards)
 
@@ -244,4 +245,6 @@ def test_parallel_writers_each_write_their_shards_and_one_commit_merges_them(pat
     again = export(paths, executor="ray", write_workers=2, rewrite_share=0.9)
     assert (again.encoded, again.reused, again.kept) == (3, 1, 9)
     expect_visible(paths, items)
-    assert not list(Path(paths.mds_root, "_commits").glob("alpha.parts-*")), "task folders are removed"
+    assert not list(Path(paths.mds_root, "_commits").iterdir()), "no marker, journal or staging is left"
+    new = set(lance.dataset(paths.exports_table("alpha")).to_table()["shard"].to_pylist()) - set(shards)
+    assert {name.rsplit("/", 1)[1].split(".")[1] for name in new} == {"p0", "p1", "p2"}, "the driver's re-used bytes and two tasks"

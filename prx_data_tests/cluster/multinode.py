@@ -1,0 +1,190 @@
+"""A Ray cluster of isolated nodes on one machine: what a KubeRay cluster looks like to a task.
+
+A head that offers no CPUs (so no task runs beside the driver) and worker nodes, each started
+inside its own mount namespace with an empty private ``/tmp``
+(``unshare --mount --propagation private`` + ``mount -t tmpfs``; needs root on Linux, which CI
+has). A worker node sees the repository and the shared folders it is told about, but neither
+the driver's temp folders (pytest's ``tmp_path`` is under ``/tmp``) nor the other nodes':
+a task that opens a path only the driver can see fails, as it would on a second machine.
+Every node offers the custom resource ``ISOLATED``, so a task can also be pinned to them
+explicitly (``export_source(task_resources=...)``).
+
+Ray's ports: the GCS, the client server and every agent port are free loopback ports picked
+here (nothing collides with another Ray on the machine); the nodes are stopped by their process
+groups, never with ``ray stop`` (which stops every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ISOLATED = "prx_isolated"
+# What the test asks of its tasks (and of nothing else): any positive share of the resource.
+TASK_RESOURCES = {ISOLATED: 0.01}
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+
+
+class ClusterUnavailable(RuntimeError):
+    """This machine cannot isolate nodes (not root, no unshare): the message says what is missing."""
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: all held open until all are chosen, so none repeats."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _ray_bin() -> str:
+    found = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
+    if not found:
+        raise ClusterUnavailable("the `ray` command is not installed next to this Python")
+    return found
+
+
+NODE_PORT_FLAGS = (
+    "--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port", "--metrics-export-port",
+)
+
+
+def _node_ports(*extra: str) -> list[str]:
+    """Every port flag of a node (plus ``extra`` flags) with its own distinct free port."""
+    flags = [*NODE_PORT_FLAGS, *extra]
+    return [f"{flag}={port}" for flag, port in zip(flags, _free_ports(len(flags)))]
+
+
+def check_isolation_possible() -> None:
+    if sys.platform != "linux":
+        raise ClusterUnavailable("isolated nodes need Linux mount namespaces")
+    if os.geteuid() != 0:
+        raise ClusterUnavailable("isolated nodes need root (unshare --mount, mount -t tmpfs)")
+    if not shutil.which("unshare"):
+        raise ClusterUnavailable("`unshare` (util-linux) is not installed")
+
+
+@dataclass
+class Cluster:
+    address: str  # the GCS address drivers pass to ray.init
+    temp: str  # the head's session folder (the driver's machine)
+    head: subprocess.Popen
+    workers: list[subprocess.Popen] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
+
+    def kill_worker(self, k: int) -> None:
+        """A lost node: its whole process tree (raylet, workers) killed at once."""
+        _stop_group(self.workers[k], signal.SIGKILL)
+
+    def connect_and_wait(self, timeout_s: float = 120.0) -> None:
+        """``ray.init`` this process as the cluster's driver; return once every node is alive."""
+        # lazy: ray is a measured heavy import
+        import ray
+
+        ray.init(address=self.address, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        want = len(self.workers) + 1
+        _wait_for(lambda: sum(1 for n in ray.nodes() if n["Alive"]) == want, f"{want} live nodes", self, timeout_s)
+
+    def stop(self) -> None:
+        for proc in [*self.workers, self.head]:
+            _stop_group(proc, signal.SIGTERM)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _stop_group(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _wait_for(predicate, what: str, cluster: Cluster, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in [cluster.head, *cluster.workers]:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a Ray node exited ({proc.args!r}) while waiting for {what}:\n{cluster.log_tail()}")
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"timed out after {timeout_s:.0f}s waiting for {what}:\n{cluster.log_tail()}")
+
+
+def start_cluster(
+    n_workers: int = 2,
+    cpus_per_worker: int = 1,
+    *,
+    env: dict[str, str] | None = None,
+    log_dir: str | None = None,
+    timeout_s: float = 120.0,
+) -> Cluster:
+    """Start a head (0 CPUs) and ``n_workers`` isolated worker nodes (``connect_and_wait`` then
+    joins them as the driver and waits until every node is up).
+
+    ``env``: extra variables for every node's processes (the tasks inherit them), e.g. the
+    repository on ``PYTHONPATH``. Logs go to ``log_dir`` (default: the head's temp folder).
+    """
+    check_isolation_possible()
+    ray = _ray_bin()
+    temp = tempfile.mkdtemp(prefix="prx-cluster-")
+    logs = Path(log_dir or temp)
+    port = _free_ports(1)[0]
+    node_env = {**os.environ, **RAY_ENV, **(env or {})}
+    head_log = logs / "head.log"
+    head_cmd = [
+        ray, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=0",
+        "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
+        *_node_ports("--ray-client-server-port"),
+    ]
+    with open(head_log, "wb") as out:
+        head = subprocess.Popen(head_cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=node_env)
+    cluster = Cluster(address=f"127.0.0.1:{port}", temp=temp, head=head, logs=[head_log])
+    try:
+        _wait_for(lambda: b"Ray runtime started" in head_log.read_bytes(), "the head", cluster, timeout_s)
+        for k in range(n_workers):
+            start = [
+                ray, "start", f"--address={cluster.address}", "--block", "--node-ip-address=127.0.0.1",
+                f"--num-cpus={cpus_per_worker}", f"--resources={json.dumps({ISOLATED: 1})}", "--disable-usage-stats",
+                *_node_ports(),
+            ]
+            # The node's own empty /tmp: Ray's session folder, the workers' temp files and
+            # sockets live there, and the driver's /tmp (and tmp_path) is out of sight.
+            script = f"mount -t tmpfs tmpfs /tmp && exec {shlex.join(start)}"
+            log = logs / f"worker{k}.log"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=node_env,
+                )
+            cluster.workers.append(proc)
+            cluster.logs.append(log)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster

@@ -1,0 +1,20 @@
+"""Task resource settings: what a bad value says, and that a valid one reaches Ray's options."""
+
+from __future__ import annotations
+
+import pytest
+
+from prx_data.core.ray_tasks import parse_task_resources, task_options
+
+
+def test_resources_reach_the_options_and_bad_ones_are_refused() -> None:
+    assert task_options(num_cpus=1, max_retries=0) == {"num_cpus": 1, "max_retries": 0}
+    assert task_options(num_cpus=1, max_retries=0, resources={"pool": 0.01})["resources"] == {"pool": 0.01}
+    assert parse_task_resources('{"prx_isolated": 0.01}') == {"prx_isolated": 0.01}
+    assert parse_task_resources("") is None and parse_task_resources(None) is None
+    with pytest.raises(ValueError, match="positive"):
+        parse_task_resources('{"pool": 0}')
+    with pytest.raises(ValueError, match="JSON object"):
+        parse_task_resources('["pool"]')
+    with pytest.raises(ValueError):
+        parse_task_resources("{pool: 1")  # not JSON
