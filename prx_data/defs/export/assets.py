@@ -21,7 +21,8 @@ class ExportRunConfig(dg.Config):
     executor: str = "ray"
     chunk_rows: int = 32
     # Ray tasks that each encode a share of the rows and write their own shards (1: one writer
-    # in the run process); they must share a filesystem with it (see export_source).
+    # in the run process); each writes straight into the MDS root, so they may run on any node
+    # that reaches it (see export_source).
     write_workers: int = 1
 
 
