@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import tarfile
 import threading
 import time
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from prx_data.export.commit import COMMITS_DIR
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 from prx_data_tests.cluster.multinode import TASK_RESOURCES, Cluster
-from prx_data_tests.cluster.test_multinode_pipeline import REPO
 from prx_data_tests.export.test_mds_writer import _published
 from prx_data_tests.storage_parity import StorageRoot
 
@@ -38,20 +36,29 @@ def _tar(path: Path, keys: range) -> None:
                 tar.addfile(info, io.BytesIO(data))
 
 
+@dataclass
+class Bucket:
+    """The source's tars in moto S3 (every node reads them itself); tmp_path is the driver's."""
+
+    client: object
+    name: str
+    scratch: Path
+
+    def put_tar(self, name: str, keys: range) -> None:
+        _tar(self.scratch / name, keys)
+        self.client.put_object(Bucket=self.name, Key=f"wds/{name}", Body=(self.scratch / name).read_bytes())
+
+
 @pytest.fixture
-def shared_folder():
-    # TODO(after merge): s3 source
-    folder = REPO / "build" / "multinode-sources" / uuid.uuid4().hex[:12]
-    (folder / "wds").mkdir(parents=True)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+def source_bucket(s3_server, tmp_path) -> Bucket:
+    return Bucket(s3_server.client(), s3_server.new_bucket(), tmp_path)
 
 
-def _prepare(folder: Path, paths: StoragePaths, options: dict) -> None:
+def _prepare(bucket: Bucket, paths: StoragePaths, options: dict) -> None:
     from prx_data.ingest.ingest import ingest_source
     from prx_data.stages.caption_stage import compute_captions
 
-    source = RegisteredSource(SourceSpec(name=SOURCE, shape="webdataset", location=str(folder / "wds" / "*.tar")), folder / "s.yaml")
+    source = RegisteredSource(SourceSpec(name=SOURCE, shape="webdataset", location=f"s3://{bucket.name}/wds/*.tar"), bucket.scratch / "s.yaml")
     ingest_source(source, paths.raw_table(SOURCE), storage_options=options, workers=1)
     compute_captions(paths.raw_table(SOURCE), {"backend": "source"}, executor="local", storage_options=options)
 
@@ -71,19 +78,19 @@ def _export(paths: StoragePaths, options: dict):
     )
 
 
-def test_node_lost_mid_export_fails_the_run_and_damages_nothing(cluster: Cluster, shared_folder: Path, s3_server) -> None:
+def test_node_lost_mid_export_fails_the_run_and_damages_nothing(cluster: Cluster, source_bucket: Bucket, s3_server) -> None:
     options = s3_server.options()
     bucket = s3_server.new_bucket()
     paths = StoragePaths(lance_root=f"s3://{bucket}/lance", mds_root=f"s3://{bucket}/mds")
     mds = StorageRoot("s3", paths.mds_root, options, s3_server)
-    _tar(shared_folder / "wds" / "part-0.tar", range(4))
-    _prepare(shared_folder, paths, options)
+    source_bucket.put_tar("part-0.tar", range(4))
+    _prepare(source_bucket, paths, options)
     assert _export(paths, options).exported == 4
     published = _published(mds)
     first_run = {_run_of(rel) for rel in published if ".shard." in rel}
 
-    _tar(shared_folder / "wds" / "part-1.tar", range(4, 40))
-    _prepare(shared_folder, paths, options)
+    source_bucket.put_tar("part-1.tar", range(4, 40))
+    _prepare(source_bucket, paths, options)
     root = locate(paths.mds_root, options)
     commits = root.child(COMMITS_DIR)
     killed = threading.Event()

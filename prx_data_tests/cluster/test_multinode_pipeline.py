@@ -1,6 +1,7 @@
 """The whole chain with its Ray tasks on two isolated nodes equals a single-process run.
 
-Both runs read the same sources and write to moto S3 roots (Lance and MDS). The cluster run
+Both runs read the same sources (WebDataset tars in a moto S3 bucket, read by each ingest task
+itself) and write to moto S3 roots (Lance and MDS). The cluster run
 ingests with 2 workers, hashes, captions and labels on Ray, and exports with 2 write workers
 pinned to the isolated nodes (``task_resources``); the head offers no CPUs, so no task can run
 beside the driver. A task that opened a path only the driver can see (its ``/tmp``, where
@@ -11,9 +12,8 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import tarfile
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import lance
@@ -26,7 +26,6 @@ from prx_data_tests import images
 from prx_data_tests.cluster.multinode import TASK_RESOURCES, Cluster
 from prx_data_tests.cluster.pipeline import outcome, run_chain
 
-REPO = Path(__file__).resolve().parents[2]
 SOURCE = "shards"
 # tar -> [(key, image seed, width, height, caption)]; k2 and k5 share an image (a dedup skip),
 # t1-k1 is opted out by key before ingest.
@@ -46,36 +45,40 @@ def _write_tar(path: Path, rows) -> None:
                 tar.addfile(info, io.BytesIO(data))
 
 
-@pytest.fixture(params=["shared-folder"])
-def source_location(request) -> Path:
-    """Where the sources live: a folder every node sees, outside the driver's /tmp.
+@dataclass
+class Sources:
+    location: str  # the tars' glob, on moto S3: every node reads them itself
+    optout_dir: str  # read by the driver only
 
-    TODO(after merge): s3 source — add an "s3" param that uploads the tars to moto and returns
-    its s3:// prefix, once sources are readable from object storage.
-    """
-    folder = REPO / "build" / "multinode-sources" / uuid.uuid4().hex[:12]
-    (folder / "wds").mkdir(parents=True)
-    (folder / "optout").mkdir()
+
+@pytest.fixture
+def sources(s3_server, tmp_path) -> Sources:
+    """The tars in a bucket of the same S3 service as the roots; the opt-out folder in the
+    driver's own /tmp (only the driver reads requests)."""
+    bucket = s3_server.new_bucket()
+    client = s3_server.client()
     for tar, rows in LAYOUT.items():
-        _write_tar(folder / "wds" / tar, rows)
-    (folder / "optout" / "req-1.yaml").write_text(yaml.safe_dump({"id": "req-1", "source_keys": [f"{SOURCE}:t1-k1"]}))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+        _write_tar(tmp_path / tar, rows)
+        client.put_object(Bucket=bucket, Key=f"wds/{tar}", Body=(tmp_path / tar).read_bytes())
+    optout = tmp_path / "optout"
+    optout.mkdir()
+    (optout / "req-1.yaml").write_text(yaml.safe_dump({"id": "req-1", "source_keys": [f"{SOURCE}:t1-k1"]}))
+    return Sources(location=f"s3://{bucket}/wds/*.tar", optout_dir=str(optout))
 
 
-def _source(folder: Path) -> RegisteredSource:
-    spec = SourceSpec(name=SOURCE, shape="webdataset", location=str(folder / "wds" / "*.tar"), workers=2)
-    return RegisteredSource(spec, folder / f"{SOURCE}.yaml")
+def _source(location: str, spec_dir: Path) -> RegisteredSource:
+    spec = SourceSpec(name=SOURCE, shape="webdataset", location=location, workers=2)
+    return RegisteredSource(spec, spec_dir / f"{SOURCE}.yaml")
 
 
-def test_pipeline_on_isolated_nodes_equals_one_process(cluster: Cluster, source_location: Path, s3_server) -> None:
+def test_pipeline_on_isolated_nodes_equals_one_process(cluster: Cluster, sources: Sources, s3_server, tmp_path) -> None:
     import ray
 
     options = s3_server.options()
     single = StoragePaths(lance_root=f"s3://{s3_server.new_bucket()}/lance", mds_root=f"s3://{s3_server.new_bucket()}/mds")
     multi = StoragePaths(lance_root=f"s3://{s3_server.new_bucket()}/lance", mds_root=f"s3://{s3_server.new_bucket()}/mds")
-    optout = str(source_location / "optout")
-    source = _source(source_location)
+    optout = sources.optout_dir
+    source = _source(sources.location, tmp_path)
 
     run_chain(source, multi, options, optout_dir=optout, executor="ray", workers=2, write_workers=2, task_resources=TASK_RESOURCES)
     assert ray.is_initialized(), "the chain ran on the cluster's driver connection"
