@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -18,6 +19,7 @@ from prx_data.curation.optout.requests import apply_requests
     description="Resolves every opt-out request (sample ids, source keys, URLs, domains, image files "
     "and all their perceptual copies) to samples for skip_lists, and keeps an audit table.",
 )
+@fail_fast
 def optout_requests(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.MaterializeResult:
@@ -50,6 +52,7 @@ def optout_requests(
     description="Compacts every source and exports table towards the target rows per fragment and "
     "brings the full-text, scalar and vector indexes up to date.",
 )
+@fail_fast
 def table_maintenance(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.MaterializeResult:
@@ -84,6 +87,7 @@ def table_maintenance(
     description="A data card for the current export: counts per source, tier, bucket, label and "
     "exclusion reason, caption lengths, captioner and prompt versions.",
 )
+@fail_fast
 def corpus_report(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, export: ExportResource
 ) -> dg.MaterializeResult:
