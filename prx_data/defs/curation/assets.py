@@ -1,8 +1,11 @@
 """Corpus-wide curation: opt-out requests, table maintenance, and the data card."""
 
+import dataclasses
+
 import dagster as dg
 
 from prx_data.defs.failures import fail_fast
+from prx_data.defs.ingest.retire import receipts, receipts_markdown
 from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -92,10 +95,16 @@ def corpus_report(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, export: ExportResource
 ) -> dg.MaterializeResult:
     card, path = write_data_card(storage.paths, registry.load().sources, exclude_labels=export.exclude_labels, options=storage.options)
+    retired = receipts(storage.mds_root, storage.options)
+    if retired:
+        # The receipt of every retired source (defs/ingest/retire.py) belongs on the card.
+        card = dataclasses.replace(card, markdown=card.markdown + receipts_markdown(retired))
+        path = card.write(storage.paths.report_dir(), storage.options)
     return dg.MaterializeResult(
         metadata={
             "data_card": dg.MetadataValue.md(card.markdown),
             "path": dg.MetadataValue.path(path),
+            "retired_sources": dg.MetadataValue.json({r.source: r.retired_at for r in retired}),
             "exported": card.totals["exported"],
             "skipped": card.totals["skipped"],
             "trainable": card.totals["trainable"],
