@@ -45,6 +45,7 @@ def test_removing_a_spec_retires_its_partition_and_re_adding_brings_it_back(data
     monkeypatch.setenv("PRX_MIN_STREAM_SAMPLES", "1")
     get_settings.cache_clear()
     automation = Automation(prx_defs, instance)
+    automation.tick()  # the baseline tick: new partitions are then "newly missing"
     write_folder_source(data_root, "keep", 3)
     write_folder_source(data_root, "gone", 3, spec_extra="priority: 1\n")
     first = evaluate_sensor(prx_defs, instance, SENSOR, None)
