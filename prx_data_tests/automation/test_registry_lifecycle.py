@@ -160,3 +160,24 @@ def test_archive_moves_the_export_on_both_roots(storage_root):
     assert glob_files(locate(paths.raw_table("gone"), storage_root.options), "*", recursive=True) == ["data/f.lance"]
     assert not exists(locate(paths.exports_table("gone"), storage_root.options))
     assert [r.source for r in receipts(paths.mds_root, storage_root.options)] == ["gone"]
+
+
+def test_sources_remove_retires_from_the_terminal(data_root, tmp_path, monkeypatch, capsys):
+    import dagster as dg
+
+    from prx_data.app.cli import main
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    (tmp_path / "dagster_home").mkdir()
+    write_folder_source(data_root, "a", 1)
+    write_folder_source(data_root, "b", 1)
+    with dg.DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions(sources_partitions.name, ["a", "b"])
+    assert main(["sources", "remove", "a", "--root", str(data_root)]) == 0, capsys.readouterr().out
+    assert not (data_root / "sources" / "a.yaml").exists() and list((data_root / "sources" / ".removed").glob("a.*.yaml"))
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_dynamic_partitions(sources_partitions.name) == ["b"]
+        (run,) = instance.get_runs(dg.RunsFilter(job_name="retire_source"))
+        assert run.tags["prx/launched_by"] == "cli"
+    assert [r.source for r in receipts(get_settings().mds_root)] == ["a"]
+    assert main(["sources", "remove", "nope", "--root", str(data_root)]) == 2
