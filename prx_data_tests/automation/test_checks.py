@@ -66,6 +66,10 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
 
     good = auto.run("good", PER_SOURCE)
     assert good.success and _passed(good) == dict.fromkeys(SOURCE_CHECKS, True)
+    (export,) = good.asset_materializations_for_node("mds_shards")
+    folders = export.metadata["shard_folders"]  # a table the UI renders, not a JSON blob
+    assert isinstance(folders, dg.TableMetadataValue)
+    assert [(r.data["samples"], r.data["folder"].endswith("/good/")) for r in folders.records] == [(4, True)]
     corpus = auto.run(None, CORPUS)
     assert _passed(corpus) == {"corpus_index:bucket_streams_readable": True, "skip_lists:skipped_share_per_stream": True}
 

@@ -83,8 +83,12 @@ def mds_shards(
             "export_version": stats.version,
             "exports_table": dg.MetadataValue.path(storage.paths.exports_table(source)),
             # Where this source's shards are, one folder per bucket.
-            "shard_folders": dg.MetadataValue.json(
-                {bucket: f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/" for bucket in sorted(stats.per_bucket)}
+            "shard_folders": dg.MetadataValue.table(
+                records=[
+                    dg.TableRecord({"bucket": bucket, "samples": int(stats.per_bucket[bucket]), "folder": f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/"})
+                    for bucket in sorted(stats.per_bucket)
+                ],
+                schema=dg.TableSchema(columns=[dg.TableColumn("bucket"), dg.TableColumn("samples", "int"), dg.TableColumn("folder")]),
             ),
         }
     )
