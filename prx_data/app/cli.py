@@ -242,7 +242,7 @@ def _remove_source(registry, name: str | None) -> int:
         job = build_defs().resolve_job_def("retire_source")
         result = job.execute_in_process(
             instance=instance, raise_on_error=False, tags={"prx/retire": name, "prx/launched_by": "cli"},
-            run_config={"ops": {"retire_source": {"config": {"source": name, "reason": "prx-data sources remove"}}}},
+            run_config={"ops": {"retire": {"config": {"source": name, "reason": "prx-data sources remove"}}}},
         )
     print(f"[{name}] retired: out of training and of the partition set; data kept (see the data card)" if result.success
           else f"[{name}] retiring FAILED (run {result.run_id}); the spec is at {aside}")

@@ -181,3 +181,10 @@ def test_sources_remove_retires_from_the_terminal(data_root, tmp_path, monkeypat
         assert run.tags["prx/launched_by"] == "cli"
     assert [r.source for r in receipts(get_settings().mds_root)] == ["a"]
     assert main(["sources", "remove", "nope", "--root", str(data_root)]) == 2
+
+
+def test_the_code_location_loads(prx_defs):
+    """What the UI's code server does with the Definitions: an op named like its job (the first
+    retire_source) passed build_defs() but made the whole location fail to load."""
+    dg.Definitions.validate_loadable(prx_defs)
+    assert prx_defs.get_repository_def().get_job("retire_source").name == "retire_source"

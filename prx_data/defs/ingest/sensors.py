@@ -53,7 +53,7 @@ def retire_request(name: str, retired_before: int) -> dg.RunRequest:
         # One retirement per removal: a failed one is not relaunched every tick (re-execute it
         # from the UI); after a re-add and a second removal the count differs.
         run_key=f"retire:{name}:{retired_before}",
-        run_config={"ops": {"retire_source": {"config": {"source": name}}}},
+        run_config={"ops": {"retire": {"config": {"source": name}}}},
         tags={RETIRE_TAG: name, "prx/launched_by": "sensor"},
     )
 
