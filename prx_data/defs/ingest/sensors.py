@@ -81,10 +81,12 @@ def readd_request(name: str, fingerprint: str) -> dg.RunRequest:
 def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource, storage: StorageResource):
     reg = registry.load()
     problems = registry_problems(reg, registry.optout_dir)
-    for problem in problems:
-        context.log.error(f"bad {problem.kind}: {problem.file}: {problem.message}")
     known = set(context.instance.get_dynamic_partitions(sources_partitions.name))
     state = _load_cursor(context.cursor)
+    if state.get("problems") != problems_digest(problems):
+        # Once per change, not every 30 s: the skip reason and the check say it on every tick.
+        for problem in problems:
+            context.log.error(f"bad {problem.kind}: {problem.file}: {problem.message}")
     seen: dict[str, str] = state["seen"]
     new_partitions = sorted(name for name in reg.sources if name not in known)
     run_requests = []
