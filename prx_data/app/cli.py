@@ -246,6 +246,8 @@ def cmd_sources(args: argparse.Namespace) -> int:
     if args.root:
         _use_data_root(Path(args.root).resolve())
     registry = load_registry(get_settings().sources_dir)
+    if args.action == "remove":
+        return _remove_source(registry, args.name)
     for name, source in registry.sources.items():
         print(f"{name:>12}  {source.spec.shape:<12} priority={source.spec.priority:<4} {source.resolve_location()}")
         warning = wide_root_warning(source)
@@ -254,6 +256,34 @@ def cmd_sources(args: argparse.Namespace) -> int:
     for error in registry.errors:
         print(f"ERROR {error}")
     return 1 if registry.errors else 0
+
+
+def _remove_source(registry, name: str | None) -> int:
+    """Move the spec aside (``.removed/``, not read by the registry) and retire the source now,
+    as the registry sensor would: its export leaves training, its data is kept (docs/ui.md)."""
+    # lazy: pulls in dagster and the definitions
+    from datetime import datetime, timezone
+
+    from prx_data.defs.build import build_defs
+    from prx_data.defs.orchestrate import open_instance
+
+    if not name or name not in registry.sources:
+        print(f"no valid source spec named {name!r}; registered: {', '.join(sorted(registry.sources)) or 'none'}")
+        return 2
+    spec = registry.sources[name].path
+    aside = spec.parent / ".removed" / f"{spec.stem}.{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}{spec.suffix}"
+    aside.parent.mkdir(exist_ok=True)
+    spec.rename(aside)
+    print(f"spec moved to {aside}")
+    with open_instance([]) as instance:
+        job = build_defs().resolve_job_def("retire_source")
+        result = job.execute_in_process(
+            instance=instance, raise_on_error=False, tags={"prx/retire": name, "prx/launched_by": "cli"},
+            run_config={"ops": {"retire": {"config": {"source": name, "reason": "prx-data sources remove"}}}},
+        )
+    print(f"[{name}] retired: out of training and of the partition set; data kept (see the data card)" if result.success
+          else f"[{name}] retiring FAILED (run {result.run_id}); the spec is at {aside}")
+    return 0 if result.success else 1
 
 
 def cmd_buckets(args: argparse.Namespace) -> int:
@@ -453,7 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1")
     ui.set_defaults(func=cmd_ui)
 
-    sources = sub.add_parser("sources", help="list registered sources and bad specs")
+    sources = sub.add_parser("sources", help="list registered sources and bad specs; `sources remove NAME` retires one")
+    sources.add_argument("action", nargs="?", choices=["list", "remove"], default="list")
+    sources.add_argument("name", nargs="?", help="the source to remove")
     sources.add_argument("--root")
     sources.set_defaults(func=cmd_sources)
     buckets = sub.add_parser("buckets", help="print the bucket shapes per resolution tier")

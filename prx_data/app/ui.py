@@ -31,7 +31,27 @@ def pick_port(port: int | None, host: str = "127.0.0.1") -> int:
 
 def dagster_dev_command(port: int, host: str) -> list[str]:
     dagster = Path(sys.executable).with_name("dagster")
-    return [str(dagster) if dagster.exists() else "dagster", "dev", "-w", str(WORKSPACE), "-p", str(port), "-h", host]
+    # The daemon logs every sensor tick and automation evaluation at INFO (~22 lines a minute),
+    # which scrolls the address away; PRX_UI_LOG_LEVEL=info brings them back.
+    level = os.environ.get("PRX_UI_LOG_LEVEL", "warning")
+    return [str(dagster) if dagster.exists() else "dagster", "dev", "-w", str(WORKSPACE), "-p", str(port), "-h", host, "--log-level", level]
+
+
+def repeat_address_on_request(line: str) -> None:
+    """Print ``line`` again on SIGUSR1, and on Enter when the terminal is interactive."""
+    # lazy: only the UI command needs a reader thread
+    import threading
+
+    def show(*_args) -> None:
+        print(line, flush=True)
+
+    signal.signal(signal.SIGUSR1, show)
+    if sys.stdin is not None and sys.stdin.isatty():
+        def read() -> None:
+            for _ in sys.stdin:
+                show()
+
+        threading.Thread(target=read, name="prx-ui-address", daemon=True).start()
 
 
 def start_ui(dagster_home: Path, port: int, host: str = "127.0.0.1", log_file=None) -> subprocess.Popen:
@@ -74,7 +94,9 @@ def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host:
             print(f"  DAGSTER_HOME={dagster_home}")
             print(f"  Ray: {ray_address or 'one per run'}")
             if wait_for_port(process, port, host):
-                print(f"  open http://{host}:{port}   (Ctrl-C stops it)", flush=True)
+                address = f"  open http://{host}:{port}   (Enter prints this again; Ctrl-C stops it)"
+                print(address, flush=True)
+                repeat_address_on_request(address)
             elif process.poll() is not None:
                 print(f"dagster dev exited with {process.returncode} (see above)", file=sys.stderr)
             return process.wait()

@@ -13,6 +13,8 @@ from prx_data.defs.conditions import show_automation_on
 
 # Step lifecycle events are noise on a terminal; the asset bodies log what matters at INFO.
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+# How a run was started, on every run: "cli" here, "sensor" / automation / the UI elsewhere.
+CLI_TAGS = {"prx/launched_by": "cli"}
 
 
 def ensure_partitions(instance: dg.DagsterInstance, sources: Iterable[str]) -> None:
@@ -54,7 +56,7 @@ def materialize_sources(
     outcome = {}
     for source in sources:
         log(f"[{source}] materializing the per-source chain ...")
-        result = job.execute_in_process(instance=instance, partition_key=source, raise_on_error=False, run_config=QUIET)
+        result = job.execute_in_process(instance=instance, partition_key=source, raise_on_error=False, run_config=QUIET, tags=CLI_TAGS)
         outcome[source] = result.success
         if not result.success:
             for event in result.all_events:
@@ -73,7 +75,7 @@ def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, log: 
     # What the opt-out sensor would record: the UI opened later sees the folder as unchanged.
     record_optout_folder(instance, defs.resources["registry"].optout_dir)
     log("[corpus] materializing corpus-wide assets ...")
-    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)
+    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET, tags=CLI_TAGS)
     return result.success
 
 

@@ -109,7 +109,7 @@ def report_materialized(instance: dg.DagsterInstance, assets, partitions=(None,)
 def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, cursor: str | None):
     """One sensor tick, with its partition requests and asset events applied as the daemon would."""
     sensor = defs.resolve_sensor_def(name)
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"registry": defs.resources["registry"]}, definitions=defs)
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={k: defs.resources[k] for k in ("registry", "storage")}, definitions=defs)
     result = sensor(context)
     if isinstance(result, dg.SensorResult):
         for request in result.dynamic_partitions_requests or []:

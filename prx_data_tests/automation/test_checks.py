@@ -13,6 +13,9 @@ from prx_data.core.settings import get_settings
 from prx_data_tests import images
 from prx_data_tests.automation.conftest import CORPUS, PER_SOURCE, Automation, write_folder_source
 
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
@@ -63,6 +66,10 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
 
     good = auto.run("good", PER_SOURCE)
     assert good.success and _passed(good) == dict.fromkeys(SOURCE_CHECKS, True)
+    (export,) = good.asset_materializations_for_node("mds_shards")
+    folders = export.metadata["shard_folders"]  # a table the UI renders, not a JSON blob
+    assert isinstance(folders, dg.TableMetadataValue)
+    assert [(r.data["samples"], r.data["folder"].endswith("/good/")) for r in folders.records] == [(4, True)]
     corpus = auto.run(None, CORPUS)
     assert _passed(corpus) == {
         "corpus_index:bucket_streams_readable": True,
@@ -107,6 +114,9 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
     share = _checks(corpus)["skip_lists:skipped_share_per_stream"]
     assert not share.passed and share.severity == dg.AssetCheckSeverity.WARN
     assert share.metadata["over_limit"].value  # 3 copies of 7 samples in good's bucket
+    examples = share.metadata["examples"].value  # which samples, and why, for each stream over
+    assert set(examples) == set(share.metadata["over_limit"].value) and all(examples.values())
+    assert share.metadata["guide"].value.startswith("docs/") and (REPO / share.metadata["guide"].value.split("#")[0]).exists()
 
     # A usable row that the exports table lost.
     paths = StoragePaths.from_settings(get_settings())
@@ -150,3 +160,16 @@ def test_fragment_count_fails_past_the_target(data_root, instance, monkeypatch):
     evaluation = _checks(job.execute_in_process(instance=instance, partition_key="frag"))[check.to_user_string()]
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
     assert (evaluation.metadata["fragments"].value, evaluation.metadata["max_fragments"].value) == (3, 2)
+
+
+def test_unpublished_streams_are_not_counted(data_root, prx_defs, instance):
+    """A bucket too sparse to publish is streamed by no trainer: its skipped share is no warning."""
+    instance.report_runless_asset_event(dg.AssetMaterialization("skip_lists", metadata={
+        "skipped_share_per_stream": dg.MetadataValue.json({"768x1360": 1.0, "512x512": 0.02}),
+        "unpublished_buckets": dg.MetadataValue.json({"1024/768x1360": {"samples": 3, "unskipped": 0}}),
+    }))
+    check = dg.AssetCheckKey(dg.AssetKey("skip_lists"), "skipped_share_per_stream")
+    job = prx_defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(), asset_check_selection={check})
+    evaluation = _checks(job.execute_in_process(instance=instance))[check.to_user_string()]
+    assert evaluation.passed
+    assert (evaluation.metadata["streams"].value, evaluation.metadata["unpublished_not_counted"].value) == (1, 1)

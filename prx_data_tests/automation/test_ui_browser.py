@@ -125,3 +125,43 @@ def test_ui_opens_on_the_last_run_and_runs_a_chain_from_a_click(ui, data_root):
     os.killpg(process.pid, signal.SIGINT)
     assert process.wait(timeout=90) == 0, log.read_text()[-3000:]
     assert not listening(port)
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_bad_spec_shows_on_the_check_and_a_removed_source_retires(ui, data_root):
+    """In the running UI (daemon on): a bad spec turns source_registry's check red with the file
+    named on the page; deleting the good spec retires the source (its partition leaves)."""
+    import dagster as dg
+
+    from prx_data.defs.partitions import sources_partitions
+
+    url, process, log = ui
+    (data_root / "sources" / "typo.yaml").write_text("name: typo\nshape: image_foldr\nlocation: x\n")
+    key = dg.AssetCheckKey(dg.AssetKey("source_registry"), "specs_and_requests_valid")
+    with dg.DagsterInstance.get() as instance:
+        _wait_for(lambda: (r := instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key))
+                  and r.status.value == "FAILED", 180, "the registry check to fail")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(120_000)
+        page.goto(url + "/assets/source_registry?view=checks")
+        page.get_by_text("specs_and_requests_valid").first.wait_for()
+        page.get_by_text("typo.yaml").first.wait_for()  # the bad file is named on the page
+        browser.close()
+
+    (data_root / "sources" / f"{SOURCE}.yaml").unlink()
+    with dg.DagsterInstance.get() as instance:
+        _wait_for(lambda: SOURCE not in instance.get_dynamic_partitions(sources_partitions.name), 300, "the partition to be retired")
+        (run,) = instance.get_runs(dg.RunsFilter(job_name="retire_source"))
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert list((data_root / "mds" / "_retired" / SOURCE).glob("*/receipt.json"))

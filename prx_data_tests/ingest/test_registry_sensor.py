@@ -14,7 +14,7 @@ RAW = dg.AssetKey("raw_samples")
 
 def _evaluate(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None):
     context = dg.build_sensor_context(
-        instance=instance, cursor=cursor, resources={"registry": defs.resources["registry"]}, definitions=defs
+        instance=instance, cursor=cursor, resources={k: defs.resources[k] for k in ("registry", "storage")}, definitions=defs
     )
     result = source_registry_sensor(context)
     # Apply the partition requests as the daemon would.
@@ -47,7 +47,7 @@ def test_new_changed_and_bad_specs(data_root, prx_defs, instance):
     third = _evaluate(prx_defs, instance, first.cursor)
     (request,) = third.run_requests
     assert request.partition_key == "b" and request.asset_selection == [RAW]
-    assert request.run_key == f"b:{json.loads(third.cursor)['b']}" != f"b:{json.loads(first.cursor)['b']}"
+    assert request.run_key == f"b:{json.loads(third.cursor)['seen']['b']}" != f"b:{json.loads(first.cursor)['seen']['b']}"
     assert not third.dynamic_partitions_requests
 
     # A spec that breaks after it was added: its partition (and tables) stay, nothing is
@@ -73,5 +73,5 @@ def test_known_partition_the_cursor_never_saw_is_reingested(data_root, prx_defs,
 def test_sensor_run_request_targets_the_source_job(data_root, prx_defs, instance):
     (data_root / "sources" / "a.yaml").write_text("name: a\nshape: image_folder\nlocation: a\n")
     sensor = prx_defs.resolve_sensor_def("source_registry_sensor")
-    assert sensor.job_name == "source_pipeline"
+    assert sorted(job.name for job in sensor.jobs) == ["retire_source", "source_pipeline"]
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING

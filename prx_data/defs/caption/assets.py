@@ -45,7 +45,13 @@ def captions(
     uri = storage.paths.raw_table(context.partition_key)
     backend = captioner.config()
     if backend.backend == "source":
-        context.log.warning("captioner backend 'source': keeping source captions (caption_model=source); configure vllm or openai for VLM captions")
+        # Said once per source (its first captions run), not on every run of it.
+        earlier = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[context.partition_key]), limit=1
+        ).records
+        (context.log.debug if earlier else context.log.warning)(
+            "captioner backend 'source': keeping source captions (caption_model=source); configure vllm or openai for VLM captions"
+        )
     with _fail_clearly_when_down("captioner", backend.backend):
         stats = compute_captions(
             uri,

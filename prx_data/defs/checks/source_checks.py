@@ -9,6 +9,7 @@ import math
 import dagster as dg
 import pyarrow.compute as pc
 
+from prx_data.defs.checks.corpus_checks import CHECKS_DOC
 from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.core.lance_io import open_table
@@ -47,7 +48,7 @@ def _missing(asset: str, uri: str) -> dg.AssetCheckResult:
     asset="raw_samples",
     partitions_def=sources_partitions,
     description=f"Share of rows that failed to ingest (any status but ok / opted_out) is at most "
-    f"{_DEFAULTS.max_error_share:.0%} (or the spec's checks.max_error_share).",
+    f"{_DEFAULTS.max_error_share:.0%} (or the spec's checks.max_error_share)." " See " + CHECKS_DOC + ".",
 )
 def ingest_error_share(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
@@ -79,7 +80,7 @@ def ingest_error_share(
     asset="raw_samples",
     partitions_def=sources_partitions,
     description="Fragments at most ceil(rows / rows_per_fragment) + 1: appends leave small "
-    "fragments, and a table of many small fragments scans slowly until it is compacted.",
+    "fragments, and a table of many small fragments scans slowly until it is compacted." " See " + CHECKS_DOC + ".",
 )
 def fragment_count(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     uri = storage.paths.raw_table(context.partition_key)
@@ -100,7 +101,7 @@ def fragment_count(context: dg.AssetCheckExecutionContext, storage: StorageResou
     asset="captions",
     partitions_def=sources_partitions,
     description=f"At least {_DEFAULTS.min_caption_coverage:.0%} of usable rows have a caption (or the "
-    "spec's checks.min_caption_coverage).",
+    "spec's checks.min_caption_coverage)." " See " + CHECKS_DOC + ".",
 )
 def caption_coverage(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
@@ -133,7 +134,7 @@ def caption_coverage(
     partitions_def=sources_partitions,
     description=f"At most {_DEFAULTS.max_caption_length_outliers:.0%} of captions are shorter than "
     f"{CAPTION_WORDS[0]} or longer than {CAPTION_WORDS[1]} words (or the spec's "
-    "checks.max_caption_length_outliers).",
+    "checks.max_caption_length_outliers)." " See " + CHECKS_DOC + ".",
 )
 def caption_length(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
@@ -170,7 +171,7 @@ def caption_length(
     asset="mds_shards",
     partitions_def=sources_partitions,
     description="Every usable row of the source is in the exports table exactly once, either "
-    "exported (a shard and index) or with a drop reason, and nothing else is.",
+    "exported (a shard and index) or with a drop reason, and nothing else is." " See " + CHECKS_DOC + ".",
 )
 def usable_rows_accounted(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     source = context.partition_key

@@ -1,7 +1,11 @@
 """Corpus-wide curation: opt-out requests, table maintenance, and the data card."""
 
+import dataclasses
+
 import dagster as dg
 
+from prx_data.defs.failures import fail_fast
+from prx_data.defs.ingest.retire import receipts, receipts_markdown
 from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -27,6 +31,7 @@ from prx_data.curation.optout.requests import apply_requests
     description="Resolves every opt-out request (sample ids, source keys, URLs, domains, image files "
     "and all their perceptual copies) to samples for skip_lists, and keeps an audit table.",
 )
+@fail_fast
 def optout_requests(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.MaterializeResult:
@@ -70,6 +75,7 @@ def optout_requests(
     description="Compacts every source and exports table towards the target rows per fragment and "
     "brings the full-text, scalar and vector indexes up to date.",
 )
+@fail_fast
 def table_maintenance(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.MaterializeResult:
@@ -104,14 +110,21 @@ def table_maintenance(
     description="A data card for the current export: counts per source, tier, bucket, label and "
     "exclusion reason, caption lengths, captioner and prompt versions.",
 )
+@fail_fast
 def corpus_report(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, export: ExportResource
 ) -> dg.MaterializeResult:
     card, path = write_data_card(storage.paths, registry.load().sources, exclude_labels=export.exclude_labels, options=storage.options)
+    retired = receipts(storage.mds_root, storage.options)
+    if retired:
+        # The receipt of every retired source (defs/ingest/retire.py) belongs on the card.
+        card = dataclasses.replace(card, markdown=card.markdown + receipts_markdown(retired))
+        path = card.write(storage.paths.report_dir(), storage.options)
     return dg.MaterializeResult(
         metadata={
             "data_card": dg.MetadataValue.md(card.markdown),
             "path": dg.MetadataValue.path(path),
+            "retired_sources": dg.MetadataValue.json({r.source: r.retired_at for r in retired}),
             "exported": card.totals["exported"],
             "skipped": card.totals["skipped"],
             "trainable": card.totals["trainable"],

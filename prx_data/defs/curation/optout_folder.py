@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from prx_data.defs.resources import SourceRegistryResource
-from prx_data.curation.optout.requests import folder_version
+from prx_data.curation.optout.requests import folder_version, load_requests
 
 OPTOUT_FOLDER = dg.AssetKey("optout_folder")
 
@@ -41,7 +41,17 @@ def optout_folder_sensor(context: dg.SensorEvaluationContext, registry: SourceRe
     if baseline == version:
         skip = dg.SkipReason(f"opt-out folder unchanged ({count} file(s))")
         return skip if context.cursor == version else dg.SensorResult(skip_reason=skip, cursor=version)
-    return dg.SensorResult(asset_events=[optout_observation(version, count, registry.optout_dir)], cursor=version)
+    # Said on the tick (shown as skipped: no run of its own): automation picks the change up.
+    bad = load_requests(registry.optout_dir).errors
+    note = f"; {len(bad)} bad request(s) left out, listed by the source_registry check: " + "; ".join(bad) if bad else ""
+    return dg.SensorResult(
+        asset_events=[optout_observation(version, count, registry.optout_dir)],
+        cursor=version,
+        skip_reason=dg.SkipReason(
+            f"opt-out folder changed ({count} file(s)): recorded version {version[:12]}, which triggers a refresh "
+            f"of optout_requests, skip_lists and corpus_report by automation{note}"
+        ),
+    )
 
 
 def optout_observation(version: str, count: int, folder: str) -> dg.AssetObservation:

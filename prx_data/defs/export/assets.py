@@ -3,6 +3,7 @@
 import dagster as dg
 from dagster_ray import RayResource
 
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.code_versions import export_code_version
 from prx_data.defs.conditions import CORPUS_SETTLED, PER_SOURCE
@@ -41,6 +42,7 @@ class ExportRunConfig(dg.Config):
     "placements are skipped as 'superseded', and a bucket is rewritten once they pass 10 %; a run "
     "with nothing new does no image work. Records each sample's shard and index (or drop reason).",
 )
+@fail_fast
 def mds_shards(
     context: dg.AssetExecutionContext,
     config: ExportRunConfig,
@@ -83,8 +85,12 @@ def mds_shards(
             "export_version": stats.version,
             "exports_table": dg.MetadataValue.path(storage.paths.exports_table(source)),
             # Where this source's shards are, one folder per bucket.
-            "shard_folders": dg.MetadataValue.json(
-                {bucket: f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/" for bucket in sorted(stats.per_bucket)}
+            "shard_folders": dg.MetadataValue.table(
+                records=[
+                    dg.TableRecord({"bucket": bucket, "samples": int(stats.per_bucket[bucket]), "folder": f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/"})
+                    for bucket in sorted(stats.per_bucket)
+                ],
+                schema=dg.TableSchema(columns=[dg.TableColumn("bucket"), dg.TableColumn("samples", "int"), dg.TableColumn("folder")]),
             ),
         }
     )
@@ -100,6 +106,7 @@ def mds_shards(
     "PRX_MIN_STREAM_SAMPLES unskipped samples are published; the rest stay in the tree with an "
     "unpublished.json (skip_lists decides again once the skips are current).",
 )
+@fail_fast
 def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
     min_samples = get_settings().min_stream_samples
     merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
@@ -137,6 +144,7 @@ def publication_metadata(mds_root: str, merged, min_samples: int) -> dict:
     "PRX_FOLD_SPARSE_BUCKETS=1, first re-exports the unskipped images of sparse buckets into the "
     "nearest published bucket of the same tier and skips their originals as 'folded'.",
 )
+@fail_fast
 def skip_lists(
     context: dg.AssetExecutionContext,
     storage: StorageResource,

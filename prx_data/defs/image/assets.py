@@ -3,6 +3,7 @@
 import dagster as dg
 from dagster_ray import RayResource
 
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
@@ -30,6 +31,7 @@ class PhashConfig(dg.Config):
     description="Adds phash, phash_version, phash_error to the source's table; rows already "
     "hashed with the current version are skipped.",
 )
+@fail_fast
 def phashes(context: dg.AssetExecutionContext, config: PhashConfig, storage: StorageResource, ray: RayResource) -> dg.MaterializeResult:
     uri = storage.paths.raw_table(context.partition_key)
     stats = compute_phashes(

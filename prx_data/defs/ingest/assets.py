@@ -3,6 +3,7 @@
 import dagster as dg
 
 from prx_data.core.ids import printable
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
@@ -26,6 +27,7 @@ INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typ
     op_tags=SOURCE_TABLE_WRITER_TAG,
     description="The source's items in the common schema: one row per item, with a status.",
 )
+@fail_fast
 def raw_samples(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.MaterializeResult:
@@ -46,7 +48,8 @@ def raw_samples(
             run_id=context.run_id,
         )
     except SourceUnavailable as exc:
-        raise dg.Failure(description=f"source {source.name!r}: {exc}") from exc
+        # fail_fast decides from the cause: a missing table fails once, a network error retries.
+        raise SourceUnavailable(f"source {source.name!r}: {exc}") from exc
     if stats.duplicate_key_count:
         context.log.warning(
             f"{stats.duplicate_key_count} duplicated key(s) in {source.name}, first kept: "

@@ -12,14 +12,20 @@ opening the UI on built data launches nothing.
 """
 
 import json
+from pathlib import Path
 
 import dagster as dg
 
 from prx_data.core.ids import printable
 from prx_data.defs.jobs import source_pipeline_job
 from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, sources_partitions
-from prx_data.defs.resources import SourceRegistryResource
+from prx_data.defs.ingest.registry_status import problems_digest, problems_evaluation, problems_summary, registry_problems
+from prx_data.defs.ingest.retire import receipts
+from prx_data.defs.ingest.retire_job import RETIRE_TAG, retire_source_job
+from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.root_check import wide_root_warning
+
+RETIRE_JOB = "retire_source"
 
 RAW_SAMPLES = dg.AssetKey("raw_samples")
 
@@ -35,24 +41,58 @@ def ingested_fingerprint(instance: dg.DagsterInstance, source: str) -> str | Non
     return None if value is None else str(value.value)
 
 
+def _load_cursor(raw: str | None) -> dict:
+    """{"seen": {source: fingerprint}, "problems": digest}; older cursors held ``seen`` alone."""
+    data = json.loads(raw) if raw else {}
+    if "seen" not in data:
+        data = {"seen": data}
+    return data
+
+
+def retire_request(name: str, retired_before: int) -> dg.RunRequest:
+    return dg.RunRequest(
+        job_name=RETIRE_JOB,
+        # One retirement per removal: a failed one is not relaunched every tick (re-execute it
+        # from the UI); after a re-add and a second removal the count differs.
+        run_key=f"retire:{name}:{retired_before}",
+        run_config={"ops": {"retire": {"config": {"source": name}}}},
+        tags={RETIRE_TAG: name, "prx/launched_by": "sensor"},
+    )
+
+
+def readd_request(name: str, fingerprint: str) -> dg.RunRequest:
+    """A source retired earlier and added again: its partition has materializations, so it is
+    not "missing" for automation; the whole chain is asked for here (the export starts afresh)."""
+    return dg.RunRequest(
+        job_name=source_pipeline_job.name,
+        partition_key=name,
+        run_key=f"readd:{name}:{fingerprint}",
+        tags={SOURCE_TAG_FINGERPRINT: fingerprint, "prx/launched_by": "sensor"},
+    )
+
+
 @dg.sensor(
-    job=source_pipeline_job,
+    jobs=[source_pipeline_job, retire_source_job],
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Watches the source registry folder: adds a partition per new source (automation "
-    "then runs its chain) and re-ingests a source whose spec changed. Bad specs are reported on "
-    "the tick and the other sources go on.",
+    "then runs its chain), re-ingests a source whose spec changed, and retires the partition of a "
+    "removed spec (retire_source). Bad specs and opt-out requests skip the tick with the reason "
+    "and turn the source_registry check red; the other sources go on.",
 )
-def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
+def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource, storage: StorageResource):
     reg = registry.load()
-    for error in reg.errors:
-        context.log.error(f"bad source spec: {printable(error)}")
-    for source in reg.sources.values():
-        warning = wide_root_warning(source)
-        if warning:
-            context.log.warning(printable(warning))
+    problems = registry_problems(reg, registry.optout_dir)
     known = set(context.instance.get_dynamic_partitions(sources_partitions.name))
-    seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    state = _load_cursor(context.cursor)
+    if state.get("problems") != problems_digest(problems):
+        # Once per change, not every 30 s: the skip reason and the check say it on every tick.
+        for problem in problems:
+            context.log.error(printable(f"bad {problem.kind}: {problem.file}: {problem.message}"))
+        for source in reg.sources.values():
+            if warning := wide_root_warning(source):
+                context.log.warning(printable(warning))
+    seen: dict[str, str] = state["seen"]
     new_partitions = sorted(name for name in reg.sources if name not in known)
     run_requests = []
     for name, source in sorted(reg.sources.items()):
@@ -61,6 +101,8 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
             continue
         seen[name] = fingerprint
         if name not in known:
+            if ingested_fingerprint(context.instance, name) is not None:
+                run_requests.append(readd_request(name, fingerprint))
             continue  # missing in a new partition: automation requests its whole chain
         if ingested_fingerprint(context.instance, name) == fingerprint:
             continue  # not seen by this cursor, but its table already holds this spec
@@ -68,20 +110,37 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
         # ingested: re-ingest is incremental, so asking is cheap.
         run_requests.append(
             dg.RunRequest(
+                job_name=source_pipeline_job.name,
                 partition_key=name,
                 run_key=f"{name}:{fingerprint}",
                 asset_selection=[RAW_SAMPLES],
-                tags={SOURCE_TAG_FINGERPRINT: fingerprint},
+                tags={SOURCE_TAG_FINGERPRINT: fingerprint, "prx/launched_by": "sensor"},
             )
         )
-    cursor = json.dumps(seen, sort_keys=True)
+    # A spec that broke is not a removal: its file is still there (named after the source by
+    # convention), and the source keeps its last good tables and export.
+    broken = {Path(p.file).stem for p in problems if p.kind == "source spec"}
+    removed = sorted(name for name in known if name not in reg.sources and name not in broken)
+    if removed:
+        for name in removed:
+            seen.pop(name, None)
+            run_requests.append(retire_request(name, len(receipts(storage.mds_root, storage.options, source=name))))
+    digest = problems_digest(problems)
+    events = [problems_evaluation(problems, len(reg.sources))] if state.get("problems") != digest else []
+    cursor = json.dumps({"seen": seen, "problems": digest}, sort_keys=True)
     if not run_requests and not new_partitions:
-        detail = f"; {len(reg.errors)} bad spec(s): " + "; ".join(map(str, reg.errors)) if reg.errors else ""
-        skip = dg.SkipReason(f"{len(reg.sources)} source(s), none new or changed{detail}")
+        if problems:
+            skip = dg.SkipReason(f"{problems_summary(problems)} (listed by the source_registry check; the other {len(reg.sources)} source(s) go on)")
+        else:
+            skip = dg.SkipReason(f"{len(reg.sources)} source(s), none new, changed or removed")
         # Keep what this tick learnt from the tables, so later ticks compare with the cursor only.
-        return skip if cursor == context.cursor else dg.SensorResult(skip_reason=skip, cursor=cursor)
+        if cursor == context.cursor and not events:
+            return skip
+        return dg.SensorResult(skip_reason=skip, cursor=cursor, asset_events=events)
     return dg.SensorResult(
         run_requests=run_requests,
         dynamic_partitions_requests=[sources_partitions.build_add_request(new_partitions)] if new_partitions else [],
         cursor=cursor,
+        asset_events=events,
     )
+
