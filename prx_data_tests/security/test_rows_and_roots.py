@@ -85,7 +85,7 @@ def test_sources_command_warns_about_a_wide_root(tmp_path: Path, monkeypatch):
 
 def test_registry_sensor_tick_warns_about_a_wide_root(tmp_path: Path):
     from prx_data.defs.ingest.sensors import source_registry_sensor
-    from prx_data.defs.resources import SourceRegistryResource
+    from prx_data.defs.resources import SourceRegistryResource, StorageResource
 
     specs = _spec_dir(tmp_path)
     _write_specs(specs)
@@ -94,7 +94,8 @@ def test_registry_sensor_tick_warns_about_a_wide_root(tmp_path: Path):
     collect = logging.Handler(logging.WARNING)
     collect.emit = records.append
     with dg.instance_for_test() as instance:
-        context = dg.build_sensor_context(instance=instance, resources={"registry": registry})
+        storage = StorageResource(lance_root=str(tmp_path / "lance"), mds_root=str(tmp_path / "mds"))
+        context = dg.build_sensor_context(instance=instance, resources={"registry": registry, "storage": storage})
         context.log.addHandler(collect)  # the tick's log, as the daemon stores it
         source_registry_sensor(context)
     lines = [r.getMessage() for r in records if r.levelno == logging.WARNING]
