@@ -63,6 +63,24 @@ def join(root: str, *parts: str) -> str:
     return posixpath.join(root.rstrip("/"), *parts)
 
 
+# The one mapping of object-store credentials: each storage_options key (Lance's names, which
+# every other client here is configured from) and the variable load_settings reads it from.
+_OPTION_FROM_ENV = (
+    ("aws_endpoint", "PRX_S3_ENDPOINT"),
+    ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
+    ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+    ("aws_region", "AWS_REGION"),
+)
+
+
+def storage_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``storage_options`` of an environment (``PRX_S3_ENDPOINT``, ``AWS_*``)."""
+    options = {option: env[var] for option, var in _OPTION_FROM_ENV if env.get(var)}
+    if env.get("PRX_S3_ENDPOINT", "").startswith("http://"):
+        options["allow_http"] = "true"
+    return options
+
+
 def _s3(options: Mapping[str, str]) -> pafs.S3FileSystem:
     kwargs: dict = {}
     endpoint = options.get("aws_endpoint") or options.get("endpoint")
