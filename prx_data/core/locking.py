@@ -40,7 +40,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
-from prx_data.core.storage import is_remote
+from prx_data.core.storage import is_remote, s3_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -132,16 +132,8 @@ def _s3_client(options: dict | None):
     import boto3
     from botocore.config import Config
 
-    options = options or {}
-    kwargs: dict[str, Any] = {"config": Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)}
-    if options.get("aws_endpoint"):
-        kwargs["endpoint_url"] = options["aws_endpoint"]
-    if options.get("aws_access_key_id"):
-        kwargs["aws_access_key_id"] = options["aws_access_key_id"]
-        kwargs["aws_secret_access_key"] = options.get("aws_secret_access_key", "")
-    if options.get("aws_region"):
-        kwargs["region_name"] = options["aws_region"]
-    return boto3.client("s3", **kwargs)
+    config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+    return boto3.client("s3", config=config, **s3_credentials(options).boto3_kwargs())
 
 
 def _code(error) -> str:
