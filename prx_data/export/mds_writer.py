@@ -37,7 +37,6 @@ orchestrator's job (one Dagster run per source partition).
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import json
 import logging
@@ -59,6 +58,7 @@ from pydantic import BaseModel, Field
 from streaming import MDSWriter
 
 from prx_data.compat.streaming_internals import flush_shard
+from prx_data.core.locking import local_file_lock
 from prx_data.core.schema import EXPORT_SCHEMA
 from prx_data.export._fs import dumps_stable
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, check_source, list_buckets
@@ -240,17 +240,9 @@ def _to_row(sample: Mapping[str, Any], source: str, config: MdsWriterConfig) -> 
 @contextmanager
 def _source_lock(mds_root: str, source: str) -> Iterator[None]:
     """One export of a source at a time: recovery deletes staging folders it does not own."""
-    folder = os.path.join(mds_root, COMMITS_DIR)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, f"{source}.lock"), "a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"another export of source {source!r} is running under {mds_root}") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    busy = f"another export of source {source!r} is running under {mds_root}"
+    with local_file_lock(os.path.join(mds_root, COMMITS_DIR, f"{source}.lock"), wait_s=0, busy=busy):
+        yield
 
 
 def _existing_source_buckets(mds_root: str, source: str) -> list[BucketRef]:
