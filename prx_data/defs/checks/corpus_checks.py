@@ -44,7 +44,7 @@ def bucket_streams_readable(context: dg.AssetCheckExecutionContext, storage: Sto
 @dg.asset_check(
     asset=SKIP_LISTS,
     description=f"No bucket stream has more than {REWRITE_SHARE:.0%} of its samples skipped; past "
-    "that, rewriting the stream beats streaming and skipping (DESIGN.md).",
+    "that, rewriting the stream beats streaming and skipping (docs/bucketing.md).",
 )
 def skipped_share_per_stream(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     event = context.instance.get_latest_materialization_event(SKIP_LISTS)
