@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from prx_data.core.reasons import reason_code
 from prx_data.app.local_ray import shared_local_ray
 from prx_data.app.ui import install_config, serve_ui
 
@@ -79,7 +80,7 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
             continue
         t = ds.to_table(columns=["shard", "drop_reason"])
         exported = t.num_rows - t.column("shard").null_count
-        drops = Counter(r.split(":", 1)[0] for r in t.column("drop_reason").to_pylist() if r)
+        drops = Counter(reason_code(r) for r in t.column("drop_reason").to_pylist() if r)
         lines.append(f"{source:>10}: exported={exported} dropped={dict(sorted(drops.items()))}")
     # lazy: pulls in streaming (torch)
     from prx_data.export.skiplist import iter_root_sidecars
