@@ -279,10 +279,6 @@ def parse_manifest(data: bytes, path: str) -> ManifestFile:
         raise SkiplistError(f"malformed skip-list manifest {path}: {_why(error)}") from None
 
 
-def read_manifest(path: str, storage_options: dict | None = None) -> ManifestFile:
-    return _read_manifest_at(locate(path, storage_options), path)
-
-
 def _read_manifest_at(loc: Location, path: str) -> ManifestFile:
     data = try_read_bytes(loc)
     if data is None:

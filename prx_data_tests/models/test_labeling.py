@@ -12,7 +12,7 @@ from prx_data.core.reasons import reason_code
 from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.models.captioning.chat_http import ChatServerConfig
 from prx_data.models.labeling.base import Classifier, LabelResult
-from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, label_table
+from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, label_results_table
 from prx_data.models.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.models.labeling.factory import make_classifier
 from prx_data.models.labeling.prompt import SYSTEM_PROMPT, label_prompt_version, parse_label
@@ -196,7 +196,7 @@ def test_label_table():
             return [LabelResult(label="visual") if c else LabelResult(error="no_caption")
                     for c in captions]
 
-    out = label_table(Fixed(), pa.table({"sample_id": ["a", "b"], "caption": ["A dog.", None]}))
+    out = label_results_table(["a", "b"], Fixed().label_batch(["A dog.", None]), "m", "v1")
     assert out.schema == LABEL_TABLE_SCHEMA and out.schema.names[1:] == LABEL_COLUMNS.names
     assert out.column("label").to_pylist() == ["visual", None]
     assert out.column("label_error").to_pylist() == [None, "no_caption"]
