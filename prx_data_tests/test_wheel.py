@@ -40,3 +40,17 @@ def test_the_config_files_are_package_data():
     assert "resources/*.yaml" in package_data["prx_data.app"]
     assert "max_concurrent_runs" in packaged_config("dagster.yaml")
     assert "prx_data.definitions" in packaged_config("workspace.yaml")
+
+
+def test_a_users_dagster_yaml_is_kept_and_the_workspace_refreshed(tmp_path):
+    from prx_data.app.ui import install_config, packaged_config
+
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # the user's own
+    install_config(tmp_path, "dagster.yaml", overwrite=False)
+    assert (tmp_path / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
+    (tmp_path / "workspace.yaml").write_text("load_from: []\n")  # an older package's
+    install_config(tmp_path, "workspace.yaml", overwrite=True)
+    assert (tmp_path / "workspace.yaml").read_text() == packaged_config("workspace.yaml")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert install_config(fresh, "dagster.yaml", overwrite=False).read_text() == packaged_config("dagster.yaml")
