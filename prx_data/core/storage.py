@@ -65,17 +65,20 @@ def join(root: str, *parts: str) -> str:
 
 # The one mapping of object-store credentials: each storage_options key (Lance's names, which
 # every other client here is configured from) and the variable load_settings reads it from.
-_OPTION_FROM_ENV = (
-    ("aws_endpoint", "PRX_S3_ENDPOINT"),
-    ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
-    ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-    ("aws_region", "AWS_REGION"),
-)
+OPTION_ENV = {
+    "aws_endpoint": "PRX_S3_ENDPOINT",
+    "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "aws_session_token": "AWS_SESSION_TOKEN",  # temporary credentials (STS, SSO)
+    "aws_region": "AWS_REGION",
+}
+# The ones that are secrets: never logged, never written into Dagster's run storage.
+SECRET_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 
 
 def storage_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
     """The ``storage_options`` of an environment (``PRX_S3_ENDPOINT``, ``AWS_*``)."""
-    options = {option: env[var] for option, var in _OPTION_FROM_ENV if env.get(var)}
+    options = {option: env[var] for option, var in OPTION_ENV.items() if env.get(var)}
     if env.get("PRX_S3_ENDPOINT", "").startswith("http://"):
         options["allow_http"] = "true"
     return options

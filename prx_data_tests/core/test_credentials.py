@@ -66,3 +66,9 @@ def test_a_wrong_secret_is_refused_by_every_client(s3_server, s3_bucket):
 
     with pytest.raises(ClientError):
         locking._s3_client(options).list_objects_v2(Bucket=s3_bucket)
+
+
+def test_temporary_credentials_reach_every_client():
+    options = storage_options_from_env({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t"})
+    assert options["aws_session_token"] == "t"
+    assert s3_credentials(options).boto3_kwargs()["aws_session_token"] == "t"
