@@ -3,7 +3,7 @@
 CI runs the script without the demo: build, install into a fresh venv, import the code location
 and check the declared requirements from the wheel, `prx-data sources` installing the packaged
 dagster.yaml, and `prx-data ui` serving the code location over HTTP (about 100 s here). The
-full check with `prx-data demo` takes about 5.5 minutes on this machine (demo: 210 s), above the
+full check with `prx-data demo` took 201 s and 339 s in two runs on this loaded machine (demo: 111 s and 211 s), above the
 3 minutes a test may take: run `scripts/wheel_check.sh` for it.
 """
 
