@@ -45,9 +45,9 @@ class S3Server:
         }
 
     def options(self) -> dict[str, str]:
-        from prx_data.core.settings import _storage_options_from_env
+        from prx_data.core.storage import storage_options_from_env
 
-        return _storage_options_from_env(self.env())
+        return storage_options_from_env(self.env())
 
     def client(self):
         import boto3

@@ -10,9 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 from prx_data.app.local_ray import starting_local_ray
-from prx_data.app.ui import serve_ui
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from prx_data.app.ui import install_config, serve_ui
+from prx_data.core.reasons import reason_code
 
 
 def _use_data_root(root: Path) -> None:
@@ -27,8 +26,8 @@ def _use_data_root(root: Path) -> None:
     from prx_data.core import locking
 
     with locking.dagster_home_lock(str(home)):  # another run may be setting up the same new root
-        if not (home / "dagster.yaml").exists() and (REPO_ROOT / "dagster.yaml").exists():
-            shutil.copy(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+        # The run limits and the GPU pool; a dagster.yaml already in the home is the user's.
+        install_config(home, "dagster.yaml", overwrite=False)
     os.environ["DAGSTER_HOME"] = str(home)
     get_settings.cache_clear()
 
@@ -81,7 +80,7 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
             continue
         t = ds.to_table(columns=["shard", "drop_reason"])
         exported = t.num_rows - t.column("shard").null_count
-        drops = Counter(r.split(":", 1)[0] for r in t.column("drop_reason").to_pylist() if r)
+        drops = Counter(reason_code(r) for r in t.column("drop_reason").to_pylist() if r)
         lines.append(f"{source:>10}: exported={exported} dropped={dict(sorted(drops.items()))}")
     # lazy: pulls in pyarrow, numpy
     from prx_data.core.storage import is_file, locate
@@ -465,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="build the demo corpus and run the whole pipeline on it")
-    demo.add_argument("--root", default=str(REPO_ROOT / "data" / "demo"))
+    demo.add_argument("--root", default=str(Path("data") / "demo"), help="default: ./data/demo")
     demo.add_argument("--fresh", action="store_true", help="delete the demo data first")
     demo.add_argument("--source", action="append", help="only these sources")
     demo.add_argument("--force", action="store_true", help="run every source even when its inputs are unchanged")

@@ -1,7 +1,8 @@
 """``prx-data ui``: the Dagster UI (``dagster dev``) on one data root, with its own warm Ray.
 
 ``dagster dev`` runs in its own process group with the data root's ``DAGSTER_HOME`` and the
-repository's workspace, from the Dagster home folder (so no ``dagster.yaml`` of the working
+packaged workspace (``prx_data/app/resources/``, so it works from a wheel as from a checkout),
+from the Dagster home folder (so no ``dagster.yaml`` of the working
 folder is picked up by mistake). A loopback Ray head lives as long as the UI: every run the UI
 or automation launches connects to it (``PRX_RAY_ADDRESS``), so no run pays a Ray start. Ctrl-C
 (or SIGTERM) stops the UI's process group, then the Ray head.
@@ -14,13 +15,30 @@ import signal
 import subprocess
 import sys
 import time
+from importlib.resources import files
 from pathlib import Path
 
+import prx_data
 from prx_data.app.local_ray import RECORDS_DIR, free_port, listening, shared_local_ray, stop_process_group
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-WORKSPACE = REPO_ROOT / "workspace.yaml"
+# The folder prx_data was imported from (a checkout or site-packages): the UI's code server
+# gets it first on its PYTHONPATH so it loads the same prx_data as the CLI that started it.
+PACKAGE_PARENT = Path(prx_data.__file__).resolve().parent.parent
 DEFAULT_PORT = 3000
+
+
+def packaged_config(name: str) -> str:
+    """The text of a Dagster config file shipped in the package (``dagster.yaml``, ``workspace.yaml``)."""
+    return (files("prx_data.app") / "resources" / name).read_text()
+
+
+def install_config(dagster_home: Path, name: str, *, overwrite: bool) -> Path:
+    """Write the packaged ``name`` into ``dagster_home``; a user's own copy is kept unless ``overwrite``."""
+    target = dagster_home / name
+    text = packaged_config(name)
+    if not target.exists() or (overwrite and target.read_text() != text):
+        target.write_text(text)
+    return target
 
 
 def pick_port(port: int | None, host: str = "127.0.0.1") -> int:
@@ -29,12 +47,15 @@ def pick_port(port: int | None, host: str = "127.0.0.1") -> int:
     return DEFAULT_PORT if not listening(DEFAULT_PORT, host) else free_port()
 
 
-def dagster_dev_command(port: int, host: str) -> list[str]:
+def dagster_dev_command(workspace: Path, port: int, host: str) -> list[str]:
     dagster = Path(sys.executable).with_name("dagster")
+    # Without the script beside this Python (a venv that reuses another's packages), run
+    # Dagster's module with this Python rather than whatever `dagster` PATH finds first.
+    launcher = [str(dagster)] if dagster.exists() else [sys.executable, "-m", "dagster"]
     # The daemon logs every sensor tick and automation evaluation at INFO (~22 lines a minute),
     # which scrolls the address away; PRX_UI_LOG_LEVEL=info brings them back.
     level = os.environ.get("PRX_UI_LOG_LEVEL", "warning")
-    return [str(dagster) if dagster.exists() else "dagster", "dev", "-w", str(WORKSPACE), "-p", str(port), "-h", host, "--log-level", level]
+    return [*launcher, "dev", "-w", str(workspace), "-p", str(port), "-h", host, "--log-level", level]
 
 
 def repeat_address_on_request(line: str) -> None:
@@ -58,12 +79,13 @@ def start_ui(dagster_home: Path, port: int, host: str = "127.0.0.1", log_file=No
     """``dagster dev`` in its own process group, with the current environment (PRX_DATA_ROOT,
     PRX_RAY_ADDRESS, ...) and ``DAGSTER_HOME``."""
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "DAGSTER_DISABLE_TELEMETRY": "1"}
-    # The code location imports prx_data from this checkout even where it is not installed.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_PARENT), env.get("PYTHONPATH")) if p)
+    # The workspace is ours, not the user's: refreshed so an upgraded package serves its own.
+    workspace = install_config(dagster_home, "workspace.yaml", overwrite=True)
     # `dagster dev` is what this command wraps on purpose; its notice to use `dg dev` is noise.
     env.setdefault("PYTHONWARNINGS", "ignore:Function `dev_command` is superseded")
     return subprocess.Popen(
-        dagster_dev_command(port, host), cwd=dagster_home, env=env, start_new_session=True,
+        dagster_dev_command(workspace, port, host), cwd=dagster_home, env=env, start_new_session=True,
         stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
     )
 

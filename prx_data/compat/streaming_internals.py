@@ -33,6 +33,8 @@ from streaming.base.sampling import get_sampling
 from streaming.base.storage import CloudDownloader
 from streaming.base.storage.download import S3Downloader
 
+from prx_data.core.storage import s3_credentials
+
 # Re-read streaming's resample_streams, Writer.write/_reset_cache and Stream.__init__ /
 # apply_weights before changing this.
 WRITTEN_FOR = "0.13.0"
@@ -92,18 +94,10 @@ class ConfiguredS3Downloader(S3Downloader):
         from boto3.session import Session
         from botocore.config import Config
 
-        options = self.storage_options
-        endpoint = options.get("aws_endpoint") or options.get("endpoint")
-        if endpoint and "://" not in endpoint:
-            endpoint = ("http://" if _flag(options.get("allow_http")) else "https://") + endpoint
         self._s3_client = Session().client(
             "s3",
             config=Config(read_timeout=timeout, retries={"mode": "adaptive"}),
-            endpoint_url=endpoint or None,
-            aws_access_key_id=options.get("aws_access_key_id") or None,
-            aws_secret_access_key=options.get("aws_secret_access_key") or None,
-            aws_session_token=options.get("aws_session_token") or None,
-            region_name=options.get("aws_region") or None,
+            **s3_credentials(self.storage_options).boto3_kwargs(),
         )
 
     def _download_file_impl(self, remote: str, local: str, timeout: float) -> None:
@@ -118,10 +112,6 @@ class ConfiguredS3Downloader(S3Downloader):
             if exc.response["Error"]["Code"] in ("404", "NoSuchKey"):
                 raise FileNotFoundError(f"object {remote} not found") from exc
             raise
-
-
-def _flag(value: Any) -> bool:
-    return str(value).lower() in ("1", "true", "yes")
 
 
 def _transfer_config():

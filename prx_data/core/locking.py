@@ -5,7 +5,7 @@ The guard is a lock object beside the table, ``<root>/sources/<source>.lock`` fo
 the column stages, the export). It lives in the storage root, not in an orchestrator, so two
 processes that share nothing but the data root still exclude each other.
 
-- Local disks: ``fcntl.flock`` on the lock file. The kernel drops it when the holder dies, so a
+- Local disks: ``flock`` on the lock file (through filelock). The kernel drops it when the holder dies, so a
   killed run never blocks the next one. The file holds the owner (host, pid, run) for messages.
 - ``s3://``: a lease object created with a conditional PUT (``If-None-Match: *``): exactly one
   creator wins. The holder renews it every ``ttl/3`` seconds with ``If-Match: <its ETag>``; a
@@ -24,7 +24,6 @@ locked function does not deadlock on itself.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import inspect
 import json
@@ -40,7 +39,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlparse
 
-from prx_data.core.storage import is_remote
+import filelock
+
+from prx_data.core.storage import is_remote, s3_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -81,50 +82,65 @@ def _describe(raw: bytes | None) -> str:
 
 
 # Local -----------------------------------------------------------------------------------------
+class LocalFileLocked(RuntimeError):
+    """A local lock file is held by another process (or another lock object of this one)."""
+
+
+def _flock(path: str, on_acquired: Callable[[int], None] | None = None) -> filelock.UnixFileLock:
+    """An exclusive ``flock`` on a local file, through filelock.
+
+    The kernel drops it when the holder dies, so a killed run never blocks the next one; no soft
+    (marker-file) fallback, which a dead holder would leave behind. The file stays after release:
+    removing it would race with a waiter that opened it already. filelock never truncates an
+    existing file, so the holder's note in it stays readable to waiters.
+    """
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    return filelock.UnixFileLock(
+        path, thread_local=False, preserve_lock_file=True, fallback_to_soft=False, on_acquired=on_acquired
+    )
+
+
 class _LocalLock:
     def __init__(self, path: str, purpose: str) -> None:
         self.path = path
         self.purpose = purpose
-        self.handle = None
+        self.lock: filelock.UnixFileLock | None = None
+
+    def _holder(self) -> str:
+        try:
+            with open(self.path, "rb") as handle:
+                return _describe(handle.read())
+        except OSError:
+            return _describe(None)
+
+    def _write_owner(self, fd: int) -> None:
+        note = json.dumps(_owner(self.purpose)).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note, 0)
 
     def acquire(self, wait_s: float) -> None:
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        handle = open(self.path, "a+b")
+        lock = _flock(self.path, on_acquired=self._write_owner)
         deadline = time.monotonic() + wait_s
-        logged = False
-        while True:
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            logger.warning("waiting for %s, held by %s", self.path, self._holder())
             try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    handle.seek(0)
-                    holder = _describe(handle.read())
-                    handle.close()
-                    raise TableLocked(
-                        f"{self.path} is held by {holder}; waited {wait_s:.0f}s. One writer per source "
-                        "table: let that run finish (or stop it), then run again"
-                    ) from None
-                if not logged:
-                    handle.seek(0)
-                    logger.warning("waiting for %s, held by %s", self.path, _describe(handle.read()))
-                    logged = True
-                time.sleep(POLL_S)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps(_owner(self.purpose)).encode())
-        handle.flush()
-        self.handle = handle
+                lock.acquire(timeout=max(0.0, deadline - time.monotonic()), poll_interval=POLL_S)
+            except filelock.Timeout:
+                raise TableLocked(
+                    f"{self.path} is held by {self._holder()}; waited {wait_s:.0f}s. One writer per source "
+                    "table: let that run finish (or stop it), then run again"
+                ) from None
+        self.lock = lock
 
     def check(self) -> None:
         return None  # flock cannot be lost while the process lives
 
     def release(self) -> None:
-        if self.handle is not None:
-            # The file stays (removing it would race with a waiter that opened it already).
-            fcntl.flock(self.handle.fileno(), fcntl.LOCK_UN)
-            self.handle.close()
-            self.handle = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 # S3 --------------------------------------------------------------------------------------------
@@ -132,16 +148,8 @@ def _s3_client(options: dict | None):
     import boto3
     from botocore.config import Config
 
-    options = options or {}
-    kwargs: dict[str, Any] = {"config": Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)}
-    if options.get("aws_endpoint"):
-        kwargs["endpoint_url"] = options["aws_endpoint"]
-    if options.get("aws_access_key_id"):
-        kwargs["aws_access_key_id"] = options["aws_access_key_id"]
-        kwargs["aws_secret_access_key"] = options.get("aws_secret_access_key", "")
-    if options.get("aws_region"):
-        kwargs["region_name"] = options["aws_region"]
-    return boto3.client("s3", **kwargs)
+    config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+    return boto3.client("s3", config=config, **s3_credentials(options).boto3_kwargs())
 
 
 def _code(error) -> str:
@@ -362,15 +370,19 @@ def locks_table(argument: str = "table_uri", options_argument: str = "storage_op
 
 
 @contextlib.contextmanager
-def local_file_lock(path: str) -> Iterator[None]:
-    """A blocking flock on a local file (e.g. Dagster's SQLite home while it is first created)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+def local_file_lock(path: str, wait_s: float | None = None, busy: str | None = None) -> Iterator[None]:
+    """An exclusive flock on a local file for the block (e.g. Dagster's SQLite home while it is
+    first created). ``wait_s=None`` waits as long as it takes; otherwise ``LocalFileLocked``
+    (message ``busy``) after ``wait_s`` seconds (0: do not wait)."""
+    lock = _flock(path)
+    try:
+        lock.acquire(timeout=-1 if wait_s is None else wait_s, poll_interval=POLL_S)
+    except filelock.Timeout:
+        raise LocalFileLocked(busy or f"{path} is held by another process") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def dagster_home_lock(home: str | None = None):

@@ -1,28 +1,56 @@
 """The one place where the environment is chosen.
 
 ``PRX_ENV`` picks a profile (``local`` by default, ``cluster`` for PostgreSQL/KubeRay/object
-storage); every other setting is an override of that profile read from ``PRX_*`` variables.
-Nothing else in the package reads the environment for configuration.
+storage); every other setting is an override of that profile read from ``PRX_*`` variables
+(``PRX_<FIELD NAME>``, parsed and typed by pydantic-settings). Nothing else in the package reads
+the environment for configuration. A value that does not parse is refused with the variable and
+the value named (``PRX_MIN_STREAM_SAMPLES: '4k' is not an integer``), all problems at once.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
-from prx_data.core.storage import is_remote
 from prx_data.core.locking import LockPolicy
+from prx_data.core.storage import is_remote, storage_options_from_env
 
 EnvName = Literal["local", "cluster"]
 
+ENV_PREFIX = "PRX_"
+# Values never echoed in an error message: they can hold a password.
+_SECRET_FIELDS = frozenset({"postgres_url", "storage_options"})
+# The environment load_settings() reads; os.environ unless a caller passes its own mapping
+# (tests, the explorer), which must then be the only source.
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("prx_settings_environ", default=None)
 
-class Settings(BaseModel):
-    # Validation errors would otherwise print the inputs, credentials included.
-    model_config = ConfigDict(hide_input_in_errors=True)
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of os.environ."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        from pydantic_settings.sources.utils import parse_env_vars
+
+        environ = _ENVIRON.get()
+        return parse_env_vars(os.environ if environ is None else environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+class Settings(BaseSettings):
+    # Validation errors would otherwise print the inputs, credentials included; load_settings
+    # words its own messages and leaves secret values out.
+    # env_ignore_empty: an empty variable means "the default", as `PRX_X= prx-data ...` suggests.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, hide_input_in_errors=True, env_ignore_empty=True, extra="ignore", case_sensitive=False
+    )
 
     env: EnvName = "local"
     data_root: str = Field(description="Root of all data (a folder or an s3:// / gs:// URI).")
@@ -30,7 +58,9 @@ class Settings(BaseModel):
     optout_dir: str = Field(description="Folder holding opt-out requests (YAML/JSON).")
     lance_root: str
     mds_root: str
-    # Credentials and endpoint for object storage, passed to Lance and MDS as-is.
+    # Credentials and endpoint for object storage, passed to Lance and MDS as-is. Read from
+    # AWS_* / PRX_S3_ENDPOINT by load_settings (core.storage.storage_options_from_env), never
+    # from a PRX_STORAGE_OPTIONS variable.
     storage_options: dict[str, str] = Field(default_factory=dict)
     ray_address: str | None = None
     # Cluster profile only (deployments/): Dagster's PostgreSQL (the same URL the deployment's
@@ -39,7 +69,7 @@ class Settings(BaseModel):
     postgres_url: str | None = None
     kuberay_spec: str | None = None
     startup_checks: bool = True
-    rows_per_fragment: int = 1_000_000
+    rows_per_fragment: int = Field(1_000_000, ge=1)
     # Smallest bucket published for training, in unskipped samples: at least your global batch
     # size (per-device batch x devices), since a trainer batches per stream and a stream that
     # cannot fill one batch makes streaming raise. Smaller buckets stay in the tree, unpublished.
@@ -55,19 +85,49 @@ class Settings(BaseModel):
     fold_max_steps: int = Field(2, ge=1, le=4)
     # One writer per source table (prx_data/core/locking.py): how long a second run waits for the
     # lock, and how long an object-store lease lives without renewal (a killed run's lease).
-    lock_wait_s: float = 1800.0
-    lock_ttl_s: float = 60.0
+    lock_wait_s: float = Field(1800.0, ge=0)
+    lock_ttl_s: float = Field(60.0, gt=0)
     # Dedup radius k: phashes within this Hamming distance are duplicates. 0 is PRX's exact
     # rule; 2 is the smallest radius that keeps >= 98 % of re-encodes and half-size copies with
     # no false positive in benchmarks/bench_near_dup.py (docs/dedup.md).
     dedup_radius: int = Field(2, ge=0, le=32)
-    # Backend configs (see prx_data/models/captioning/config.py, prx_data/models/labeling/config.py).
-    captioner: dict = Field(default_factory=lambda: {"backend": "source"})
-    classifier: dict = Field(default_factory=lambda: {"backend": "minilm"})
+    # Backend configs as JSON objects (see prx_data/models/captioning/config.py,
+    # prx_data/models/labeling/config.py).
+    captioner: dict[str, Any] = Field(default_factory=lambda: {"backend": "source"})
+    classifier: dict[str, Any] = Field(default_factory=lambda: {"backend": "minilm"})
 
-    def lock_policy(self):
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # No .env file and no secrets directory: the environment (or the mapping given to
+        # load_settings) is the only place settings come from.
+        return init_settings, _MappingEnvSource(settings_cls)
 
+    def lock_policy(self) -> LockPolicy:
         return LockPolicy(wait_s=self.lock_wait_s, ttl_s=self.lock_ttl_s)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_roots(cls, data: Any) -> Any:
+        # The roots default to folders of PRX_DATA_ROOT; the request and spec folders stay on
+        # local disk (under ./data) when the data root is an object store.
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data_root = data.get("data_root") or str(Path.cwd() / "data")
+        local_base = data_root if not is_remote(data_root) else str(Path.cwd() / "data")
+        data["data_root"] = data_root
+        data.setdefault("sources_dir", str(Path(local_base) / "sources"))
+        data.setdefault("optout_dir", str(Path(local_base) / "optout"))
+        data.setdefault("lance_root", f"{data_root.rstrip('/')}/lance")
+        data.setdefault("mds_root", f"{data_root.rstrip('/')}/mds")
+        return data
 
     @model_validator(mode="after")
     def _cluster_needs_remote_roots(self) -> "Settings":
@@ -108,75 +168,67 @@ def _check_ray_address(address: str) -> None:
         raise ValueError(f"PRX_RAY_ADDRESS={address!r} is not a Ray address (ray://host:10001, host:6379 or auto)")
 
 
-def _storage_options_from_env(env: os._Environ | dict) -> dict[str, str]:
-    options = {}
-    for key, option in (
-        ("PRX_S3_ENDPOINT", "aws_endpoint"),
-        ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
-        ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
-        ("AWS_REGION", "aws_region"),
-    ):
-        if env.get(key):
-            options[option] = env[key]
-    if env.get("PRX_S3_ENDPOINT", "").startswith("http://"):
-        options["allow_http"] = "true"
-    return options
+def env_name(field: str) -> str:
+    """The variable a settings field is read from (``min_stream_samples`` -> ``PRX_MIN_STREAM_SAMPLES``)."""
+    return f"{ENV_PREFIX}{field.upper()}"
 
 
-def load_settings(env: dict | None = None) -> Settings:
-    env = os.environ if env is None else env
-    name = env.get("PRX_ENV", "local")
-    if name not in ("local", "cluster"):
-        raise ValueError(f"PRX_ENV={name!r}: expected 'local' or 'cluster'")
-    data_root = env.get("PRX_DATA_ROOT") or str(Path.cwd() / "data")
-    local_base = data_root if not is_remote(data_root) else str(Path.cwd() / "data")
-    return Settings(
-        env=name,
-        data_root=data_root,
-        sources_dir=env.get("PRX_SOURCES_DIR") or str(Path(local_base) / "sources"),
-        optout_dir=env.get("PRX_OPTOUT_DIR") or str(Path(local_base) / "optout"),
-        lance_root=env.get("PRX_LANCE_ROOT") or f"{data_root.rstrip('/')}/lance",
-        mds_root=env.get("PRX_MDS_ROOT") or f"{data_root.rstrip('/')}/mds",
-        storage_options=_storage_options_from_env(env),
-        ray_address=env.get("PRX_RAY_ADDRESS") or None,
-        postgres_url=env.get("PRX_POSTGRES_URL") or None,
-        kuberay_spec=env.get("PRX_KUBERAY_SPEC") or None,
-        startup_checks=env.get("PRX_STARTUP_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
-        rows_per_fragment=int(env.get("PRX_ROWS_PER_FRAGMENT", 1_000_000)),
-        min_stream_samples=int(env.get("PRX_MIN_STREAM_SAMPLES", 32)),
-        fold_sparse_buckets=_flag(env.get("PRX_FOLD_SPARSE_BUCKETS", "1")),
-        fold_max_steps=int(env.get("PRX_FOLD_MAX_STEPS", 2)),
-        lock_wait_s=float(env.get("PRX_LOCK_WAIT_S", 1800)),
-        lock_ttl_s=float(env.get("PRX_LOCK_TTL_S", 60)),
-        dedup_radius=int(env.get("PRX_DEDUP_RADIUS", 2)),
-        captioner=_json_env(env, "PRX_CAPTIONER", {"backend": "source"}),
-        classifier=_json_env(env, "PRX_CLASSIFIER", {"backend": "minilm"}),
-    )
-
-
-def _flag(raw: str) -> bool:
-    """A yes/no setting; anything else is refused rather than read as "no" (an opt-in typo)."""
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected a yes/no flag (1/0, true/false, yes/no, on/off), got {raw!r}")
-
-
-def _json_env(env, name: str, default: dict) -> dict:
-    import json
-
-    raw = env.get(name)
-    if not raw:
-        return default
+@contextmanager
+def _reading(environ: Mapping[str, str]) -> Iterator[None]:
+    token = _ENVIRON.set(environ)
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{name} must be a JSON object (a backend config): {exc}") from exc
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
-    return value
+        yield
+    finally:
+        _ENVIRON.reset(token)
+
+
+# What a pydantic error type means for a value read from a variable, in words.
+_EXPECTED = {
+    "int_parsing": "is not an integer",
+    "int_from_float": "is not an integer",
+    "float_parsing": "is not a number",
+    "bool_parsing": "is not a yes/no flag (1/0, true/false, yes/no, on/off)",
+    "literal_error": "is not one of",
+    "dict_type": "is not a JSON object",
+}
+
+
+def _describe(error: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+    loc = error.get("loc") or ()
+    message = str(error.get("msg", "")).removeprefix("Value error, ")
+    if not loc:  # a check across settings (model validator): its message names the variables
+        return message
+    field = str(loc[0])
+    name = env_name(field)
+    raw = next((v for k, v in environ.items() if k.upper() == name), None)
+    if raw is None or field in _SECRET_FIELDS:
+        return f"{name}: {message}" if raw is None else f"{name}: invalid value ({message})"
+    kind = error.get("type", "")
+    if kind == "literal_error":
+        return f"{name}: {raw!r} {message.replace('Input should be', 'is not').rstrip('.')}"
+    if kind in _EXPECTED:
+        return f"{name}: {raw!r} {_EXPECTED[kind]}"
+    return f"{name}: {raw!r} {message.replace('Input should be', 'should be')}"
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``env`` (os.environ by default) and nothing else.
+
+    Raises ValueError naming every variable that does not parse or check, with its value
+    (secret ones left out).
+    """
+    environ: Mapping[str, str] = os.environ if env is None else env
+    try:
+        with _reading(environ):
+            return Settings(storage_options=storage_options_from_env(environ))
+    except ValidationError as exc:
+        problems = [_describe(error, environ) for error in exc.errors(include_input=False)]
+        raise ValueError("invalid settings: " + "; ".join(problems)) from None
+    except SettingsError as exc:
+        # pydantic-settings fails this way on a JSON field (PRX_CAPTIONER) that is not JSON.
+        field = next((f for f in Settings.model_fields if f'"{f}"' in str(exc)), None)
+        name = env_name(field) if field else "a PRX_* variable"
+        raise ValueError(f"invalid settings: {name} must be a JSON object ({exc.__cause__ or exc})") from None
 
 
 @lru_cache(maxsize=1)

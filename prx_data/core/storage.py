@@ -63,20 +63,80 @@ def join(root: str, *parts: str) -> str:
     return posixpath.join(root.rstrip("/"), *parts)
 
 
+# The one mapping of object-store credentials: each storage_options key (Lance's names, which
+# every other client here is configured from) and the variable load_settings reads it from.
+OPTION_ENV = {
+    "aws_endpoint": "PRX_S3_ENDPOINT",
+    "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "aws_session_token": "AWS_SESSION_TOKEN",  # temporary credentials (STS, SSO)
+    "aws_region": "AWS_REGION",
+}
+# The ones that are secrets: never logged, never written into Dagster's run storage.
+SECRET_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+
+
+def storage_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``storage_options`` of an environment (``PRX_S3_ENDPOINT``, ``AWS_*``)."""
+    options = {option: env[var] for option, var in OPTION_ENV.items() if env.get(var)}
+    if env.get("PRX_S3_ENDPOINT", "").startswith("http://"):
+        options["allow_http"] = "true"
+    return options
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """What a ``storage_options`` dict says about reaching S3: every client here (pyarrow,
+    boto3 for the table lease and streaming's downloads, streaming's environment) is configured
+    from this, so an option is read the same way by all of them."""
+
+    endpoint_url: str | None = None  # with its scheme: http:// only when allow_http says so
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    region: str | None = None
+
+    def boto3_kwargs(self) -> dict[str, str]:
+        """Keyword arguments of ``boto3.client("s3", ...)`` (only those set)."""
+        kwargs = {
+            "endpoint_url": self.endpoint_url,
+            "aws_access_key_id": self.access_key_id,
+            "aws_secret_access_key": self.secret_access_key if self.access_key_id else None,
+            "aws_session_token": self.session_token if self.access_key_id else None,
+            "region_name": self.region,
+        }
+        return {k: v for k, v in kwargs.items() if v}
+
+
+def s3_credentials(options: Mapping[str, str] | None) -> S3Credentials:
+    options = options or {}
+    endpoint = options.get("aws_endpoint") or options.get("endpoint") or None
+    if endpoint and "://" not in endpoint:
+        allow_http = str(options.get("allow_http", "")).lower() in ("1", "true", "yes")
+        endpoint = f"{'http' if allow_http else 'https'}://{endpoint}"
+    return S3Credentials(
+        endpoint_url=endpoint,
+        access_key_id=options.get("aws_access_key_id") or None,
+        secret_access_key=options.get("aws_secret_access_key") or None,
+        session_token=options.get("aws_session_token") or None,
+        region=options.get("aws_region") or None,
+    )
+
+
 def _s3(options: Mapping[str, str]) -> pafs.S3FileSystem:
+    credentials = s3_credentials(options)
     kwargs: dict = {}
-    endpoint = options.get("aws_endpoint") or options.get("endpoint")
-    if endpoint:
-        parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+    if credentials.endpoint_url:
+        parsed = urlparse(credentials.endpoint_url)
         kwargs["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
-        kwargs["scheme"] = parsed.scheme or "https"
-    if options.get("aws_access_key_id"):
-        kwargs["access_key"] = options["aws_access_key_id"]
-        kwargs["secret_key"] = options.get("aws_secret_access_key", "")
-        if options.get("aws_session_token"):
-            kwargs["session_token"] = options["aws_session_token"]
-    if options.get("aws_region"):
-        kwargs["region"] = options["aws_region"]
+        kwargs["scheme"] = parsed.scheme
+    if credentials.access_key_id:
+        kwargs["access_key"] = credentials.access_key_id
+        kwargs["secret_key"] = credentials.secret_access_key or ""
+        if credentials.session_token:
+            kwargs["session_token"] = credentials.session_token
+    if credentials.region:
+        kwargs["region"] = credentials.region
     # Keep failures quick and visible: the default retry strategy turns a wrong endpoint into
     # minutes of silence at startup.
     kwargs["connect_timeout"] = float(options.get("connect_timeout_s", 5))
@@ -314,14 +374,12 @@ def streaming_env(storage_options: Mapping[str, str] | None) -> dict[str, str]:
     streaming builds its own boto3 client and only reads the endpoint from ``S3_ENDPOINT_URL``,
     so a trainer reading from a non-AWS store needs these set in its process.
     """
-    options = storage_options or {}
-    env = {}
-    for option, var in (
-        ("aws_endpoint", "S3_ENDPOINT_URL"),
-        ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
-        ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-        ("aws_region", "AWS_DEFAULT_REGION"),
-    ):
-        if options.get(option):
-            env[var] = options[option]
+    credentials = s3_credentials(storage_options)
+    env = {
+        "S3_ENDPOINT_URL": credentials.endpoint_url,
+        "AWS_ACCESS_KEY_ID": credentials.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
+        "AWS_DEFAULT_REGION": credentials.region,
+    }
+    env = {var: value for var, value in env.items() if value}
     return env

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from prx_data.core.reasons import reason_code
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths, join
 from prx_data.core.storage import locate, write_bytes
@@ -120,7 +121,7 @@ def build_data_card(
         if exp is not None:
             for r in exp.to_table(columns=["sample_id", "tier", "bucket", "drop_reason"]).to_pylist():
                 if r["drop_reason"]:
-                    drops[r["drop_reason"].split(":", 1)[0]] += 1
+                    drops[reason_code(r["drop_reason"])] += 1
                 else:
                     exported += 1
                     exported_ids.add(r["sample_id"])

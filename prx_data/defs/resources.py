@@ -13,17 +13,15 @@ from prx_data.core.locking import configure as configure_locks
 from prx_data.core.paths import StoragePaths
 from prx_data.ingest.registry import Registry, load_registry
 from prx_data.core.settings import Settings, get_settings
+from prx_data.core.storage import OPTION_ENV
+from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
 from prx_data.defs.cluster import RayClusterAddress, build_cluster_ray
 
 
 # storage_options keys that are secrets, and the environment variable each comes from. Dagster
 # stores a resource's config in the job snapshot (runs.db / PostgreSQL) in plain text, so these
 # reach the resource only as EnvVar references, resolved in the run's process.
-SECRET_OPTIONS = {
-    "aws_access_key_id": "AWS_ACCESS_KEY_ID",
-    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
-    "aws_session_token": "AWS_SESSION_TOKEN",
-}
+SECRET_OPTIONS = {option: OPTION_ENV[option] for option in SECRET_STORAGE_OPTIONS}
 
 
 class StorageResource(dg.ConfigurableResource):

@@ -53,7 +53,7 @@ ItemRef = tuple[str, str]  # (source name, key inside the source)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff")
 EMBEDDING_DIM = 16
 
-# Tier floor and aspect range from DESIGN.md; used only to label items, never to filter them.
+# Tier floor and aspect range from docs/bucketing.md; used only to label items, never to filter them.
 MIN_PIXELS = 384 * 384
 MIN_ASPECT, MAX_ASPECT = 0.5, 2.0
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.reasons import reason_code
 from prx_data.explorer.catalog import Catalog
 from prx_data.explorer.skips import SkipSnapshot
 
@@ -55,7 +56,7 @@ def _counts(table: pa.Table, column: str) -> Counter:
 
 def _drop_kind(reason: str) -> str:
     # Drop reasons may carry a detail after ':' (e.g. a decode message); the kind is the chart key.
-    return reason.split(":", 1)[0]
+    return reason_code(reason)
 
 
 class Figures:

@@ -54,7 +54,7 @@ MANIFEST_VERSION = 1
 MANIFEST_BASENAME = "skiplists.json"
 SKIP_INFIX = ".skip."
 SIDECAR_GLOB = "*" + SKIP_INFIX + "*.json"
-REWRITE_SHARE = 0.10  # above this skipped share a stream should be rewritten (DESIGN.md)
+REWRITE_SHARE = 0.10  # above this skipped share a stream should be rewritten (docs/bucketing.md)
 _MAX_TOKEN = 160  # keeps '<shard>.skip.<token>.json' well under 255 bytes
 _PLAIN = re.compile(r"[A-Za-z0-9-]")
 _TOKEN_RE = re.compile(r"^(?:[A-Za-z0-9-]|_[0-9A-F]{2})+$")
@@ -277,10 +277,6 @@ def parse_manifest(data: bytes, path: str) -> ManifestFile:
         return ManifestFile.model_validate_json(data)
     except ValidationError as error:
         raise SkiplistError(f"malformed skip-list manifest {path}: {_why(error)}") from None
-
-
-def read_manifest(path: str, storage_options: dict | None = None) -> ManifestFile:
-    return _read_manifest_at(locate(path, storage_options), path)
 
 
 def _read_manifest_at(loc: Location, path: str) -> ManifestFile:

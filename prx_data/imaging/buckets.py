@@ -1,6 +1,6 @@
 """Bucketing geometry: which resolution tier and aspect-ratio shape an image is exported at.
 
-Rules (DESIGN.md "Bucketing"):
+Rules (docs/bucketing.md):
 
 - Tier T holds about T² pixels. An image goes to the largest tier that does not upscale it by
   more than ``max_upscale`` (4/3) in side length, where "side length" is measured on the

@@ -120,17 +120,13 @@ def fingerprint_thumbnail(thumbnail: np.ndarray) -> Fingerprint:
     return Fingerprint(_bits(low), spread < DEGENERATE_SPREAD, spread)
 
 
-def phash_image(gray: Image.Image, box: Box | None = None) -> int:
-    """Unsigned 64-bit hash of an image decoded by ``open_for_hash`` (``box``: its picture box).
+def fingerprint_image(gray: Image.Image, box: Box | None = None) -> Fingerprint:
+    """The 64-bit hash (and degenerate flag) of an image decoded by ``open_for_hash`` (``box``: its
+    picture box).
 
     The thumbnail is resampled in 32-bit float so that it is not rounded to 8 bits: rounding
     noise alone flips coefficients that sit near the median.
     """
-    return fingerprint_image(gray, box).value
-
-
-def fingerprint_image(gray: Image.Image, box: Box | None = None) -> Fingerprint:
-    """``phash_image`` with the degenerate flag."""
     source = gray if gray.mode == "L" else gray.convert("L")
     thumbnail = source.convert("F").resize((THUMB_SIDE, THUMB_SIDE), THUMB_FILTER, box=box)
     return fingerprint_thumbnail(np.asarray(thumbnail))

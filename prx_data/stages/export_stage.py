@@ -44,6 +44,7 @@ from prx_data.core.ray_tasks import task_options
 from prx_data.export.commit import abandon, begin, new_run_id, recover
 from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
 from prx_data.export.shard_writer import write_shards
+from prx_data.core.reasons import reason_code
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
@@ -123,10 +124,6 @@ class ExportStats:
     @property
     def images_per_s(self) -> float:
         return self.encoded / self.seconds if self.seconds else 0.0
-
-
-def _drop_reason_code(reason: str) -> str:
-    return reason.split(":", 1)[0]
 
 
 def _key(*parts) -> str:
@@ -254,7 +251,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
             else:
                 reuse.append((i, p))
                 new_sup.append(p)
-        elif p and not p.get("shard") and same_image and p.get("drop_reason") and _drop_reason_code(p["drop_reason"]) not in METADATA_DROPS:
+        elif p and not p.get("shard") and same_image and p.get("drop_reason") and reason_code(p["drop_reason"]) not in METADATA_DROPS:
             drop[i] = p["drop_reason"]  # dropped when its bytes were decoded: still the same bytes
         else:
             encode.append(i)
@@ -313,7 +310,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     stats.changed = changed
     placed_now = table.filter(pc.is_valid(table["shard"]))
     stats.exported = placed_now.num_rows
-    stats.dropped = Counter(_drop_reason_code(d) for d in drop if d)
+    stats.dropped = Counter(reason_code(d) for d in drop if d)
     stats.per_bucket = dict(sorted(Counter(f"{t}/{b}" for t, b in zip(placed_now["tier"].to_pylist(), placed_now["bucket"].to_pylist())).items()))
     if export is not None:
         stats.bytes_written = export.bytes_written

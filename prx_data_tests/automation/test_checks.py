@@ -132,7 +132,7 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
     # Shards a trainer cannot read: an error, and skip_lists (blocked by it) is not rewritten.
     mds_root = get_settings().mds_root
     for ref in list_buckets(mds_root):
-        for shard in (data_root / "mds").glob(f"{ref.rel}/*/*shard.*.mds")  # <run>.<tag>.shard.NNNNN.mds:
+        for shard in (data_root / "mds").glob(f"{ref.rel}/*/*shard.*.mds"):  # <run>.<tag>.shard.NNNNN.mds
             shard.write_bytes(b"\0" * shard.stat().st_size)
     corpus = auto.run(None, CORPUS)
     streams = _checks(corpus)["corpus_index:bucket_streams_readable"]

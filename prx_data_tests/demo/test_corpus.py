@@ -216,7 +216,7 @@ def test_duplicate_groups(corpus: DemoManifest) -> None:
         assert any(set(group) <= set(near) for near in corpus.near_duplicates)
     near_only = [g for g in corpus.near_duplicates if len({hashlib.sha256(stored[r]).digest() for r in g}) > 1]
     assert near_only, "some near-duplicate group must hold re-encoded or resized copies"
-    # DESIGN.md calls two images duplicates when their 64-bit DCT hashes are equal; check that
+    # The exact rule (docs/dedup.md, k = 0): two images are duplicates when their 64-bit DCT hashes are equal; check that
     # the declared groups hold that way, and that nothing else collides by accident.
     hashes = {}
     for ref, status in corpus.statuses.items():

@@ -8,10 +8,11 @@ import json
 import pyarrow as pa
 import pytest
 
-from prx_data.models.captioning.base import BackendUnavailable, error_code
+from prx_data.core.reasons import reason_code
+from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.models.captioning.chat_http import ChatServerConfig
 from prx_data.models.labeling.base import Classifier, LabelResult
-from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, label_table
+from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, label_results_table
 from prx_data.models.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.models.labeling.factory import make_classifier
 from prx_data.models.labeling.prompt import SYSTEM_PROMPT, label_prompt_version, parse_label
@@ -122,8 +123,8 @@ def test_openai_backend_errors_per_row_and_when_down():
                         status_for=lambda b: 400 if "bad" in b["messages"][1]["content"] else None
                         ) as server, make_openai(server.base_url, max_tokens=3) as clf:
         first, second = clf.label_batch(["A bad request.", "A dog."])
-    assert error_code(first.error) == "http_error"
-    assert error_code(second.error) == "invalid_label"
+    assert reason_code(first.error) == "http_error"
+    assert reason_code(second.error) == "invalid_label"
     with FakeChatServer(fail_first=10**9) as server, make_openai(server.base_url) as clf:
         with pytest.raises(BackendUnavailable):
             clf.label_batch(["A dog."])
@@ -148,7 +149,7 @@ def test_vllm_label_preprocess_and_postprocess():
     assert post(sample_id="a", generated_text="text") == {
         "sample_id": "a", "label": "text", "label_model": "qwen3-8b",
         "label_version": label_prompt_version(), "label_error": None}
-    assert error_code(post(sample_id="a", generated_text="vis")["label_error"]) == "invalid_label"
+    assert reason_code(post(sample_id="a", generated_text="vis")["label_error"]) == "invalid_label"
     assert post(sample_id="b", generated_text="", prep_error="no_caption")["label_error"] == "no_caption"
     failed = finalize({"sample_id": "c", "__inference_error__": "OOM"}, task=task)
     assert failed["label"] is None and failed["label_error"] == "inference_error: OOM"
@@ -195,7 +196,7 @@ def test_label_table():
             return [LabelResult(label="visual") if c else LabelResult(error="no_caption")
                     for c in captions]
 
-    out = label_table(Fixed(), pa.table({"sample_id": ["a", "b"], "caption": ["A dog.", None]}))
+    out = label_results_table(["a", "b"], Fixed().label_batch(["A dog.", None]), "m", "v1")
     assert out.schema == LABEL_TABLE_SCHEMA and out.schema.names[1:] == LABEL_COLUMNS.names
     assert out.column("label").to_pylist() == ["visual", None]
     assert out.column("label_error").to_pylist() == [None, "no_caption"]

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from prx_data.models.captioning.base import BackendUnavailable, error_code
+from prx_data.core.reasons import reason_code
+from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.models.captioning.chat_http import ChatServerConfig
 from prx_data.models.captioning.config import OpenAICaptionerConfig
 from prx_data.models.captioning.factory import make_captioner
@@ -78,9 +79,9 @@ def test_client_errors_are_per_row_and_not_retried():
     with FakeChatServer(status_for=reject_green) as server, make(server.base_url) as captioner:
         results = captioner.caption_images([image_bytes("red"), image_bytes("green"), NOT_AN_IMAGE])
     assert results[0].ok
-    assert error_code(results[1].error) == "http_error"
+    assert reason_code(results[1].error) == "http_error"
     assert "400" in results[1].error and "rejected by test" in results[1].error
-    assert error_code(results[2].error) == "bad_image"
+    assert reason_code(results[2].error) == "bad_image"
     assert len(server.requests) == 2  # no retry of the 400, no request for the bad image
 
 
@@ -89,7 +90,7 @@ def test_quality_guards_apply_to_server_replies():
     with FakeChatServer(reply=lambda body: next(replies)) as server:
         with make(server.base_url, max_concurrency=1) as captioner:
             results = captioner.caption_images([image_bytes(), image_bytes()])
-    assert [error_code(r.error) for r in results] == ["refusal", "truncated"]
+    assert [reason_code(r.error) for r in results] == ["refusal", "truncated"]
 
 
 def test_server_that_stays_down_raises_backend_unavailable():

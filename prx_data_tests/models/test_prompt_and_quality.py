@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from prx_data.models.captioning import prompt
-from prx_data.models.captioning.base import CaptionResult, error_code
+from prx_data.core.reasons import reason_code
+from prx_data.models.captioning.base import CaptionResult
 from prx_data.models.captioning.quality import CaptionGuards, judge_caption, judge_source_caption
 from prx_data_tests.models.fake_openai import good_caption
 
@@ -66,7 +67,7 @@ def test_good_caption_passes_and_is_normalized_to_one_paragraph():
 def test_bad_outputs_are_flagged_never_silently_good(raw, finish, code):
     result = judge_caption(raw, finish_reason=finish)
     assert result.caption is None
-    assert error_code(result.error) == code
+    assert reason_code(result.error) == code
 
 
 def test_quoted_refusal_words_inside_a_caption_are_fine():

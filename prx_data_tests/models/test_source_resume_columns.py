@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from prx_data.models.captioning.base import Captioner
-from prx_data.models.captioning.caption_columns import CAPTION_TABLE_SCHEMA, caption_table
+from prx_data.models.captioning.caption_columns import CAPTION_TABLE_SCHEMA, caption_results_table
 from prx_data.models.captioning.factory import make_captioner, parse_captioner_config
 from prx_data.models.captioning.config import VLLMCaptionerConfig
 from prx_data.models.captioning.prompt import caption_prompt_version
@@ -34,7 +34,9 @@ def test_caption_table_has_sample_ids_and_the_schema_columns():
             "source_caption": ["short alt text", None],
         }
     )
-    out = caption_table(SourceCaptioner(), batch)
+    captioner = SourceCaptioner()
+    results = captioner.caption_batch(batch.to_pylist())
+    out = caption_results_table(batch["sample_id"].to_pylist(), results, captioner.model_id, captioner.prompt_version)
     assert out.schema == CAPTION_TABLE_SCHEMA
     assert out.schema.names[1:] == CAPTION_COLUMNS.names
     assert out.to_pylist() == [

@@ -9,6 +9,7 @@ import math
 import dagster as dg
 import pyarrow.compute as pc
 
+from prx_data.core.reasons import reason_code
 from prx_data.defs.checks.corpus_checks import CHECKS_DOC
 from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -114,7 +115,7 @@ def caption_coverage(
     usable = ds.to_table(columns=["source_key", "caption", "caption_error"], filter="status = 'ok'")
     captioned = usable.num_rows - usable.column("caption").null_count
     coverage = captioned / usable.num_rows if usable.num_rows else 1.0
-    errors = [e.split(":", 1)[0] for e in usable.column("caption_error").to_pylist() if e]
+    errors = [reason_code(e) for e in usable.column("caption_error").to_pylist() if e]
     by_error = {e: errors.count(e) for e in sorted(set(errors))}
     uncaptioned = [
         (key, error) for key, caption, error in zip(*(usable.column(c).to_pylist() for c in ("source_key", "caption", "caption_error")))

@@ -19,9 +19,6 @@ from typing import Any, Protocol, runtime_checkable
 # ``source_caption``; ``sample_id`` is carried through by the callers, not by the backends.
 CaptionRow = Mapping[str, Any]
 
-_DETAIL_MAX = 200
-
-
 class CaptionErrorCode:
     """Reason codes written to ``caption_error`` (optionally ``"<code>: <detail>"``)."""
 
@@ -35,23 +32,6 @@ class CaptionErrorCode:
     HTTP_ERROR = "http_error"  # a 4xx from the server for this row: retrying will not help
     BAD_RESPONSE = "bad_response"  # 2xx, but not a chat completion we can read
     INFERENCE_ERROR = "inference_error"  # the engine failed on this row
-
-
-def with_detail(code: str, detail: object | None = None) -> str:
-    """``code`` or ``"code: detail"`` with the detail kept short (it lands in a table column)."""
-    if detail is None or str(detail) == "":
-        return code
-    text = " ".join(str(detail).split())
-    if len(text) > _DETAIL_MAX:
-        text = text[: _DETAIL_MAX - 3] + "..."
-    return f"{code}: {text}"
-
-
-def error_code(error: str | None) -> str | None:
-    """The reason code of an error string written by :func:`with_detail`."""
-    if error is None:
-        return None
-    return error.split(":", 1)[0]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from prx_data.models.captioning.base import CaptionResult, Captioner
+from prx_data.models.captioning.base import CaptionResult
 from prx_data.models.derived_columns import CAPTION, DerivedColumns
 from prx_data.core.schema import CAPTION_COLUMNS
 
@@ -49,14 +49,4 @@ def caption_results_table(
 ) -> pa.Table:
     return results_table(
         CAPTION, CAPTION_TABLE_SCHEMA, sample_ids, [r.caption for r in results], [r.error for r in results], model_id, prompt_version
-    )
-
-
-def caption_table(captioner: Captioner, batch: pa.Table | pa.RecordBatch) -> pa.Table:
-    """Caption an Arrow batch with ``sample_id``, ``image`` and (optionally) ``source_caption``."""
-    wanted = [c for c in ("sample_id", "image", "source_caption") if c in batch.schema.names]
-    rows = batch.select(wanted).to_pylist()
-    results = captioner.caption_batch(rows)
-    return caption_results_table(
-        [row["sample_id"] for row in rows], results, captioner.model_id, captioner.prompt_version
     )

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prx_data.models.captioning.base import CaptionErrorCode as E
-from prx_data.models.captioning.base import with_detail
+from prx_data.core.reasons import with_detail
 from prx_data.models.captioning.config import CaptionSampling, VLLMCaptionerConfig
 from prx_data.models.captioning.images import ImageBudget, image_data_url
 from prx_data.models.captioning.prompt import (

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow, with_detail
+from prx_data.core.reasons import with_detail
+from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow
 from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.models.captioning.config import TransformersCaptionerConfig
 from prx_data.models.captioning.images import load_for_captioning

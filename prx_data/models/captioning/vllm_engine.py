@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prx_data.models.captioning.base import with_detail
+from prx_data.core.reasons import with_detail
 from prx_data.models.captioning.gpu_env import WorkerEnv, gpu_runtime_env, stage_resources
 from prx_data.models.captioning.vlm import Judged, PrepError, VLMTask
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from prx_data.models.captioning import vllm_engine
-from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow, with_detail
+from prx_data.core.reasons import with_detail
+from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow
 from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.models.captioning.config import VLLMCaptionerConfig
 from prx_data.models.captioning.task import CaptionTask

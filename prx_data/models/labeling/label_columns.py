@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from prx_data.models.captioning.caption_columns import results_table
 from prx_data.models.derived_columns import LABEL
-from prx_data.models.labeling.base import Classifier, LabelResult
+from prx_data.models.labeling.base import LabelResult
 from prx_data.core.schema import LABEL_COLUMNS
 
 LABEL_TABLE_SCHEMA = pa.schema([pa.field("sample_id", pa.string(), nullable=False), *LABEL_COLUMNS])
@@ -33,11 +33,3 @@ def with_label_score(table: pa.Table, scores: Sequence[float | None] | None = No
         return table
     values = pa.array(scores if scores is not None else [None] * table.num_rows, field.type)
     return table.append_column(field, values)
-
-
-def label_table(classifier: Classifier, batch: pa.Table | pa.RecordBatch) -> pa.Table:
-    """Label an Arrow batch with ``sample_id`` and ``caption``."""
-    results = classifier.label_batch(batch["caption"].to_pylist())
-    return label_results_table(
-        batch["sample_id"].to_pylist(), results, classifier.model_id, classifier.label_version
-    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prx_data.models.captioning.base import with_detail
+from prx_data.core.reasons import with_detail
 from prx_data.models.derived_columns import LABEL
 from prx_data.models.captioning.vlm import Judged, PrepError, VLMRequest, VLMTask
 from prx_data.models.labeling.base import LabelErrorCode

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from prx_data.models.captioning import vllm_engine
-from prx_data.models.captioning.base import with_detail
+from prx_data.core.reasons import with_detail
 from prx_data.models.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.models.labeling.config import VLLMClassifierConfig
 from prx_data.models.labeling.prompt import label_prompt_version
