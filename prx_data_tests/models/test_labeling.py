@@ -158,14 +158,15 @@ def test_vllm_label_preprocess_and_postprocess():
 def test_vllm_label_engine_config():
     from prx_data.models.captioning.vllm_engine import engine_kwargs
 
-    cfg = VLLMClassifierConfig(replicas=4, batch_size=512, cpu_stage_concurrency=6)
+    cfg = VLLMClassifierConfig(replicas=4, batch_size=512, cpu_stage_concurrency=6, text_stage_concurrency=3)
     pc = processor_config(cfg, engine=engine_kwargs(cfg), multimodal=False, chat_template_kwargs=NO_THINKING)
     assert pc.model_source == "Qwen/Qwen3-8B" and pc.concurrency == 4 and pc.batch_size == 512
     kw = pc.engine_kwargs
     assert kw["enable_prefix_caching"] is True and kw["max_num_batched_tokens"] == 32768
     assert kw["quantization"] == "fp8" and kw["kv_cache_dtype"] == "fp8"
     assert pc.chat_template_stage["chat_template_kwargs"] == {"enable_thinking": False}
-    assert pc.chat_template_stage["concurrency"] == 6 and pc.tokenize_stage["concurrency"] == 6
+    # The text stages have their own (small) sizing: they are mostly idle beside the engine.
+    assert pc.chat_template_stage["concurrency"] == 3 and pc.tokenize_stage["concurrency"] == 3
     assert pc.prepare_multimodal_stage["enabled"] is False  # text only
     assert pc.detokenize_stage == {"enabled": False}  # vLLM already returns the text
     assert pc.runtime_env["env_vars"]["HF_HUB_OFFLINE"] == "1"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from prx_data.models.captioning.base import CaptionErrorCode, error_code
+from prx_data.core.reasons import reason_code as error_code
+from prx_data.models.captioning.base import CaptionErrorCode
 from prx_data.models.captioning.config import CaptionSampling, TransformersCaptionerConfig
 from prx_data.models.captioning.factory import make_captioner
 from prx_data.models.captioning.images import ImageBudget

@@ -14,7 +14,7 @@ import json
 import pytest
 from PIL import Image
 
-from prx_data.models.captioning.base import error_code
+from prx_data.core.reasons import reason_code as error_code
 from prx_data.models.captioning.config import CaptionSampling, VLLMCaptionerConfig
 from prx_data.models.captioning.factory import make_captioner
 from prx_data.models.captioning.gpu_env import DEFAULT_REQUIREMENTS, WorkerEnv, gpu_runtime_env
