@@ -78,7 +78,6 @@ class Retryable(Exception):
         )
 
 
-@dataclass(frozen=True)
 class _StopPastDeadline(tenacity.stop.stop_base):
     """Stops when the next wait would end past the deadline (a monotonic time)."""
 
@@ -89,6 +88,7 @@ class _StopPastDeadline(tenacity.stop.stop_base):
         return time.monotonic() + (retry_state.upcoming_sleep or 0.0) >= self.deadline_at()
 
 
+@dataclass(frozen=True)
 class RetryPolicy:
     """``retries`` more attempts after the first; the n-th wait is drawn from
     [b/2, b] with b = min(``max_backoff_s``, ``backoff_s`` * 2**(n-1)), and is at least the
