@@ -37,8 +37,9 @@ class TransformersCaptioner(BaseCaptioner):
     def __init__(self, config: TransformersCaptionerConfig) -> None:
         self.config = config
         self.model_id = config.model_id or str(Path(config.model_path))
-        self._model = None
-        self._processor = None
+        # transformers objects, loaded on first use (transformers is a heavy import, kept lazy).
+        self._model: Any = None
+        self._processor: Any = None
 
     def __getstate__(self) -> dict:
         # Ship the config, not the weights: each Ray worker loads the model once itself.
@@ -57,7 +58,7 @@ class TransformersCaptioner(BaseCaptioner):
             cfg.model_path, dtype=cfg.dtype, local_files_only=True
         )
         self._processor = processor
-        self._model = model.to(cfg.device).eval()
+        self._model = model.to(cfg.device).eval()  # type: ignore[arg-type]  # transformers wraps .to with functools.wraps(Module.to), so its type wants the model as first argument
 
     def render_prompt(self, image: Any = None) -> str:
         """The exact text the model sees (with the image placeholder tokens)."""
