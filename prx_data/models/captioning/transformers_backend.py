@@ -58,7 +58,9 @@ class TransformersCaptioner(BaseCaptioner):
             cfg.model_path, dtype=cfg.dtype, local_files_only=True
         )
         self._processor = processor
-        self._model = model.to(cfg.device).eval()  # type: ignore[arg-type]  # transformers wraps .to with functools.wraps(Module.to), so its type wants the model as first argument
+        # transformers types .to through functools.wraps(Module.to), as if the model were its
+        # first argument: its stub is wrong, the call is right.
+        self._model = model.to(cfg.device).eval()  # type: ignore[arg-type]
 
     def render_prompt(self, image: Any = None) -> str:
         """The exact text the model sees (with the image placeholder tokens)."""
