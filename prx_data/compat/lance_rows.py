@@ -53,7 +53,10 @@ def delete_in_fragment(ds: lance.LanceDataset, fragment_id: int, key: str, value
     """
 
     predicate = " OR ".join(f"{key} IN ({', '.join(sql_string(v) for v in values[i : i + 1000])})" for i in range(0, len(values), 1000))
-    return ds.get_fragment(fragment_id).delete(predicate)
+    fragment = ds.get_fragment(fragment_id)
+    if fragment is None:
+        raise LookupError(f"fragment {fragment_id} is not in version {ds.version} of {ds.uri}")
+    return fragment.delete(predicate)
 
 
 def version_mismatch() -> str | None:

@@ -62,6 +62,8 @@ def download_stream_file(stream: Stream, basename: str, to_basename: str | None 
     """Fetch ``basename`` of a remote stream into its local folder (as ``to_basename``); returns
     the local path. ``FileNotFoundError`` at once when the object does not exist; other failures
     are retried ``stream.download_retry`` times, as streaming retries its own downloads."""
+    if stream.remote is None:
+        raise ValueError(f"stream at {stream.local} has no remote to download {basename} from")
     remote = os.path.join(stream.remote, stream.split or "", basename)
     local = os.path.join(stream.local, stream.split or "", to_basename or basename)
     # Set by the dataset a stream belongs to (or by the caller); streaming's defaults otherwise.
@@ -105,6 +107,7 @@ class ConfiguredS3Downloader(S3Downloader):
 
         if self._s3_client is None:
             self._create_s3_client(timeout=timeout)
+        assert self._s3_client is not None, "_create_s3_client sets the client"
         obj = urllib.parse.urlparse(remote)
         try:
             self._s3_client.download_file(obj.netloc, obj.path.lstrip("/"), local, Config=_transfer_config())

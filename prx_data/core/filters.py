@@ -14,11 +14,12 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Iterable
+from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-Expr = pc.Expression
+Expr: TypeAlias = pc.Expression
 
 
 def equals(column: str, value: object) -> Expr:

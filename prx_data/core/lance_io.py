@@ -76,6 +76,8 @@ def update_columns(
     for frag_id, frag_keys in keys_by_fragment.items():
         part = updates.filter(pc.is_in(updates.column(key), value_set=pa.array(frag_keys)))
         fragment = ds.get_fragment(frag_id)
+        # The id came from a row address scanned from this very version, so it exists.
+        assert fragment is not None, f"fragment {frag_id} vanished from version {ds.version}"
         metadata, fields = fragment.update_columns(part, left_on=key, right_on=key)
         updated_fragments.append(metadata)
         fields_modified.update(fields)

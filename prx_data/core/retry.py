@@ -78,6 +78,16 @@ class Retryable(Exception):
         )
 
 
+class _StopPastDeadline(tenacity.stop.stop_base):
+    """Stops when the next wait would end past the deadline (a monotonic time)."""
+
+    def __init__(self, deadline_at: Callable[[], float]) -> None:
+        self.deadline_at = deadline_at
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return time.monotonic() + (retry_state.upcoming_sleep or 0.0) >= self.deadline_at()
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """``retries`` more attempts after the first; the n-th wait is drawn from
@@ -116,11 +126,8 @@ class RetryPolicy:
             exc = state.outcome.exception() if state.outcome else None
             return self.wait_s(state.attempt_number, getattr(exc, "retry_after_s", None))
 
-        def past_deadline(state: tenacity.RetryCallState) -> bool:
-            return time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline_at()
-
         return tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.retries + 1) | past_deadline,
+            stop=tenacity.stop_after_attempt(self.retries + 1) | _StopPastDeadline(deadline_at),
             wait=wait,
             retry=tenacity.retry_if_exception_type(Retryable),
             sleep=sleep,

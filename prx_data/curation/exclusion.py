@@ -8,6 +8,7 @@ opt-out request resolved to. Shards are never rewritten: the result is written a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,8 +74,8 @@ def _with_content_keys(exports: pa.Table, raw_uri: str, options: dict | None) ->
     """Adds ``phash_degenerate`` and ``image_sha256`` from the raw table (null when absent):
     dedup matches degenerate fingerprints by content key only."""
     raw = open_table(raw_uri, options)
-    wanted = [c for c in ("phash_degenerate", "image_sha256") if raw is not None and c in raw.schema.names]
-    keys = raw.to_table(columns=["sample_id", *wanted]) if wanted else pa.table({"sample_id": pa.array([], pa.string())})
+    wanted = [c for c in ("phash_degenerate", "image_sha256") if c in raw.schema.names] if raw is not None else []
+    keys = raw.to_table(columns=["sample_id", *wanted]) if raw is not None and wanted else pa.table({"sample_id": pa.array([], pa.string())})
     joined = exports.join(keys, "sample_id", join_type="left outer")
     for name, kind in (("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())):
         if name not in joined.column_names:
@@ -162,16 +163,23 @@ def superseded_rows(paths: StoragePaths, sources: Iterable[str], options: dict |
     return found.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
 
 
+@dataclass
+class RecordedSkiplistReport(SkiplistReport):
+    """A skip-list build recorded for the requesters' receipts, under ``build_id``."""
+
+    build_id: str | None = None
+
+
 def write_skip_lists(
     mds_root: str, skips: pa.Table, storage_options: dict | None = None, paths: StoragePaths | None = None
 ) -> SkiplistReport:
     """Write the sidecars; with ``paths``, also record the build (which request it excludes, on
-    which shards) for the requesters' receipts."""
+    which shards) for the requesters' receipts (the report is then a RecordedSkiplistReport)."""
     report = build_skiplists(skips, mds_root, storage_options=storage_options)
-    if paths is not None:
-
-        report.build_id = record_build(paths, skips, storage_options)
-    return report
+    if paths is None:
+        return report
+    build_id = record_build(paths, skips, storage_options)
+    return RecordedSkiplistReport(**{f.name: getattr(report, f.name) for f in fields(report)}, build_id=build_id)
 
 
 def read_optout_samples(paths: StoragePaths, options: dict | None = None) -> pa.Table | None:
@@ -199,4 +207,4 @@ def compute_skips(
     return exports, pa.concat_tables(parts)
 
 
-__all__ = ["compute_skips", "dedup_config", "exported_samples", "write_skip_lists"]
+__all__ = ["RecordedSkiplistReport", "compute_skips", "dedup_config", "exported_samples", "write_skip_lists"]

@@ -177,11 +177,11 @@ def plan_folds(exports: pa.Table, skips: pa.Table, bucket_cfg: BucketConfig, pol
     counts = Counter(f"{t}/{b}" for t, b in zip(live["tier"].to_pylist(), live["bucket"].to_pylist()))
     by_tier: dict[int, dict[int, str]] = defaultdict(dict)  # tier -> aspect index -> rel
     for rel in counts:
-        tier, bucket = rel.split("/")
+        tier_name, bucket = rel.split("/")
         height, width = parse_bucket(bucket)
-        index = shape_index(int(tier), height, width, bucket_cfg)
+        index = shape_index(int(tier_name), height, width, bucket_cfg)
         if index is not None:  # a shape of another bucket config is never folded or a target
-            by_tier[int(tier)][index] = rel
+            by_tier[int(tier_name)][index] = rel
     folds, refused = {}, {}
     targets: dict[str, tuple[int, int, int]] = {}
     for tier, indexes in by_tier.items():
@@ -352,6 +352,8 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
                     "original_width": old["original_width"], "original_height": old["original_height"], **meta(row),
                 }
         for start in range(0, len(encode), 32):
+            # Rows are encoded only when found in ``raw``, which is read from the raw table.
+            assert raw_ds is not None, "rows to encode without a raw table"
             chunk = encode[start : start + 32]
             images = read_images(raw_ds, [raw[row["sample_id"]]["_rowaddr"] for _, row in chunk])
             for (rel, row), data in zip(chunk, images):

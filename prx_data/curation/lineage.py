@@ -72,7 +72,7 @@ RunsLookup = Callable[[str, str, dict], dict[str, dict]]  # (source, sample_id, 
 
 
 def _rows(paths: StoragePaths, sources: Iterable[str], where: Expr, options: dict | None) -> list[dict]:
-    found = []
+    found: list[dict] = []
     for source in sources:
         ds = open_table(paths.raw_table(source), options)
         if ds is None:
@@ -95,7 +95,8 @@ def _shown(row: dict) -> dict:
 def _url_filter(url: str, key: bytes | None) -> Expr:
     """Rows of this URL: by the keyed hash of the original (redacted rows), or the URL as
     stored (rows from before redaction, or a query given in redacted form)."""
-    wanted = {url, redact_url(url)}
+    redacted = redact_url(url)
+    wanted = {url, redacted} if redacted else {url}
     where = one_of("source_url", sorted(wanted))
     return any_of(where, equals("source_url_key", url_key(url, key))) if key else where
 
@@ -174,9 +175,9 @@ def find(
     if source_key:
         if ":" not in source_key:
             raise ValueError(f"{source_key!r}: expected '<source>:<key>'")
-        source, key = source_key.split(":", 1)
+        source, item_key = source_key.split(":", 1)
         if source in sources:
-            sid = make_sample_id(source, key)
+            sid = make_sample_id(source, item_key)
             matches += [("source_key", r) for r in _rows(paths, [source], equals("sample_id", sid), options)]
     if image is not None:
         matches += [("image", r) for r in _image_matches(paths, sources, Path(image), max_hamming, options)]
@@ -254,9 +255,9 @@ def format_record(record: LineageRecord) -> str:
         lines.append("  export     not exported yet")
     for p in record.placements:
         if p.shard:
-            run = f" run={p.export_run_id}" if p.export_run_id else ""
+            run_note = f" run={p.export_run_id}" if p.export_run_id else ""
             made = f"folded from {p.folded_from}" if p.folded_from else p.export_version
-            lines.append(f"  shard      {p.shard} #{p.index_in_shard}  (tier {p.tier}, bucket {p.bucket}, {made}{run})")
+            lines.append(f"  shard      {p.shard} #{p.index_in_shard}  (tier {p.tier}, bucket {p.bucket}, {made}{run_note})")
         else:
             lines.append(f"  export     dropped: {p.drop_reason}" + (f" [run={p.export_run_id}]" if p.export_run_id else ""))
         for s in p.skipped:

@@ -9,14 +9,20 @@ skipped, with the reason recorded, when the column is missing or all null.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import lance
 
 from prx_data.core.locking import locks_table
 from prx_data.core.lance_io import open_table, storage_options_of
 
-SOURCE_INDEXES = (
+# The scalar index kinds these tables use (a subset of what LanceDataset.create_scalar_index takes).
+ScalarIndexKind = Literal["BTREE", "BITMAP", "INVERTED"]
+IndexSpec = tuple[str, ScalarIndexKind]
+
+SOURCE_INDEXES: tuple[IndexSpec, ...] = (
     ("caption", "INVERTED"),
     ("source_caption", "INVERTED"),
     ("sample_id", "BTREE"),
@@ -24,7 +30,7 @@ SOURCE_INDEXES = (
     ("label", "BITMAP"),
     ("status", "BITMAP"),
 )
-EXPORT_INDEXES = (("sample_id", "BTREE"), ("bucket", "BITMAP"))
+EXPORT_INDEXES: tuple[IndexSpec, ...] = (("sample_id", "BTREE"), ("bucket", "BITMAP"))
 # IVF needs a few rows per partition to train; below this a vector search scans (fast anyway).
 MIN_ROWS_FOR_VECTOR_INDEX = 256
 
@@ -48,13 +54,13 @@ def _index_names(ds: lance.LanceDataset) -> dict[str, str]:
     return out
 
 
-def _wanted(ds: lance.LanceDataset, indexes) -> list[tuple[str, str]]:
+def _wanted(ds: lance.LanceDataset, indexes: Sequence[IndexSpec]) -> list[IndexSpec]:
     names = set(ds.schema.names)
     return [(column, kind) for column, kind in indexes if column in names]
 
 
 @locks_table("uri", "options")  # compaction beside an ingest's upsert is a commit conflict
-def maintain_table(uri: str, *, target_rows_per_fragment: int, indexes=SOURCE_INDEXES, options: dict | None = None) -> TableMaintenance | None:
+def maintain_table(uri: str, *, target_rows_per_fragment: int, indexes: Sequence[IndexSpec] = SOURCE_INDEXES, options: dict | None = None) -> TableMaintenance | None:
     ds = open_table(uri, options)
     if ds is None:
         return None

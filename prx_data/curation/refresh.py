@@ -14,22 +14,27 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from prx_data.core.paths import StoragePaths
 from prx_data.curation.optout.requests import OptOutReport, apply_requests
 from prx_data.export.corpus_index import merge_all
+from prx_data.export.skiplist import SkiplistReport
 from prx_data.imaging.buckets import BucketConfig
+
+if TYPE_CHECKING:  # fold pulls in streaming (torch): imported where it runs, below
+    from prx_data.curation.fold import FoldReport
 
 
 @dataclass
 class SkipListsRebuilt:
     exports: pa.Table  # every exported sample the skips were computed over
     skips: pa.Table  # one row per (sample, shard, reason)
-    report: object  # export.skiplist.SkiplistReport: sidecars written / unchanged / removed, per-stream shares
+    report: SkiplistReport  # sidecars written / unchanged / removed, per-stream shares
     merged: list  # export.corpus_index merge results, one per bucket (published or not)
-    folds: object  # curation.fold.FoldReport
+    folds: FoldReport
 
     @property
     def skipped_samples(self) -> int:
@@ -106,7 +111,7 @@ def refresh(
     """Apply the opt-out folder now: resolve requests, rebuild the skip lists over the current
     export and refresh the data card. Nothing is re-exported, so this takes seconds."""
     # lazy: pulls in lance
-    from prx_data.curation.exclusion import DEFAULT_DEDUP_RADIUS
+    from prx_data.curation.exclusion import DEFAULT_DEDUP_RADIUS, RecordedSkiplistReport
 
     started = time.perf_counter()
     sources = sorted(priorities)
@@ -126,7 +131,7 @@ def refresh(
         optouts=report,
         skipped_samples=rebuilt.skipped_samples,
         sidecars_written=rebuilt.report.written,
-        build_id=getattr(rebuilt.report, "build_id", None),
+        build_id=rebuilt.report.build_id if isinstance(rebuilt.report, RecordedSkiplistReport) else None,
         card_path=card_path,
         seconds=time.perf_counter() - started,
     )

@@ -98,8 +98,14 @@ def build_data_card(
 ) -> DataCard:
     """The card of ``sources`` under ``paths`` (local or object-store roots alike, via ``options``).
     ``generated_at`` (default: now) is the one line that differs between two equal corpora."""
-    per_source, tiers, buckets, labels, drops = [], Counter(), Counter(), Counter(), Counter()
-    caption_models, label_models, words = Counter(), Counter(), []
+    per_source: list[tuple[str, int, int, int]] = []
+    tiers: Counter[int] = Counter()
+    buckets: Counter[str] = Counter()
+    labels: Counter[str] = Counter()
+    drops: Counter[str] = Counter()
+    caption_models: Counter[str] = Counter()
+    label_models: Counter[str | None] = Counter()
+    words: list[int] = []
     exported_ids: set[str] = set()
     for source in sources:
         raw = open_table(paths.raw_table(source), options)

@@ -217,6 +217,19 @@ class _Payload:
     same_as: str | None = None  # label of the picture, shared by every copy of it
     text: bool = False
 
+    @property
+    def content(self) -> bytes:
+        # Only a missing image has no bytes, and nothing writes, cuts or hashes one of those.
+        if self.data is None:
+            raise ValueError(f"a {self.status} payload has no bytes")
+        return self.data
+
+    @property
+    def displayed_size(self) -> tuple[int, int]:
+        if self.size is None:
+            raise ValueError(f"a {self.status} payload has no displayed size")
+        return self.size
+
 
 def _ok(data: bytes, size: tuple[int, int], *, same_as: str | None = None, text: bool = False) -> _Payload:
     return _Payload(data, Status.OK.value, size, same_as, text)
@@ -299,10 +312,10 @@ class _Builder:
         rows, when it gets worse. A real source declares the same (`checks:` in its spec)."""
         items = list({i.key: i for i in src.items}.values())  # a repeated key is one row
         ok = [i for i in items if i.status == "ok"]
-        captioned = [i for i in ok if i.caption]
+        captioned = [i.caption for i in ok if i.caption]
         error_share = sum(i.status not in ("ok", "opted_out") for i in items) / max(1, len(items))
         coverage = len(captioned) / max(1, len(ok))
-        outliers = sum(not 2 <= len(i.caption.split()) <= 300 for i in captioned) / max(1, len(captioned))
+        outliers = sum(not 2 <= len(caption.split()) <= 300 for caption in captioned) / max(1, len(captioned))
         slack = 0.02  # the demo's counts are exact; the slack only keeps float rounding out
         defaults = CheckThresholds()
         checks = {}
@@ -384,7 +397,7 @@ class _Builder:
             ("odd/logo_rgba.png", _ok(im.png_bytes(logo), logo.size), "txt"),
             ("odd/animated.gif", _ok(im.gif_bytes(frames), frames[0].size), "txt"),
             ("broken/empty.jpg", _bad(b"", Status.INVALID_IMAGE), None),
-            ("broken/truncated.jpg", _bad(pics["coffee"].data[: len(pics["coffee"].data) // 2], Status.INVALID_IMAGE), "txt"),
+            ("broken/truncated.jpg", _bad(pics["coffee"].content[: len(pics["coffee"].content) // 2], Status.INVALID_IMAGE), "txt"),
             ("broken/notes.jpg", _bad(text_file, Status.INVALID_IMAGE), None),
             ("broken/bomb.png", _bad(im.bomb_png(20_000, 20_000), Status.TOO_LARGE), "txt"),
             ("small/chelsea.jpg", _ok(im.jpeg_bytes(chelsea, 90), chelsea.size), "txt"),
@@ -399,7 +412,7 @@ class _Builder:
         ]
         files += self._gallery()
         for rel, payload, sidecar in files:
-            path = self.write(f"photos/{rel}", payload.data)
+            path = self.write(f"photos/{rel}", payload.content)
             caption = None
             if sidecar:
                 caption = im.alt_text(rng, Path(rel).stem)
@@ -415,7 +428,7 @@ class _Builder:
         PRX's data) rather than a third: distinct crops of the sample photos, captioned."""
         rng = self.sub_rng("gallery")
         sizes = ((640, 480), (480, 640), (576, 576), (720, 480))
-        out = []
+        out: list[tuple[str, _Payload, str | None]] = []
         for k in range(GALLERY_PHOTOS):
             name, subject = GALLERY_SUBJECTS[k % len(GALLERY_SUBJECTS)]
             base = self.picture(name)
@@ -463,7 +476,7 @@ class _Builder:
             ("web-0002", pics["coffee_q75"], "IMG_2041.JPG", "cc-by-4.0"),
             ("web-0003", _ok(im.png_bytes(shot), shot.size, text=True), "screenshot of the dashboard", "cc-by-sa-4.0"),
             ("web-0005", _ok(im.png_bytes(shapes), shapes.size), "click to enlarge", "cc-by-4.0"),
-            ("web-0006", _bad(pics["rocket"].data[:20_000], Status.INVALID_IMAGE), "rocket launch", "cc-by-4.0"),
+            ("web-0006", _bad(pics["rocket"].content[:20_000], Status.INVALID_IMAGE), "rocket launch", "cc-by-4.0"),
             ("web-0007", _bad(None, Status.MISSING), "image unavailable", None),
             ("web-0008", _bad(html, Status.INVALID_IMAGE), "", "cc-by-4.0"),
             ("web-0009", _ok(im.jpeg_bytes(color, 90), color.size), None, "cc0-1.0"),
@@ -560,7 +573,7 @@ class _Builder:
                 ("000000", "jpg", pics["coffee_half"], True),
                 ("000001", "png", _ok(im.png_bytes(shapes), shapes.size), True),
                 ("000002", "jpg", _ok(im.jpeg_bytes(slide, 90), slide.size, text=True), True),
-                ("000003", "jpg", _bad(pics["retina"].data[: len(pics["retina"].data) // 2], Status.INVALID_IMAGE), True),
+                ("000003", "jpg", _bad(pics["retina"].content[: len(pics["retina"].content) // 2], Status.INVALID_IMAGE), True),
                 ("000004", "jpg", _ok(im.jpeg_bytes(brick, 90), brick.size), False),
             ],
             [
@@ -577,7 +590,7 @@ class _Builder:
                     caption = im.alt_text(rng, _subject(payload)) if has_caption else None
                     url = f"https://example.org/wds/{key}.{ext}"
                     lic = "cc-by-sa-4.0" if int(key) % 3 == 0 else "cc-by-4.0"
-                    members = [(f"{key}.{ext}", payload.data)]
+                    members = [(f"{key}.{ext}", payload.content)]
                     if caption:
                         members.append((f"{key}.txt", caption.encode()))
                     members.append((f"{key}.json", json.dumps({"license": lic, "url": url}).encode()))
@@ -675,7 +688,7 @@ class _Builder:
                 url = "ftp://ftp.example.invalid/pub/images/0005.jpg"
             else:
                 url = f"{base}/{name}"
-                self.write(f"http/{name}", payload.data)
+                self.write(f"http/{name}", payload.content)
             if name in DEMO_HTTP_HEADERS:
                 # The file is fine; the server's noai header is what should keep it out.
                 payload = _Payload(payload.data, Status.OPTED_OUT.value, payload.size)
@@ -693,12 +706,12 @@ class _Builder:
         for ref, p in self.payloads.items():
             if p.status != Status.OK.value:
                 continue
-            by_bytes[hashlib.sha256(p.data).hexdigest()].append(ref)
+            by_bytes[hashlib.sha256(p.content).hexdigest()].append(ref)
             if p.same_as:
                 by_picture[p.same_as].append(ref)
             if p.text:
                 text_heavy.append(ref)
-            w, h = p.size
+            w, h = p.displayed_size
             _assert_clear_of_limits(ref, w, h)
             if w * h < MIN_PIXELS:
                 too_small.append(ref)

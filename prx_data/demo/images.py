@@ -31,9 +31,14 @@ _WORDS = (
 
 
 @lru_cache(maxsize=32)
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+def _font(size: int) -> ImageFont.FreeTypeFont:
     # Pillow's embedded default font: the same glyphs on every machine, no font files needed.
-    return ImageFont.load_default(size=size)
+    font = ImageFont.load_default(size=size)
+    # Without FreeType Pillow falls back to a fixed-size bitmap font, which has no .size to lay
+    # text out by.
+    if not isinstance(font, ImageFont.FreeTypeFont):
+        raise RuntimeError("the demo images need Pillow built with FreeType (a sized default font)")
+    return font
 
 
 def words(rng: random.Random, n: int) -> str:
@@ -212,7 +217,7 @@ def slide(size: tuple[int, int], rng: random.Random, *, title: str | None = None
         for line in _wrap(draw, sentence(rng, 6, 16), body, bullet_w):
             draw.text((x, y), line, font=body, fill=(30, 30, 30))
             y += int(body.size * 1.3)
-        y += body.size // 2
+        y += int(body.size // 2)
     if bullet_w < w // 2:
         # Right half: a bar chart, as slides often have.
         bx0, by1 = w // 2 + w // 20, h - h // 6

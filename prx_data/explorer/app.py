@@ -235,7 +235,9 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return _error(request, 404, str(exc))
 
 
-async def _http_error(request: Request, exc: HTTPException) -> Response:
+async def _http_error(request: Request, exc: Exception) -> Response:
+    # Starlette types every handler as taking Exception; this one is registered for HTTPException.
+    assert isinstance(exc, HTTPException)
     return _error(request, exc.status_code, exc.detail or "error")
 
 

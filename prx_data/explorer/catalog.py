@@ -87,7 +87,7 @@ class Catalog:
 
 
 def _fts_columns(ds: lance.LanceDataset) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for index in ds.describe_indices():
         kind = str(getattr(index, "index_type", "")).lower()
         if "inverted" in kind or "fts" in kind:

@@ -238,7 +238,7 @@ def full_text_table(ds: lance.LanceDataset, columns: dict, query: str, indexed: 
     if len(tables) == 1:
         return tables[0]
     table = pa.concat_tables(tables).sort_by([("_score", "descending")])
-    first = {}
+    first: dict[str, int] = {}
     for i, sid in enumerate(table.column("sample_id").to_pylist()):
         first.setdefault(sid, i)
     return table.take(pa.array(sorted(first.values()), pa.int64())).slice(0, limit)

@@ -12,6 +12,7 @@ import posixpath
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from prx_data.export.skiplist import SkiplistError, parse_sidecar, root_sidecar_entries
@@ -92,7 +93,7 @@ class SkipIndex:
         except (SkiplistError, OSError) as error:
             return str(error)
         shard = f"{posixpath.dirname(rel)}/{sidecar.shard}"
-        kept = sidecar.kept_sample_ids or [None] * len(sidecar.sample_ids)
+        kept: Sequence[str | None] = sidecar.kept_sample_ids or [None] * len(sidecar.sample_ids)
         return [
             (sample_id, SkipEntry(sidecar.reason, shard, int(index), rel, keep or None))
             for sample_id, index, keep in zip(sidecar.sample_ids, sidecar.indices.tolist(), kept)

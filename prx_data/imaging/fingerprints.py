@@ -43,7 +43,9 @@ def image_fingerprint(data: bytes) -> tuple[int | None, str, bool]:
     if row.get("phash") is None:
         phash_bytes(data)  # raises the decode error with its message
     degenerate = bool(row.get(DEGENERATE_COLUMN))
-    return (None if degenerate else row["phash"]), sha, degenerate
+    phash = row["phash"]
+    assert phash is None or isinstance(phash, int), "phash_row stores an int64 or null"
+    return (None if degenerate else phash), sha, degenerate
 
 
 def degenerate_mask(table: pa.Table) -> pa.Array:

@@ -23,7 +23,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from prx_data.core.schema import Status
 from prx_data.ingest.object_source import READ_CHUNK, ObjectRoot
@@ -117,7 +117,7 @@ def read_contained(path: str | os.PathLike, root: AnyRoot, cap: int) -> tuple[by
         return None, refused
     with handle:
         try:
-            size = handle.size() if remote else os.fstat(handle.fileno()).st_size
+            size = root.size(handle) if isinstance(root, ObjectRoot) else os.fstat(handle.fileno()).st_size
             if size > cap:
                 return None, Refused(Status.TOO_LARGE.value, f"{size} bytes exceeds the limit of {cap}")
             data = read_capped(handle, cap, READ_CHUNK if remote else _CHUNK)
@@ -139,7 +139,7 @@ def read_optional(path: str | os.PathLike, root: AnyRoot, cap: int) -> tuple[byt
     return data, refused
 
 
-def read_capped(handle: BinaryIO, cap: int, chunk_size: int = _CHUNK) -> bytes | None:
+def read_capped(handle: IO[bytes], cap: int, chunk_size: int = _CHUNK) -> bytes | None:
     """Read to the end, or None as soon as more than ``cap`` bytes arrived (never cap + chunk)."""
     buf = bytearray()
     while True:

@@ -273,8 +273,8 @@ class _Downloader:
                 return failed(retry.reason + _attempts_suffix(attempt), attempt, retry.http_status)
             return failed(f"{retry.reason}; no time left for a retry before the {self.config.deadline_s}s deadline", attempt, retry.http_status)
         except netguard.AddressRefused as refused:
-            hop = "" if current == url.strip() else f"redirect to {current!r}: "
-            return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, hop + str(refused), None, None, attempt)
+            via = "" if current == url.strip() else f"redirect to {current!r}: "
+            return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, via + str(refused), None, None, attempt)
         except httpx.InvalidURL as exc:
             return failed(f"invalid URL: {exc}", attempt)
         except httpx.DecodingError as exc:
@@ -510,14 +510,14 @@ def download_many(
     (bounded by ``config.timeout_s``). Without ``session``, a session is made for this call.
     """
     own = session is None
-    if own:
-        session = DownloadSession(config, max_retry_after_s=max_retry_after_s)
+    active = DownloadSession(config, max_retry_after_s=max_retry_after_s) if session is None else session
     try:
-        for _, result in session.stream((None, key, url) for key, url in items):
+        for _, result in active.stream((None, key, url) for key, url in items):
+            assert result is not None, "stream answers every item that has a URL with a result"
             yield result
     finally:
         if own:
-            session.close()
+            active.close()
 
 
 def _guarded_fetch(downloader: _Downloader, key: str, url: str, stop: threading.Event) -> DownloadResult:

@@ -79,7 +79,7 @@ class _Spill:
         self.tagged = pa.schema([*schema, pa.field("_unit", pa.int64()), pa.field("_attempt", pa.int64())])
         self._dir = tempfile.TemporaryDirectory(prefix="prx-ingest-")
         self.path = f"{self._dir.name}/metadata.arrow"
-        self._writer = None
+        self._writer: pa.RecordBatchFileWriter | None = None  # opened by the first add
         self.rows = 0
 
     def add(self, table: pa.Table, unit: int, attempt: int) -> None:
@@ -95,6 +95,8 @@ class _Spill:
     def reader(self, superseded: set[tuple[int, int]]) -> pa.RecordBatchReader:
         import pyarrow.ipc as ipc
 
+        if self._writer is None:
+            raise RuntimeError("no rows were spilled: check .rows before reading them back")
         self._writer.close()
         file = ipc.open_file(pa.memory_map(self.path))
 
@@ -275,7 +277,9 @@ def _lance_schema(uri: str, schema: pa.Schema, options: dict | None):
     from lance.fragment import write_fragments
 
     empty = pa.RecordBatchReader.from_batches(schema, iter([]))
-    return write_fragments(empty, uri, schema=schema, mode="overwrite", return_transaction=True, storage_options=options).operation.new_schema
+    operation = write_fragments(empty, uri, schema=schema, mode="overwrite", return_transaction=True, storage_options=options).operation
+    assert isinstance(operation, lance.LanceOperation.Overwrite), "mode='overwrite' makes an Overwrite"
+    return operation.new_schema
 
 
 def _compact_if_fragmented(ds: lance.LanceDataset, rows_per_fragment: int) -> lance.LanceDataset:

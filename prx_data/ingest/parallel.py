@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from prx_data.core.quiet import quiet_ray_env
 from prx_data.core.ray_tasks import ADDRESS_VAR, bounded
@@ -46,7 +47,7 @@ def _ray(workers: int):
     address = os.environ.get(ADDRESS_VAR) or None
 
     os.environ.update({k: v for k, v in quiet_ray_env().items() if k not in os.environ})
-    options = dict(ignore_reinit_error=True, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    options: dict[str, Any] = dict(ignore_reinit_error=True, include_dashboard=False, configure_logging=False, log_to_driver=False)
     if address:
         ray.init(address=address, **options)
     else:

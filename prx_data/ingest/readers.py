@@ -24,8 +24,8 @@ import os
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any
+from pathlib import Path, PurePath, PurePosixPath
+from typing import Any, cast
 
 from prx_data.ingest.contained import AnyRoot, Root, default_root, open_contained, read_capped, read_contained, read_optional
 from prx_data.ingest.object_source import Foreign, ObjectRoot, fixed_prefix
@@ -92,12 +92,13 @@ def _files(location: Path | str, suffixes: tuple[str, ...], root: AnyRoot | None
     if isinstance(root, ObjectRoot):
         return [PurePosixPath(p) for p in root.files(str(location), suffixes)]
     pattern = str(location)
+    local = Path(location)
     if any(ch in pattern for ch in "*?["):
         files = [Path(p) for p in sorted(globlib.glob(pattern, recursive=True))]
-    elif location.is_dir():
-        files = sorted(p for p in location.rglob("*") if p.suffix.lower() in suffixes)
-    elif location.exists():
-        files = [location]
+    elif local.is_dir():
+        files = sorted(p for p in local.rglob("*") if p.suffix.lower() in suffixes)
+    elif local.exists():
+        files = [local]
     else:
         raise SourceUnavailable(f"location {location} does not exist")
     # Directories matched by a glob are not files; everything else (symlinks, FIFOs) is vetted
@@ -105,7 +106,7 @@ def _files(location: Path | str, suffixes: tuple[str, ...], root: AnyRoot | None
     return [f for f in files if f.is_symlink() or not f.is_dir()]
 
 
-def _file_error(file: Path, refused_status: str, error: str) -> RawItem:
+def _file_error(file: PurePath, refused_status: str, error: str) -> RawItem:
     return RawItem(key=f"{file.name}:unreadable", path=str(file), error=error, error_status=refused_status, file_level=True)
 
 
@@ -182,7 +183,7 @@ class _TooLarge(ValueError):
 # -- tabular records ------------------------------------------------------------------------------
 
 
-def _record_to_item(record: dict[str, Any], ctx: _Context, base: Path, position: str) -> RawItem:
+def _record_to_item(record: dict[str, Any], ctx: _Context, base: PurePath, position: str) -> RawItem:
     spec = ctx.spec
     fields = spec.fields
     key = position
@@ -198,7 +199,7 @@ def _record_to_item(record: dict[str, Any], ctx: _Context, base: Path, position:
         return RawItem(key=key, error=str(exc), error_status=Status.TOO_LARGE.value)
 
 
-def _typed_record(record: dict[str, Any], ctx: _Context, base: Path, key: str) -> RawItem:
+def _typed_record(record: dict[str, Any], ctx: _Context, base: PurePath, key: str) -> RawItem:
     spec = ctx.spec
     fields = spec.fields
     item = RawItem(
@@ -214,20 +215,22 @@ def _typed_record(record: dict[str, Any], ctx: _Context, base: Path, key: str) -
         item.error = f"field '{fields.image}' is empty"
         item.error_status = Status.MISSING.value
         return item
+    assert fields.image, "value was read from the image field"
     if fields.image_kind == "bytes":
         item.data = _image_bytes(value, fields.image, spec.max_bytes)
     elif fields.image_kind == "path":
         text = _text(value, f"path field '{fields.image}'")
         if not text:
             raise _BadValue(f"path field '{fields.image}' is empty")
+        target: str | PurePath
         if isinstance(ctx.root, ObjectRoot):
-            path = ctx.root.resolve(text, str(base))
-            item.path = path if isinstance(path, Foreign) else ctx.root.uri(path)
+            target = ctx.root.resolve(text, str(base))
+            item.path = target if isinstance(target, Foreign) else ctx.root.uri(target)
         else:
-            path = Path(text).expanduser()
-            path = path if path.is_absolute() else base / path
-            item.path = str(path)
-        data, refused = read_contained(path, ctx.root, spec.max_bytes)
+            local = Path(text).expanduser()
+            target = local if local.is_absolute() else base / local
+            item.path = str(target)
+        data, refused = read_contained(target, ctx.root, spec.max_bytes)
         if refused is not None:
             item.error, item.error_status = refused.error, refused.status
         item.data = data
@@ -240,7 +243,7 @@ def _typed_record(record: dict[str, Any], ctx: _Context, base: Path, key: str) -
     return item
 
 
-def _position_key(ctx: _Context, file: Path, row: int) -> str:
+def _position_key(ctx: _Context, file: PurePath, row: int) -> str:
     return f"{file.name}:{row}"
 
 
@@ -250,13 +253,14 @@ def read_parquet(spec: SourceSpec, location: Path | str, root: AnyRoot | None = 
         yield from read_parquet_file(ctx, file)
 
 
-def read_parquet_file(ctx: _Context, file: Path, row_groups: list[int] | None = None, first_row: int = 0) -> Iterator[RawItem]:
+def read_parquet_file(ctx: _Context, file: PurePath, row_groups: list[int] | None = None, first_row: int = 0) -> Iterator[RawItem]:
     """One Parquet file, or only ``row_groups`` of it (whose first row is ``first_row`` of the
     file, so position keys are the same however the file is split)."""
     import pyarrow.parquet as pq
 
     handle, refused = open_contained(file, ctx.root, random_access=True)
     if handle is None:
+        assert refused is not None, "open_contained says why it opened nothing"
         yield _file_error(file, refused.status, refused.error)
         return
     row = first_row
@@ -308,17 +312,20 @@ def jsonl_line_limit(spec: SourceSpec) -> int:
     return spec.max_bytes * 4 // 3 + SIDECAR_MAX_BYTES
 
 
-def read_jsonl_file(ctx: _Context, file: Path, byte_range: tuple[int, int] | None = None, first_line: int = 0) -> Iterator[RawItem]:
+def read_jsonl_file(ctx: _Context, file: PurePath, byte_range: tuple[int, int] | None = None, first_line: int = 0) -> Iterator[RawItem]:
     """The file's items; ``byte_range`` (start, end) with the number of lines before ``start``
     reads one piece of a split file (see ``units``): the lines that start in that range."""
     spec = ctx.spec
     limit = jsonl_line_limit(spec)
     handle, refused = open_contained(file, ctx.root)
     if handle is None:
+        assert refused is not None, "open_contained says why it opened nothing"
         yield _file_error(file, refused.status, refused.error)
         return
     with handle:
-        buffered = io.BufferedReader(handle)
+        # The handle is a raw file (os.fdopen, unbuffered) or an object-store stream: both have
+        # the readinto a BufferedReader reads through, which BinaryIO does not declare.
+        buffered = io.BufferedReader(cast(io.RawIOBase, handle))
         length = None
         try:
             if byte_range is not None:
@@ -388,7 +395,7 @@ def _walk(folder: Path, root: Root, visited: set[str]) -> Iterator[tuple[Path, s
         yield path, None
 
 
-def _sidecar_caption(image: Path, ctx: _Context) -> str | None:
+def _sidecar_caption(image: PurePath, ctx: _Context) -> str | None:
     """The caption from ``<name>.txt`` or ``<name>.json`` beside the image; _BadValue if bad."""
     txt = image.with_suffix(".txt")
     data, refused = read_optional(txt, ctx.root, SIDECAR_MAX_BYTES)
@@ -421,6 +428,8 @@ def image_folder_context(
     if isinstance(location, str):
         # A prefix has no existence of its own: an emptied one lists nothing (allow_empty decides).
         root = root or make_root(spec, location, None, storage_options)
+        if not isinstance(root, ObjectRoot):
+            raise ValueError(f"image folder {location} is an object-store URI, but its root is a local folder")
         if check:
             root.check(location)
         return _Context(spec, PurePosixPath(root.to_path(location)), root)
@@ -429,10 +438,13 @@ def image_folder_context(
     return _Context(spec, location, root or Root(location))
 
 
-def walk_image_folder(ctx: _Context) -> Iterator[tuple[Path, str | None]]:
+def walk_image_folder(ctx: _Context) -> Iterator[tuple[PurePath, str | None]]:
     """The folder's entries in reading order: (path, None), or (folder, reason) when unlistable."""
+    # image_folder_context pairs an object-store root with a PurePosixPath, a local one with a Path.
     if isinstance(ctx.root, ObjectRoot):
+        assert isinstance(ctx.location, PurePosixPath)
         return _walk_prefix(ctx.location, ctx.root)
+    assert isinstance(ctx.location, Path)
     return _walk(ctx.location, ctx.root, {os.path.realpath(ctx.location)})
 
 
@@ -454,7 +466,7 @@ def _walk_prefix(folder: PurePosixPath, root: ObjectRoot) -> Iterator[tuple[Pure
             yield path, None
 
 
-def read_folder_entry(ctx: _Context, path: Path, unlistable: str | None) -> RawItem:
+def read_folder_entry(ctx: _Context, path: PurePath, unlistable: str | None) -> RawItem:
     spec = ctx.spec
     key = path.relative_to(ctx.location).as_posix()
     if unlistable:
@@ -544,10 +556,11 @@ def read_webdataset(spec: SourceSpec, location: Path | str, root: AnyRoot | None
         yield from read_tar(ctx, file)
 
 
-def read_tar(ctx: _Context, file: Path) -> Iterator[RawItem]:
+def read_tar(ctx: _Context, file: PurePath) -> Iterator[RawItem]:
     spec = ctx.spec
     handle, refused = open_contained(file, ctx.root)
     if handle is None:
+        assert refused is not None, "open_contained says why it opened nothing"
         yield _file_error(file, refused.status, refused.error)
         return
     with handle:
@@ -592,9 +605,12 @@ def read_lance(spec: SourceSpec, location: Path | str, root: AnyRoot | None = No
     missing = [f for f in wanted if f not in ds.schema.names]
     if missing:
         raise SourceUnavailable(f"Lance table {location} has no column(s) {missing}")
+    base: PurePath
     if remote:
         root = root or make_root(spec, location, None, storage_options)
-        base = PurePosixPath(root.to_path(location)).parent
+        if not isinstance(root, ObjectRoot):
+            raise ValueError(f"Lance table {location} is an object-store URI, but its root is a local folder")
+        base = PurePosixPath(root.to_path(str(location))).parent
     else:
         base = Path(str(location)).parent
         root = root or Root(base)

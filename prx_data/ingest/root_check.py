@@ -9,7 +9,8 @@ from prx_data.ingest.registry import RegisteredSource
 
 def wide_root_warning(source: RegisteredSource) -> str | None:
     root = source.resolve_root()
-    if root is None:
+    if root is None or isinstance(root, str):
+        # A str root is an object-store URI: it reaches no file of this machine.
         return None
     spec_dir = source.path.parent.resolve()
     resolved = root.resolve()

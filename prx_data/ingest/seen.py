@@ -142,6 +142,7 @@ class SeenIds:
             stored.add(pa.Table.from_batches([batch]).select(["sample_id", "_rowaddr"]).cast(REPLACED_SCHEMA))
         gone = [REPLACED_SCHEMA.empty_table()]
         for seen, table in self._parts(stored):
+            assert table is not None, "_parts pairs each partition with one of ``stored``"
             if table.num_rows:
                 gone.append(table.filter(pc.invert(pc.is_in(table.column("sample_id"), value_set=seen.column("sample_id")))))
         return pa.concat_tables(gone)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 
 from prx_data.ingest.contained import AnyRoot, open_contained
 from prx_data.ingest.items import RawItem
@@ -63,6 +63,13 @@ def _context(source: RegisteredSource, storage_options: dict | None = None) -> r
     return readers._Context(source.spec, source.resolve_location(), _root(source, storage_options))
 
 
+def _unit_file(unit: Unit) -> str:
+    # Every kind but image folders is read from one file; list_units always names it.
+    if unit.file is None:
+        raise ValueError(f"unit {unit.index} ({unit.kind}) names no file to read")
+    return unit.file
+
+
 def _path(source: RegisteredSource, text: str) -> Path | PurePosixPath:
     return PurePosixPath(text) if source.remote else Path(text)
 
@@ -99,7 +106,7 @@ def list_units(
     suffixes = {"parquet": (".parquet",), "jsonl": (".jsonl", ".json"), "webdataset": (".tar",)}[shape]
     root = _root(source, storage_options)
     files = readers._files(location, suffixes, root)
-    ctx = _context(source, storage_options) if shape == "parquet" else None
+    parquet_ctx = _context(source, storage_options) if shape == "parquet" else None
     index = 0
     for file in files:
         if shape == "jsonl":
@@ -109,7 +116,7 @@ def list_units(
                     yield Unit(index, shape, file=str(file), byte_range=(start, end), first_row=before, label=f"{file}:{before + 1}")
                     index += 1
                 continue
-        pieces = _row_group_runs(ctx, file, parquet_rows) if ctx is not None else None
+        pieces = _row_group_runs(parquet_ctx, file, parquet_rows) if parquet_ctx is not None else None
         if not pieces:
             yield Unit(index, shape, file=str(file), label=str(file))
             index += 1
@@ -154,7 +161,7 @@ def _line_runs(file, root: AnyRoot, lines: int) -> list[tuple[int, int, int]] | 
     return runs if len(runs) > 1 else None
 
 
-def _row_group_runs(ctx: readers._Context, file: Path, rows: int) -> list[tuple[tuple[int, ...], int]] | None:
+def _row_group_runs(ctx: readers._Context, file: PurePath, rows: int) -> list[tuple[tuple[int, ...], int]] | None:
     """Runs of row groups of about ``rows`` rows; None to read the file whole (one row group, or
     a file whose footer cannot be read: its reader then yields the file's error row)."""
     import pyarrow.parquet as pq
@@ -169,7 +176,9 @@ def _row_group_runs(ctx: readers._Context, file: Path, rows: int) -> list[tuple[
         return None
     if meta.num_row_groups <= 1 or meta.num_rows <= rows:
         return None
-    runs, current, first, seen = [], [], 0, 0
+    runs: list[tuple[tuple[int, ...], int]] = []
+    current: list[int] = []
+    first, seen = 0, 0
     for g in range(meta.num_row_groups):
         if not current:
             first = seen
@@ -188,7 +197,8 @@ def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None
     spec = source.spec
     root = _root(source, storage_options)
     if unit.kind == "lance":
-        yield from readers.read_lance(spec, unit.file if source.remote else Path(unit.file), root, storage_options)
+        table = _unit_file(unit)
+        yield from readers.read_lance(spec, table if source.remote else Path(table), root, storage_options)
         return
     ctx = _context(source, storage_options)
     if unit.kind == "image_folder":
@@ -197,8 +207,8 @@ def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None
             yield readers.read_folder_entry(ctx, _path(source, path), unlistable)
     elif unit.kind == "parquet":
         groups = list(unit.row_groups) if unit.row_groups is not None else None
-        yield from readers.read_parquet_file(ctx, _path(source, unit.file), groups, unit.first_row)
+        yield from readers.read_parquet_file(ctx, _path(source, _unit_file(unit)), groups, unit.first_row)
     elif unit.kind == "jsonl":
-        yield from readers.read_jsonl_file(ctx, _path(source, unit.file), unit.byte_range, unit.first_row)
+        yield from readers.read_jsonl_file(ctx, _path(source, _unit_file(unit)), unit.byte_range, unit.first_row)
     else:
-        yield from readers.read_tar(ctx, _path(source, unit.file))
+        yield from readers.read_tar(ctx, _path(source, _unit_file(unit)))

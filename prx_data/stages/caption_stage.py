@@ -63,7 +63,7 @@ def caption_stage(config: CaptionerConfig) -> ColumnStage:
     inputs = caption_inputs(config)
     # Older code never redid a source caption after a sidecar edit: redo those (no model, cheap).
     # A model's caption followed its image already (a new image replaces the row): adopt it.
-    upgrade = "redo" if isinstance(config, SourceCaptionerConfig) else "adopt"
+    upgrade: Literal["adopt", "redo"] = "redo" if isinstance(config, SourceCaptionerConfig) else "adopt"
     if isinstance(config, VLLMCaptionerConfig) and config.fused_label:
         # The fused request writes the label with the caption: nothing to invalidate.
         return ColumnStage(

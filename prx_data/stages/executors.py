@@ -6,7 +6,7 @@ only addresses cross the wire to the worker and only small result tables come ba
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 import lance
@@ -24,7 +24,7 @@ RowFn = Callable[[list[str], list[bytes | None], pa.Table], pa.Table]
 def _run_chunk(uri: str, version: int, options: dict | None, chunk: pa.Table, fn: RowFn, columns: list[str], with_images: bool) -> pa.Table:
     ds = lance.dataset(uri, version=version, storage_options=options)
     addresses = chunk.column("_rowaddr").to_pylist()
-    images = read_images(ds, addresses) if with_images else [None] * len(addresses)
+    images: list[bytes | None] = read_images(ds, addresses) if with_images else [None] * len(addresses)
     rows = read_rows(ds, addresses, columns)
     return fn(chunk.column("sample_id").to_pylist(), images, rows)
 
@@ -32,19 +32,19 @@ def _run_chunk(uri: str, version: int, options: dict | None, chunk: pa.Table, fn
 def make_processor(
     fn: RowFn,
     *,
-    columns: list[str] = (),
+    columns: Sequence[str] = (),
     with_images: bool = True,
     executor: Literal["ray", "local"] = "ray",
     chunk_rows: int = 256,
     num_cpus: float = 1,
     max_in_flight: int | None = None,
 ) -> Processor:
-    columns = list(columns)
+    column_names = list(columns)
 
     def local(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         options = storage_options_of(ds)
         for chunk in address_chunks(todo, chunk_rows):
-            yield _run_chunk(ds.uri, ds.version, options, chunk, fn, columns, with_images)
+            yield _run_chunk(ds.uri, ds.version, options, chunk, fn, column_names, with_images)
 
     def on_ray(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray
@@ -55,7 +55,7 @@ def make_processor(
         options = storage_options_of(ds)
         fn_ref = ray.put(fn)
         limit = max_in_flight or max(2, int(ray.available_resources().get("CPU", 1) / num_cpus) * 2)
-        submit = lambda chunk: remote.remote(ds.uri, ds.version, options, chunk, fn_ref, columns, with_images)  # noqa: E731
+        submit = lambda chunk: remote.remote(ds.uri, ds.version, options, chunk, fn_ref, column_names, with_images)  # noqa: E731
         yield from bounded(ray, submit, address_chunks(todo, chunk_rows), limit)
 
     return on_ray if executor == "ray" else local

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 from streaming import Stream, StreamingDataLoader, StreamingDataset
+from streaming.base.format.base.reader import JointReader, Reader
 from streaming.base.util import number_abbrev_to_int
 
 from prx_data.compat.streaming_internals import configure_downloads, download_stream_file, resample_kept
@@ -126,6 +127,7 @@ class PrxStreamingDataset(StreamingDataset):
             else:
                 # Only a clean not-found counts as "no manifest"; any other failure (network,
                 # permissions) raises, since reading on without the lists would un-skip samples.
+                assert fetch is not None, "set above for every remote stream"
                 try:
                     fetch(MANIFEST_BASENAME)
                     has_manifest = True
@@ -139,12 +141,12 @@ class PrxStreamingDataset(StreamingDataset):
                         "asset) or pass require_skiplists=False"
                     )
                 return np.empty(0, np.int64)
-            sizes = {shard.raw_data.basename: int(shard.samples) for shard in shards}
+            sizes = {_shard_basename(shard): int(shard.samples) for shard in shards}
             skips = load_bucket_skips(local_dir, shard_samples=sizes, fetch=fetch, expected_sources=index_digests)
         finally:
             if scratch:
                 shutil.rmtree(os.path.join(local_dir, scratch), ignore_errors=True)
-        offsets = {shard.raw_data.basename: int(self.sample_offset_per_shard[first + i]) for i, shard in enumerate(shards)}
+        offsets = {_shard_basename(shard): int(self.sample_offset_per_shard[first + i]) for i, shard in enumerate(shards)}
         parts = [offsets[name] + indices for name, indices in skips.skipped.items() if len(indices)]
         return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
@@ -379,3 +381,10 @@ def make_loader(
         **dataset_kwargs,
     )
     return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_fn)
+
+
+def _shard_basename(shard: Reader) -> str:
+    # Exports are MDS, whose shards are JointReaders: one raw file, named in the skip lists.
+    if not isinstance(shard, JointReader):
+        raise TypeError(f"skip lists cover MDS shards only, got a {type(shard).__name__}")
+    return shard.raw_data.basename

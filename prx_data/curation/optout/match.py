@@ -112,17 +112,25 @@ def keyed_candidates(raw: pa.Table) -> pa.Table:
 def named_tables(requests: dict, url_hash_key: bytes | None = None) -> dict[str, pa.Table]:
     """Per kind, (request_id, value[, sample_id]) rows for every name of every request. URLs
     also get their keyed hash under ``url_hash_key`` (rows store only the redacted URL)."""
-    ids, urls, domains = ([], [], []), ([], []), ([], [])
+    ids: tuple[list[str], list[str], list[str]] = ([], [], [])
+    urls: tuple[list[str], list[str]] = ([], [])
+    domains: tuple[list[str], list[str]] = ([], [])
     for request_id, request in requests.items():
         for sid in request.sample_ids:
-            ids[0].append(request_id), ids[1].append(f"sample_id {sid}"), ids[2].append(sid)
+            ids[0].append(request_id)
+            ids[1].append(f"sample_id {sid}")
+            ids[2].append(sid)
         for pair in request.source_keys:
             source, key = pair.split(":", 1)
-            ids[0].append(request_id), ids[1].append(f"source_key {pair}"), ids[2].append(make_sample_id(source, key))
+            ids[0].append(request_id)
+            ids[1].append(f"source_key {pair}")
+            ids[2].append(make_sample_id(source, key))
         for url in request.urls:
-            urls[0].append(request_id), urls[1].append(url)
+            urls[0].append(request_id)
+            urls[1].append(url)
         for domain in request.domains:
-            domains[0].append(request_id), domains[1].append(domain)
+            domains[0].append(request_id)
+            domains[1].append(domain)
     s = pa.string()
     return {
         "ids": pa.table({"request_id": pa.array(ids[0], s), "name": pa.array(ids[1], s), "sample_id": pa.array(ids[2], s)}),

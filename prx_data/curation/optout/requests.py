@@ -80,6 +80,14 @@ class OptOutRequest(BaseModel):
             raise ValueError(f"expected '<source>:<key>', got {bad[:3]}")
         return values
 
+    @field_validator("urls")
+    @classmethod
+    def _urls_are_not_blank(cls, values: list[str]) -> list[str]:
+        # A blank URL names nothing, and has no keyed hash to be stored (and matched) by.
+        if any(not v.strip() for v in values):
+            raise ValueError("a URL is blank")
+        return values
+
     @field_validator("domains")
     @classmethod
     def _domains_are_hosts(cls, values: list[str]) -> list[str]:
@@ -260,7 +268,8 @@ def _image_fingerprints(
     # lazy: pulls in lance, pandas
     from prx_data.curation.optout.match import FINGERPRINT_SCHEMA
 
-    rows, problems = [], {}
+    rows: list[dict] = []
+    problems: dict[str, list[str]] = {}
     for request_id, item in requests.items():
         for name in item.request.image_files:
             path = Path(name) if Path(name).is_absolute() else item.path.parent / name
@@ -358,13 +367,19 @@ def resolve_all(
     return matches, unmatched, fingerprints, problems
 
 
+def _url_key_of(url: str, key: bytes) -> str:
+    hashed = url_key(url, key)
+    assert hashed is not None, "OptOutRequest rejects blank URLs"
+    return hashed
+
+
 def stored_request_json(request: OptOutRequest, url_hash_key: bytes | None) -> str:
     """The request as kept in the audit table, to stay in force if its file breaks: its URLs
     as their keyed hashes (``urlkey:<hash>``, what rows are matched by), never as written, since
     a request's URLs may carry credentials (docs/security.md)."""
     if not url_hash_key:
         return request.model_copy(update={"urls": [redact_url(u) for u in request.urls]}).model_dump_json()
-    hashed = [u if u.startswith(URL_KEY_PREFIX) else URL_KEY_PREFIX + url_key(u, url_hash_key) for u in request.urls]
+    hashed = [u if u.startswith(URL_KEY_PREFIX) else URL_KEY_PREFIX + _url_key_of(u, url_hash_key) for u in request.urls]
     return request.model_copy(update={"urls": hashed}).model_dump_json()
 
 

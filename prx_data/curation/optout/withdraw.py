@@ -75,6 +75,7 @@ def withdraw(paths: StoragePaths, optout_dir: str, request_id: str, reason: str,
     for path in files:
         path.unlink(missing_ok=True)
     if row:
+        assert audit_ds is not None, "the row was read from the audit table"
         audit = audit_ds.to_table()
         rest = audit.filter(pc.invert(pc.equal(audit["request_id"], request_id)))
         lance.write_dataset(rest, paths.optout_audit_table(), mode="overwrite", storage_options=options)

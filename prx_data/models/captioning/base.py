@@ -59,7 +59,10 @@ class BackendUnavailable(RuntimeError):
 @runtime_checkable
 class Captioner(Protocol):
     model_id: str
-    prompt_version: str
+
+    # Read-only: backends derive it from their prompt (a property) or fix it (an attribute).
+    @property
+    def prompt_version(self) -> str: ...
 
     def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
         """One result per row, in order. Per-row problems are results, never exceptions."""
@@ -70,7 +73,11 @@ class BaseCaptioner(ABC):
     """Shared conveniences; a backend implements :meth:`caption_batch` only."""
 
     model_id: str
-    prompt_version: str
+
+    @property
+    @abstractmethod
+    def prompt_version(self) -> str:
+        """Version of the prompt the captions follow (a property or a class attribute)."""
 
     @abstractmethod
     def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]: ...

@@ -93,7 +93,9 @@ class ChatCompletionsClient:
         down = threading.Event()
 
         def run(i: int) -> None:
-            results[i] = self._complete_one({"model": self.config.model, **bodies[i]}, down)
+            body = bodies[i]
+            assert body is not None, "run only for the bodies in todo"
+            results[i] = self._complete_one({"model": self.config.model, **body}, down)
 
         workers = min(self.config.max_concurrency, len(todo))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="chat") as pool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import os
 from importlib import resources
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +33,7 @@ DEFAULT_REQUIREMENTS = resources.files("prx_data.models.captioning") / "gpu_work
 
 # Propagated from the driver when set there; the defaults keep workers off the model hub, which
 # must never be reached at run time (models come from a local path or object storage).
-PROPAGATED_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": None}
+PROPAGATED_ENV: dict[str, str | None] = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": None}
 
 
 class WorkerEnv(BaseModel):
@@ -68,11 +69,11 @@ def read_requirements(path) -> list[str]:
     return lines
 
 
-def worker_env_vars(extra: dict[str, str] | None = None, environ: dict | None = None) -> dict:
-    environ = os.environ if environ is None else environ
-    env = {}
+def worker_env_vars(extra: dict[str, str] | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    source = os.environ if environ is None else environ
+    env: dict[str, str] = {}
     for name, default in PROPAGATED_ENV.items():
-        value = environ.get(name, default)
+        value = source.get(name, default)
         if value is not None:
             env[name] = value
     env.update(extra or {})

@@ -64,17 +64,17 @@ def fit_size(width: int, height: int, budget: ImageBudget) -> tuple[int, int]:
     return w, h
 
 
-def load_for_captioning(data: bytes, budget: ImageBudget) -> Image.Image:
-    """Decode ``data`` into an RGB image fitted to the budget. Raises on undecodable input."""
+def load_for_captioning(data: bytes | None, budget: ImageBudget) -> Image.Image:
+    """Decode ``data`` into an RGB image fitted to the budget. Raises on missing or undecodable input."""
     if not data:
         raise ValueError("empty image bytes")
-    image = Image.open(io.BytesIO(data))
-    if image.format == "JPEG":
+    opened = Image.open(io.BytesIO(data))
+    if opened.format == "JPEG":
         # Let libjpeg decode at a reduced scale when the target is much smaller: several times
         # faster on large photos, and the VLM cannot see the difference at this budget. The
         # size is computed before EXIF rotation, which only swaps the sides.
-        image.draft("RGB", fit_size(*image.size, budget))
-    image = to_rgb_on_white(ImageOps.exif_transpose(image))
+        opened.draft("RGB", fit_size(*opened.size, budget))
+    image = to_rgb_on_white(ImageOps.exif_transpose(opened))
     size = fit_size(*image.size, budget)
     if size != image.size:
         image = image.resize(size, Image.Resampling.BICUBIC)
@@ -101,5 +101,5 @@ def to_data_url(image: Image.Image, quality: int = 90) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def image_data_url(data: bytes, budget: ImageBudget) -> str:
+def image_data_url(data: bytes | None, budget: ImageBudget) -> str:
     return to_data_url(load_for_captioning(data, budget), budget.jpeg_quality)

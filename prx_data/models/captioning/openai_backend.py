@@ -45,7 +45,9 @@ class OpenAICaptioner(LazyChatClient, BaseCaptioner):
         for early, reply in zip(prepared, replies):
             if isinstance(early, CaptionResult):
                 results.append(early)
-            elif reply.error is not None:
+                continue
+            assert reply is not None, "complete_many answers every body"
+            if reply.error is not None:
                 results.append(CaptionResult(error=reply.error))
             else:
                 judged = self.task.judge(reply.text, reply.finish_reason)

@@ -38,8 +38,9 @@ class TransformersCaptioner(BaseCaptioner):
     def __init__(self, config: TransformersCaptionerConfig) -> None:
         self.config = config
         self.model_id = config.model_id or str(Path(config.model_path))
-        self._model = None
-        self._processor = None
+        # transformers objects, loaded on first use (transformers is a heavy import, kept lazy).
+        self._model: Any = None
+        self._processor: Any = None
 
     def __getstate__(self) -> dict:
         # Ship the config, not the weights: each Ray worker loads the model once itself.
@@ -58,7 +59,9 @@ class TransformersCaptioner(BaseCaptioner):
             cfg.model_path, dtype=cfg.dtype, local_files_only=True
         )
         self._processor = processor
-        self._model = model.to(cfg.device).eval()
+        # transformers types .to through functools.wraps(Module.to), as if the model were its
+        # first argument: its stub is wrong, the call is right.
+        self._model = model.to(cfg.device).eval()  # type: ignore[arg-type]
 
     def render_prompt(self, image: Any = None) -> str:
         """The exact text the model sees (with the image placeholder tokens)."""

@@ -61,7 +61,11 @@ class VLLMCaptioner(BaseCaptioner):
     def __init__(self, config: VLLMCaptionerConfig) -> None:
         self.config = config
         self.model_id = config.model_id
-        self.prompt_version = CaptionTask.from_config(config).version
+        self._prompt_version = CaptionTask.from_config(config).version
+
+    @property
+    def prompt_version(self) -> str:
+        return self._prompt_version
 
     def caption_dataset(self, ds: "ray.data.Dataset") -> "ray.data.Dataset":
         return caption_dataset_vllm(ds, self.config)

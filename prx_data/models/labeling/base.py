@@ -40,7 +40,10 @@ class LabelResult:
 @runtime_checkable
 class Classifier(Protocol):
     model_id: str
-    label_version: str
+
+    # Read-only: backends derive it from their prompt or model (a property) or fix it (an attribute).
+    @property
+    def label_version(self) -> str: ...
 
     def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
         """One result per caption, in order; per-caption problems are results, not raises."""
@@ -49,7 +52,11 @@ class Classifier(Protocol):
 
 class BaseClassifier(ABC):
     model_id: str
-    label_version: str
+
+    @property
+    @abstractmethod
+    def label_version(self) -> str:
+        """Version of the labelling (prompt or model) the labels follow."""
 
     @abstractmethod
     def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]: ...

@@ -41,6 +41,7 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from prx_data.models.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.models.labeling.config import MINILM, MiniLMClassifierConfig
@@ -198,10 +199,11 @@ class MiniLMClassifier(BaseClassifier):
 
     def __init__(self, config: MiniLMClassifierConfig | None = None) -> None:
         self.config = config or MiniLMClassifierConfig()
-        self._model = None
-        self._tokenizer = None
+        # transformers / torch objects, loaded on first use (both heavy imports, kept lazy).
+        self._model: Any = None
+        self._tokenizer: Any = None
         self._label_of_row: list[str] = []
-        self._prototypes = None
+        self._prototypes: Any = None
 
     def __getstate__(self) -> dict:
         # Ship the config, not the weights: each Ray worker loads the model once itself.
@@ -217,7 +219,7 @@ class MiniLMClassifier(BaseClassifier):
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self._model = AutoModel.from_pretrained(path, local_files_only=True)
         self._model.to(self.config.device).eval()
-        texts = []
+        texts: list[str] = []
         for label, prototypes in PROTOTYPES.items():
             texts.extend(prototypes)
             self._label_of_row.extend([label] * len(prototypes))
@@ -274,7 +276,7 @@ class MiniLMClassifier(BaseClassifier):
             else:
                 todo.append(i)
         if todo:
-            texts = [captions[i] for i in todo]
+            texts = [caption for caption in captions if caption is not None and caption.strip()]
             for i, text, sim in zip(todo, texts, self.similarities(texts)):
                 label, score, _ = decide(sim, cue_counts(text))
                 results[i] = LabelResult(label=label, score=round(score, 4))

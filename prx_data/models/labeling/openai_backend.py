@@ -53,7 +53,9 @@ class OpenAIClassifier(LazyChatClient, BaseClassifier):
         for body, reply in zip(bodies, self._client.complete_many(bodies)):
             if body is None:
                 results.append(LabelResult(error=LabelErrorCode.NO_CAPTION))
-            elif reply.error is not None:
+                continue
+            assert reply is not None, "complete_many answers every body"
+            if reply.error is not None:
                 results.append(LabelResult(error=reply.error))
             else:
                 judged = self.task.judge(reply.text, reply.finish_reason)
