@@ -47,19 +47,19 @@ def test_a_secret_value_is_never_echoed():
 
 def test_defaults_and_typed_values():
     settings = load_settings(BASE)
-    assert (settings.min_stream_samples, settings.fold_sparse_buckets, settings.fold_max_steps) == (1, False, 2)
+    assert (settings.min_stream_samples, settings.fold_sparse_buckets, settings.fold_max_steps) == (32, True, 2)
     assert (settings.rows_per_fragment, settings.lock_wait_s, settings.lock_ttl_s, settings.dedup_radius) == (1_000_000, 1800.0, 60.0, 2)
     assert settings.startup_checks is True and settings.ray_address is None and settings.storage_options == {}
     assert settings.captioner == {"backend": "source"} and settings.classifier == {"backend": "minilm"}
     assert (settings.lance_root, settings.mds_root) == ("/tmp/prx-settings/lance", "/tmp/prx-settings/mds")
     assert (settings.sources_dir, settings.optout_dir) == ("/tmp/prx-settings/sources", "/tmp/prx-settings/optout")
 
-    typed = load_settings({**BASE, "PRX_MIN_STREAM_SAMPLES": "64", "PRX_FOLD_SPARSE_BUCKETS": "on", "PRX_STARTUP_CHECKS": "off",
+    typed = load_settings({**BASE, "PRX_MIN_STREAM_SAMPLES": "64", "PRX_FOLD_SPARSE_BUCKETS": "off", "PRX_STARTUP_CHECKS": "off",
                            "PRX_LOCK_WAIT_S": "2.5", "PRX_CAPTIONER": '{"backend": "vllm", "model": "m"}'})
-    assert (typed.min_stream_samples, typed.fold_sparse_buckets, typed.startup_checks, typed.lock_wait_s) == (64, True, False, 2.5)
+    assert (typed.min_stream_samples, typed.fold_sparse_buckets, typed.startup_checks, typed.lock_wait_s) == (64, False, False, 2.5)
     assert typed.captioner == {"backend": "vllm", "model": "m"} and typed.lock_policy().wait_s == 2.5
     # An empty variable is the default, as before (`PRX_MIN_STREAM_SAMPLES= prx-data ...`).
-    assert load_settings({**BASE, "PRX_MIN_STREAM_SAMPLES": ""}).min_stream_samples == 1
+    assert load_settings({**BASE, "PRX_MIN_STREAM_SAMPLES": ""}).min_stream_samples == 32
 
 
 def test_object_store_roots_and_credentials():
@@ -73,7 +73,7 @@ def test_object_store_roots_and_credentials():
 
 def test_a_given_mapping_is_the_only_source(monkeypatch):
     monkeypatch.setenv("PRX_MIN_STREAM_SAMPLES", "4k")
-    assert load_settings(BASE).min_stream_samples == 1  # os.environ not read when a mapping is given
+    assert load_settings(BASE).min_stream_samples == 32  # os.environ not read when a mapping is given
     monkeypatch.setenv("PRX_MIN_STREAM_SAMPLES", "8")
     monkeypatch.setenv("PRX_DATA_ROOT", "/tmp/prx-settings-env")
     get_settings.cache_clear()
@@ -87,4 +87,4 @@ def test_every_field_has_its_variable():
     assert env_name("min_stream_samples") == "PRX_MIN_STREAM_SAMPLES"
     # Settings still builds from keyword arguments (tests and the explorer construct it directly).
     direct = Settings(data_root="/d", sources_dir="/s", optout_dir="/o", lance_root="/l", mds_root="/m")
-    assert direct.lance_root == "/l" and direct.min_stream_samples == 1
+    assert direct.lance_root == "/l" and direct.min_stream_samples == 32

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from prx_data.curation.optout.requests import load_requests
+from prx_data.curation.optout.requests import OptOutFolderError, load_requests
 from prx_data.defs.resources import SourceRegistryResource
 from prx_data.ingest.registry import Registry
 
@@ -32,7 +32,13 @@ class Problem:
 
 def registry_problems(reg: Registry, optout_dir: str) -> list[Problem]:
     problems = [Problem("source spec", str(e.path), e.message) for e in reg.errors]
-    for line in load_requests(optout_dir).errors:
+    try:
+        # A root without an opt-out folder has no request to report; whether one vanished
+        # after requests were applied is optout_requests' to say (it keeps them in force).
+        loaded = load_requests(optout_dir, missing_ok=True)
+    except OptOutFolderError as exc:  # there but unreadable
+        return [*problems, Problem("opt-out folder", optout_dir, str(exc))]
+    for line in loaded.errors:
         # load_requests words each error "<path>: <message>".
         file, _, message = line.partition(": ")
         problems.append(Problem("opt-out request", file, message or line))
