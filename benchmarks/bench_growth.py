@@ -1,0 +1,309 @@
+"""Growth: the whole chain on N and on 4N images, per stage, with the fixed cost per run.
+
+    .venv/bin/python -m benchmarks.bench_growth              # 5,000 and 20,000 images
+    .venv/bin/python -m benchmarks.bench_growth --n 500      # 500 and 2,000
+
+Builds 4N photo-like JPEGs on the fly (smooth blurred colour fields with shapes and grain, 0.3-0.5
+MP, five aspect ratios, a .txt caption beside each, one in twenty a re-encoded near-duplicate of
+its neighbour), an image-folder source of the first N and one of all 4N, and runs
+``prx-data run`` on each as a subprocess on a fresh data root: ingest, phashes, captions (the
+``source`` backend), labels (``minilm``), export and the corpus assets, with the default settings
+a user gets.
+
+Printed per stage (from the step start/end events the command's Dagster runs record in the
+instance under ``<root>/.dagster``): seconds at N and at 4N and their ratio (goal: at most 4.4
+for 4x the images); the whole command likewise; the peak RSS of the driver (the command's own
+process) and of the largest Ray worker, sampled from /proc over the command's whole process tree
+every 0.2 s (goal: ratio at most 1.2); and the fixed cost per run, the intercept of the line
+through the two points, t(N) - (t(4N) - t(N)) / 3. Every goal gets a PASS or MISS; the load
+average is printed beside the figures (on a shared machine wall times move with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+RATIO_GOAL = 4.4  # time at 4N over time at N: linear work plus a little
+RSS_GOAL = 1.2  # peak RSS at 4N over N: memory must not follow the source's size
+SAMPLE_S = 0.2
+ASPECTS = ((1, 1), (4, 3), (3, 4), (16, 9), (2, 3))
+DUPLICATE_EVERY = 20  # one image in 20 is a re-encode of the one before it
+PAGE = os.sysconf("SC_PAGE_SIZE")
+_WORDS = ("a red boat on a calm lake", "a wooden table with fruit", "mountains under a pale sky",
+          "a street at dusk", "a close-up of a flower", "a dog in tall grass", "a bowl of soup",
+          "a bright window in a dark room", "a field of wheat", "waves breaking on rocks")
+
+
+# --- the images ----------------------------------------------------------------------------------
+
+def photo_like(index: int, seed: int) -> Image.Image:
+    """Smooth like a photo (blurred colour field, soft-edged shapes, sensor grain), so decode,
+    resize, JPEG sizes and perceptual hashes behave as on photos, not on noise or flat colour."""
+    rng = np.random.default_rng([seed, index])
+    aw, ah = ASPECTS[index % len(ASPECTS)]
+    pixels = rng.uniform(0.3e6, 0.5e6)
+    w = int(np.sqrt(pixels * aw / ah))
+    h = int(pixels / w)
+    field_ = rng.integers(0, 256, size=(int(rng.integers(3, 7)), int(rng.integers(3, 7)), 3), dtype=np.uint8)
+    image = Image.fromarray(field_, "RGB").resize((w, h), Image.Resampling.BICUBIC)
+    draw = ImageDraw.Draw(image)
+    for _ in range(int(rng.integers(2, 7))):
+        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+        x1, y1 = x0 + int(rng.integers(w // 10, w // 2)), y0 + int(rng.integers(h // 10, h // 2))
+        colour = tuple(int(c) for c in rng.integers(0, 256, size=3))
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)((x0, y0, x1, y1), fill=colour)
+    image = image.filter(ImageFilter.GaussianBlur(radius=float(rng.uniform(1.5, 6.0))))
+    grain = rng.normal(0.0, rng.uniform(1.0, 3.0), size=(h, w, 1)).astype(np.float32)
+    return Image.fromarray(np.clip(np.asarray(image, dtype=np.float32) + grain + 0.5, 0, 255).astype(np.uint8), "RGB")
+
+
+def build_images(folder: Path, n: int, seed: int) -> None:
+    """``n`` JPEGs with .txt captions in ``folder``; image i (i % 20 == 19) is image i-1 re-encoded
+    at another quality and 97 % of its size: a near-duplicate for the dedup stage to find."""
+    folder.mkdir(parents=True, exist_ok=True)
+    previous = None
+    for i in range(n):
+        rng = np.random.default_rng([seed, i, 7])
+        if i % DUPLICATE_EVERY == DUPLICATE_EVERY - 1 and previous is not None:
+            image = previous.resize((previous.width * 97 // 100, previous.height * 97 // 100), Image.Resampling.BILINEAR)
+            caption = f"{_WORDS[(i - 1) % len(_WORDS)]}, again"
+        else:
+            image = photo_like(i, seed)
+            caption = f"{_WORDS[i % len(_WORDS)]}, picture {i}"
+        image.save(folder / f"img_{i:06d}.jpg", format="JPEG", quality=int(rng.integers(80, 95)))
+        (folder / f"img_{i:06d}.txt").write_text(caption + "\n")
+        previous = image
+
+
+def link_first(source: Path, folder: Path, n: int) -> None:
+    """The first ``n`` images of ``source`` (and their captions) in ``folder``, as hard links."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        for suffix in (".jpg", ".txt"):
+            os.link(source / f"img_{i:06d}{suffix}", folder / f"img_{i:06d}{suffix}")
+
+
+# --- memory of a process tree, from /proc ------------------------------------------------------
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _tree(root: int) -> list[int]:
+    children, out, todo = _children_map(), [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def _rss_and_name(pid: int) -> tuple[int, str] | None:
+    try:
+        rss_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except (OSError, IndexError, ValueError):
+        return None
+    return rss_pages * PAGE, cmdline
+
+
+def is_ray_worker(cmdline: str) -> bool:
+    # Ray renames a busy worker's process to "ray::<task>"; an idle one runs default_worker.py.
+    return cmdline.startswith("ray::") or "default_worker.py" in cmdline
+
+
+@dataclass
+class TreePeaks:
+    """Peak RSS per process of a tree, sampled until stopped."""
+
+    root: int
+    peaks: dict[int, int] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            for pid in _tree(self.root):
+                got = _rss_and_name(pid)
+                if got is None:
+                    continue
+                rss, name = got
+                if rss > self.peaks.get(pid, 0):
+                    self.peaks[pid] = rss
+                if name:  # a worker renames itself once it runs a task: keep the last name seen
+                    self.names[pid] = name
+            self._stop.wait(SAMPLE_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def driver(self) -> int:
+        return self.peaks.get(self.root, 0)
+
+    def largest_ray_worker(self) -> int:
+        return max((rss for pid, rss in self.peaks.items() if is_ray_worker(self.names.get(pid, ""))), default=0)
+
+    def ray_workers(self) -> int:
+        return sum(1 for pid in self.peaks if is_ray_worker(self.names.get(pid, "")))
+
+
+# --- one run ----------------------------------------------------------------------------------
+
+@dataclass
+class RunResult:
+    images: int
+    wall_s: float
+    stages: dict[str, float]
+    driver_rss: int
+    worker_rss: int
+    workers_seen: int
+
+
+def _env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "DAGSTER_HOME", "RAY_ADDRESS"))}
+    env.update(
+        PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+        RAY_USAGE_STATS_ENABLED="0", DAGSTER_DISABLE_TELEMETRY="1", PRX_DATA_ROOT=str(root),
+        PRX_CAPTIONER=json.dumps({"backend": "source"}), PRX_CLASSIFIER=json.dumps({"backend": "minilm"}),
+        DAGSTER_HOME=str(root / ".dagster"), XDG_STATE_HOME=str(root / "state"),
+    )
+    return env
+
+
+def stage_seconds(dagster_home: Path) -> dict[str, float]:
+    """Seconds per step over every run in the instance (the per-source run and the corpus run):
+    what each stage cost, from the step start and end events Dagster recorded."""
+    # lazy: dagster is only needed once the runs are over
+    import dagster as dg
+
+    saved = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    try:
+        with dg.DagsterInstance.get() as instance:
+            stages: dict[str, float] = {}
+            for run in instance.get_runs():
+                for step in instance.get_run_step_stats(run.run_id):
+                    if step.start_time is None or step.end_time is None:
+                        raise SystemExit(f"step {step.step_key} of run {run.run_id} has no end: the run did not finish")
+                    stages[step.step_key] = stages.get(step.step_key, 0.0) + step.end_time - step.start_time
+            return stages
+    finally:
+        if saved is None:
+            os.environ.pop("DAGSTER_HOME", None)
+        else:
+            os.environ["DAGSTER_HOME"] = saved
+
+
+def run_chain(folder: Path, root: Path, images: int, log: Path) -> RunResult:
+    (root / "sources").mkdir(parents=True)
+    spec = {"name": "growth", "shape": "image_folder", "location": str(folder), "license": "CC0-1.0"}
+    (root / "sources" / "growth.yaml").write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root)]
+    with log.open("w") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=_env(root), cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        peaks = TreePeaks(proc.pid)
+        sampler = threading.Thread(target=peaks.run, daemon=True)
+        sampler.start()
+        code = proc.wait()
+        wall = time.perf_counter() - started
+        peaks.stop()
+        sampler.join()
+    if code != 0:
+        raise SystemExit(f"prx-data run on {images} images failed ({code}); its output:\n{log.read_text()[-4000:]}")
+    return RunResult(images, wall, stage_seconds(root / ".dagster"), peaks.driver(), peaks.largest_ray_worker(), peaks.ray_workers())
+
+
+# --- the table --------------------------------------------------------------------------------
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def report(small: RunResult, large: RunResult) -> list[str]:
+    scale = large.images / small.images
+    lines = [f"{'stage':<34} {f't@{small.images} s':>12} {f't@{large.images} s':>12} {'ratio':>7}  goal     verdict"]
+    order = [s for s in small.stages if s in large.stages]
+    for stage in order + [s for s in large.stages if s not in small.stages]:
+        a, b = small.stages.get(stage), large.stages.get(stage)
+        if a is None or b is None:  # a step that ran in one run only (nothing to compare)
+            lines.append(f"{stage:<34} {a if a is not None else float('nan'):>12.2f} {b if b is not None else float('nan'):>12.2f}")
+            continue
+        ratio = b / a if a > 0 else float("inf")
+        lines.append(f"{stage:<34} {a:>12.2f} {b:>12.2f} {ratio:>7.2f}  <= {RATIO_GOAL:<4}  {verdict(ratio <= RATIO_GOAL)}")
+    ratio = large.wall_s / small.wall_s
+    lines.append(f"{'whole command':<34} {small.wall_s:>12.2f} {large.wall_s:>12.2f} {ratio:>7.2f}  <= {RATIO_GOAL:<4}  {verdict(ratio <= RATIO_GOAL)}")
+    for label, a, b in (("peak RSS driver (MB)", small.driver_rss, large.driver_rss),
+                        ("peak RSS largest Ray worker (MB)", small.worker_rss, large.worker_rss)):
+        if a <= 0 or b <= 0:
+            lines.append(f"{label:<34} {a / 1e6:>12.1f} {b / 1e6:>12.1f}  no sample: MISS")
+            continue
+        lines.append(f"{label:<34} {a / 1e6:>12.1f} {b / 1e6:>12.1f} {b / a:>7.2f}  <= {RSS_GOAL:<4}  {verdict(b / a <= RSS_GOAL)}")
+    # Two points on t = fixed + n * per_image: per_image = (t(4N) - t(N)) / (3N), fixed = t(N) - N * per_image.
+    fixed = small.wall_s - (large.wall_s - small.wall_s) / (scale - 1)
+    per_image = (large.wall_s - small.wall_s) / (large.images - small.images)
+    lines.append(f"fixed cost per run (intercept): {fixed:.2f} s   marginal: {per_image * 1000:.2f} ms/image "
+                 f"({1 / per_image if per_image > 0 else float('inf'):.1f} images/s)")
+    lines.append(f"Ray worker processes seen: {small.workers_seen} at {small.images}, {large.workers_seen} at {large.images}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=5000, help="the small size; the large one is 4x (default 5000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", action="store_true", help="keep the images, roots and logs (path printed)")
+    args = parser.parse_args(argv)
+    if args.n < DUPLICATE_EVERY:
+        parser.error(f"--n must be at least {DUPLICATE_EVERY} (one planted duplicate per {DUPLICATE_EVERY} images)")
+
+    work = Path(tempfile.mkdtemp(prefix="bench-growth-"))
+    try:
+        print(f"load average: {tuple(round(x, 2) for x in os.getloadavg())}  cores: {os.cpu_count()}  work: {work}")
+        started = time.perf_counter()
+        build_images(work / "all", 4 * args.n, args.seed)
+        link_first(work / "all", work / "small", args.n)
+        size = sum(p.stat().st_size for p in (work / "all").glob("*.jpg"))
+        print(f"built {4 * args.n} JPEGs ({size / 1e6:.1f} MB, {4 * args.n // DUPLICATE_EVERY} planted near-duplicates) "
+              f"in {time.perf_counter() - started:.1f} s")
+        small = run_chain(work / "small", work / "root_small", args.n, work / "small.log")
+        print(f"run on {args.n}: {small.wall_s:.2f} s  load average: {tuple(round(x, 2) for x in os.getloadavg())}")
+        large = run_chain(work / "all", work / "root_large", 4 * args.n, work / "large.log")
+        print(f"run on {4 * args.n}: {large.wall_s:.2f} s  load average: {tuple(round(x, 2) for x in os.getloadavg())}")
+        print()
+        print("\n".join(report(small, large)))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
