@@ -293,6 +293,10 @@ def report(small: RunResult, large: RunResult) -> list[str]:
     lines.append(f"fixed cost per run (intercept, whole command): {intercept(small.wall_s, large.wall_s, scale):.2f} s   "
                  f"marginal: {marginal}")
     lines.append(f"Ray worker processes seen: {small.workers_seen} at {small.images}, {large.workers_seen} at {large.images}")
+    # Every goal row starts with its 38-character label and carries its verdict as a word.
+    misses = [line[:38].strip() for line in lines[1:] if "MISS" in line.split()]
+    passes = sum(1 for line in lines[1:] if "PASS" in line.split())
+    lines.append(f"goals: {passes} PASS, {len(misses)} MISS" + (f" ({', '.join(misses)})" if misses else ""))
     return lines
 
 
