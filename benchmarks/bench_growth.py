@@ -2,13 +2,15 @@
 
     .venv/bin/python -m benchmarks.bench_growth              # 5,000 and 20,000 images
     .venv/bin/python -m benchmarks.bench_growth --n 500      # 500 and 2,000
+    .venv/bin/python -m benchmarks.bench_growth --n 500 --repeats 1
 
 Builds 4N photo-like JPEGs on the fly (smooth blurred colour fields with shapes and grain, 0.3-0.5
 MP, five aspect ratios, a .txt caption beside each, one in twenty a re-encoded near-duplicate of
 its neighbour), an image-folder source of the first N and one of all 4N, and runs
 ``prx-data run`` on each as a subprocess on a fresh data root: ingest, phashes, captions (the
 ``source`` backend), labels (``minilm``), export and the corpus assets, with the default settings
-a user gets.
+a user gets. Each size runs ``--repeats`` times (default 3), interleaved, and every time is the
+median of its runs.
 
 Printed per stage (from the step start/end events the command's Dagster runs record in the
 instance under ``<root>/.dagster``): seconds at N and at 4N and their ratio (goal: at most 4.4
@@ -28,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -193,6 +196,23 @@ class RunResult:
     workers_seen: int
 
 
+def combine(results: list[RunResult]) -> RunResult:
+    """Median times over repeated runs of one size (a stage missing from a run is left out of
+    its median); peak RSS is the highest any run reached."""
+    stages: dict[str, list[float]] = {}
+    for result in results:
+        for stage, seconds in result.stages.items():
+            stages.setdefault(stage, []).append(seconds)
+    return RunResult(
+        images=results[0].images,
+        wall_s=statistics.median(r.wall_s for r in results),
+        stages={stage: statistics.median(values) for stage, values in stages.items()},
+        driver_rss=max(r.driver_rss for r in results),
+        worker_rss=max(r.worker_rss for r in results),
+        workers_seen=max(r.workers_seen for r in results),
+    )
+
+
 def _env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "DAGSTER_HOME", "RAY_ADDRESS"))}
     env.update(
@@ -306,8 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip the uncounted first run on a few images (without it the N run pays cold file caches)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per size, interleaved; times are medians (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the images, roots and logs (path printed)")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.n < DUPLICATE_EVERY:
         parser.error(f"--n must be at least {DUPLICATE_EVERY} (one planted duplicate per {DUPLICATE_EVERY} images)")
 
@@ -324,12 +347,16 @@ def main(argv: list[str] | None = None) -> int:
             link_first(work / "all", work / "warm", DUPLICATE_EVERY)
             warm = run_chain(work / "warm", work / "root_warm", DUPLICATE_EVERY, work / "warm.log")
             print(f"warm-up run on {DUPLICATE_EVERY} images (not counted): {warm.wall_s:.2f} s")
-        small = run_chain(work / "small", work / "root_small", args.n, work / "small.log")
-        print(f"run on {args.n}: {small.wall_s:.2f} s  load average: {tuple(round(x, 2) for x in os.getloadavg())}")
-        large = run_chain(work / "all", work / "root_large", 4 * args.n, work / "large.log")
-        print(f"run on {4 * args.n}: {large.wall_s:.2f} s  load average: {tuple(round(x, 2) for x in os.getloadavg())}")
-        print()
-        print("\n".join(report(small, large)))
+        runs: dict[str, list[RunResult]] = {"small": [], "all": []}
+        for repeat in range(args.repeats):
+            # Interleaved (N, 4N, N, 4N...): a change in the machine's load hits both sizes alike.
+            for name, images in (("small", args.n), ("all", 4 * args.n)):
+                result = run_chain(work / name, work / f"root_{name}_{repeat}", images, work / f"{name}_{repeat}.log")
+                runs[name].append(result)
+                print(f"run {repeat + 1}/{args.repeats} on {images}: {result.wall_s:.2f} s  "
+                      f"load average: {tuple(round(x, 2) for x in os.getloadavg())}")
+        print(f"\n{'medians' if args.repeats > 1 else 'one run'} of {args.repeats} per size; peak RSS: the highest of the runs")
+        print("\n".join(report(combine(runs["small"]), combine(runs["all"]))))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
