@@ -6,7 +6,7 @@ connects to it through ``PRX_RAY_ADDRESS``, its worker processes stay warm betwe
 is stopped as a whole when the command ends (never with ``ray stop``, which would stop every Ray
 on the machine).
 
-Who can reach it (Ray 2.60, measured; docs/security_local_ray.md):
+Who can reach it (Ray 2.60, measured; docs/security.md, "Local Ray on loopback"):
 - ``--node-ip-address=127.0.0.1`` alone is rewritten by ``ray start`` to the machine's external
   address (``resolve_ip_for_localhost``), so the client server and the runtime-env agent listen
   there. ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes Ray keep 127.0.0.1 as the node address:
