@@ -171,7 +171,7 @@ class RunRecords:
         if fingerprint is None:
             return False
         record = self.read(name)
-        return bool(record) and record.get("fingerprint") == fingerprint and record.get("tables") == dict(tables)
+        return record is not None and bool(record) and record.get("fingerprint") == fingerprint and record.get("tables") == dict(tables)
 
 
 def corpus_fingerprint(sources: Mapping[str, SourceInputs], tables: Mapping[str, int | None], *, code_versions: Mapping[str, str],

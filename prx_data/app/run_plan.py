@@ -78,8 +78,9 @@ def record_sources(plan: RunPlan, outcome: dict[str, bool], settings) -> None:
     """Record the inputs (as listed before the run) of each source that succeeded: a file
     changed during the run makes the next run run it again."""
     for name, ok in outcome.items():
-        if ok and plan.inputs[name].fingerprint is not None:
-            plan.records.write(name, plan.inputs[name].fingerprint, table_versions(_source_tables(plan.paths, name), settings.storage_options))
+        fingerprint = plan.inputs[name].fingerprint
+        if ok and fingerprint is not None:
+            plan.records.write(name, fingerprint, table_versions(_source_tables(plan.paths, name), settings.storage_options))
 
 
 def record_corpus(plan: RunPlan, settings) -> None:

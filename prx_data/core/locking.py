@@ -229,8 +229,11 @@ class _S3Lease:
 
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
+            held = self.etag
+            if held is None:  # released meanwhile: nothing left to renew
+                return
             try:
-                etag = self._put(IfMatch=self.etag)
+                etag = self._put(IfMatch=held)
             except Exception:  # noqa: BLE001 - a blip: the next renewal retries well before expiry
                 logger.warning("could not renew the lease %s", self.uri, exc_info=True)
                 continue
@@ -315,6 +318,7 @@ def table_lock(
         return
     wait_s, ttl_s = _defaults(wait_s, ttl_s)
     purpose = purpose or f"a writer of {table_uri}"
+    backend: _LocalLock | _S3Lease
     if not is_remote(uri):
         backend = _LocalLock(uri.removeprefix("file://"), purpose)
     elif uri.startswith("s3://"):

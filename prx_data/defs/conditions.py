@@ -31,7 +31,7 @@ PER_SOURCE = (
         dg.AutomationCondition.newly_missing()
         | dg.AutomationCondition.any_deps_updated()
         | dg.AutomationCondition.code_version_changed()
-    ).since_last_handled()
+    ).since_last_handled()  # type: ignore[misc]  # dagster's stub: `self` typed for AssetKey | AssetCheckKey, not AssetKey
     & ~dg.AutomationCondition.any_deps_missing()
     & ~dg.AutomationCondition.any_deps_in_progress()
     & ~dg.AutomationCondition.in_progress()
@@ -42,7 +42,7 @@ PER_SOURCE = (
 _UPSTREAM_DEPTH = 6
 
 
-def _anywhere_upstream(condition: dg.AutomationCondition) -> dg.AutomationCondition:
+def _anywhere_upstream(condition: dg.AutomationCondition, label: str) -> dg.AutomationCondition:
     """True when any asset upstream, at any depth, matches ``condition``.
 
     Direct deps are not enough: skip_lists depends on caption_labels (which a chain run has
@@ -52,12 +52,12 @@ def _anywhere_upstream(condition: dg.AutomationCondition) -> dg.AutomationCondit
     reach = condition
     for _ in range(_UPSTREAM_DEPTH - 1):
         reach = condition | dg.AutomationCondition.any_deps_match(reach)
-    return dg.AutomationCondition.any_deps_match(reach)
+    return dg.AutomationCondition.any_deps_match(reach).with_label(label)
 
 
 # Per-source work not finished: a run planned to materialize an asset partition upstream and has
 # not yet (queued or running, exports included).
-_upstream_in_progress = _anywhere_upstream(dg.AutomationCondition.in_progress()).with_label("upstream_in_progress")
+_upstream_in_progress = _anywhere_upstream(dg.AutomationCondition.in_progress(), "upstream_in_progress")
 
 # A per-source parent that is about to start is as good as running: without this, the corpus
 # assets would be requested on the very tick that requests the chain of a new source (any

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import re
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
@@ -53,12 +53,13 @@ PERMANENT_TYPES: tuple[type[BaseException], ...] = (
 )
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 from dagster_ray import LocalRay, RayResource
+from dagster_ray.configs import RayDataExecutionOptions
 from pydantic import Field
 
 from prx_data.core.locking import LockPolicy
@@ -55,19 +58,19 @@ class StorageResource(dg.ConfigurableResource):
         return {**self.storage_options, **secrets} or None
 
 
-def storage_config(options: dict[str, str], environ: dict | None = None) -> dict[str, object]:
+def storage_config(options: dict[str, str], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``options`` split for a StorageResource: the plain ones, and each secret as an EnvVar.
 
     A secret that does not come from its environment variable (settings built from another
     mapping) cannot be passed by reference; it is refused rather than written into Dagster's
     storage."""
-    environ = os.environ if environ is None else environ
+    env = os.environ if environ is None else environ
     plain = {k: v for k, v in options.items() if k not in SECRET_OPTIONS}
-    secrets: dict[str, object] = {}
+    secrets: dict[str, str] = {}
     for option, variable in SECRET_OPTIONS.items():
         if option not in options:
             continue
-        if environ.get(variable) != options[option]:
+        if env.get(variable) != options[option]:
             raise ValueError(
                 f"storage option {option} must come from the environment variable {variable}: "
                 "Dagster would store any other value in plain text in its run storage"
@@ -120,9 +123,9 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
         # A cluster this run did not create: connect and disconnect, never "delete" it (dagster-ray
         # would log that it deleted it, though deleting does nothing here).
         ray = RayClusterAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, lifecycle=Lifecycle(cleanup="never"),
-                                data_execution_options={"verbose_progress": False})
+                                data_execution_options=RayDataExecutionOptions(verbose_progress=False))
     else:
-        ray = RunLocalRay(ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"}, data_execution_options={"verbose_progress": False})
+        ray = RunLocalRay(ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"}, data_execution_options=RayDataExecutionOptions(verbose_progress=False))
     # lazy: pulls in streaming (torch)
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
     from prx_data.defs.export.resources import ExportResource

@@ -33,7 +33,7 @@ import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -57,11 +57,11 @@ from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, parse_man
 
 SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
 UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
-UNPUBLISHED_FORMAT = "prx-unpublished-bucket"
+UNPUBLISHED_FORMAT: Final = "prx-unpublished-bucket"
 RETIRED_BASENAME = "retired_buckets.json"  # at the MDS root, beside the tier folders
 RETIRED_FORMAT = "prx-retired-buckets"
 
-MERGED_FORMAT = 1
+MERGED_FORMAT: Final = 1
 
 
 class _File(BaseModel):
@@ -249,15 +249,15 @@ def _retire(bucket: Location) -> bool:
             if not entry.is_dir and SKIP_INFIX in entry.name:
                 delete_file(bucket.child(folder.name, entry.name))
                 removed = True
-    folder = local_path(bucket.uri)
-    if folder is not None:  # object stores have no folders to leave behind
-        for dirpath, _dirs, _files in sorted(os.walk(folder), key=lambda t: -len(t[0])):
+    bucket_dir = local_path(bucket.uri)
+    if bucket_dir is not None:  # object stores have no folders to leave behind
+        for dirpath, _dirs, _files in sorted(os.walk(bucket_dir), key=lambda t: -len(t[0])):
             try:
                 os.rmdir(dirpath)  # only empty ones: shards waiting for collect_garbage stay
             except OSError:
                 pass
         try:
-            os.rmdir(os.path.dirname(folder.rstrip(os.sep)))  # the tier folder, when this was its last bucket
+            os.rmdir(os.path.dirname(bucket_dir.rstrip(os.sep)))  # the tier folder, when this was its last bucket
         except OSError:
             pass
     return removed

@@ -36,7 +36,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -47,10 +47,10 @@ from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
 from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 
-SIDECAR_FORMAT = "prx-skiplist"
-SIDECAR_VERSION = 1
-MANIFEST_FORMAT = "prx-skiplist-manifest"
-MANIFEST_VERSION = 1
+SIDECAR_FORMAT: Final = "prx-skiplist"
+SIDECAR_VERSION: Final = 1
+MANIFEST_FORMAT: Final = "prx-skiplist-manifest"
+MANIFEST_VERSION: Final = 1
 MANIFEST_BASENAME = "skiplists.json"
 SKIP_INFIX = ".skip."
 SIDECAR_GLOB = "*" + SKIP_INFIX + "*.json"

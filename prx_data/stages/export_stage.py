@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Literal, TypeGuard
 
 import lance
 import numpy as np
@@ -90,10 +90,11 @@ def export_version(bucket_cfg: BucketConfig) -> str:
 
 def prepare_rows(bucket_cfg_json: str, sample_ids: list[str], images: list[bytes | None], _rows: pa.Table) -> pa.Table:
     cfg = BucketConfig.model_validate_json(bucket_cfg_json)
-    out = {name: [] for name in _PREPARED_SCHEMA.names}
+    out: dict[str, list] = {name: [] for name in _PREPARED_SCHEMA.names}
     for sid, data in zip(sample_ids, images):
         result = prepare(data, cfg) if data is not None else Drop("invalid_image", "no image bytes")
         out["sample_id"].append(sid)
+        values: tuple
         if isinstance(result, Prepared):
             values = (result.jpeg, result.tier, result.height, result.width, result.original_width, result.original_height, None)
         else:
@@ -130,7 +131,7 @@ def _key(*parts) -> str:
     return hashlib.blake2b(json.dumps(parts, default=str).encode(), digest_size=16).hexdigest()
 
 
-def _bucket_of(tier: int, bucket: str) -> BucketRef:
+def _bucket_of(tier: int | str, bucket: str) -> BucketRef:
     height, width = parse_bucket(bucket)
     return BucketRef(int(tier), height, width)
 
@@ -231,7 +232,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     stored_sup = sup_ds.to_table().to_pylist() if sup_ds is not None else []
     prev_sup = [r for r in stored_sup if r["shard"] in sizes]
 
-    def placed(record: dict | None) -> bool:
+    def placed(record: dict | None) -> TypeGuard[dict]:
         return bool(record and record.get("shard") and record["shard"] in sizes)
 
     keep: list[int] = []
@@ -261,11 +262,12 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     new_sup.extend(_orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_dir))
 
     # Maintenance: a bucket whose superseded share passes the threshold is rewritten.
-    total = Counter()
+    total: Counter[str] = Counter()
     for shard, count in sizes.items():
         total[shard.rsplit("/", 2)[0]] += count
     superseded_in = Counter(r["shard"].rsplit("/", 2)[0] for r in (*prev_sup, *new_sup))
-    arriving = Counter(target[i].rel for i in encode) + Counter(p["shard"].rsplit("/", 2)[0] for _, p in reuse)
+    # Rows to encode all have a bucket (a row without one was dropped above).
+    arriving = Counter(ref.rel for ref in (target[i] for i in encode) if ref is not None) + Counter(p["shard"].rsplit("/", 2)[0] for _, p in reuse)
     rewrite = {
         _bucket_of(*rel.split("/"))
         for rel, count in superseded_in.items()
@@ -509,4 +511,4 @@ def _same_exports(prev: pa.Table | None, new: pa.Table) -> bool:
     return prev.select(columns).sort_by("sample_id").equals(new.select(columns).sort_by("sample_id"))
 
 
-__all__: Iterable[str] = ["MAX_CAPTION_CHARS", "ExportStats", "export_source", "export_version", "prepare_rows"]
+__all__ = ["MAX_CAPTION_CHARS", "ExportStats", "export_source", "export_version", "prepare_rows"]

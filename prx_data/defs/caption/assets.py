@@ -16,6 +16,7 @@ from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
 from prx_data.stages.caption_stage import caption_word_counts, compute_captions
 from prx_data.stages.label_stage import compute_labels, label_counts
+from prx_data.stages.executors import Executor
 
 
 @contextlib.contextmanager
@@ -31,7 +32,7 @@ def _fail_clearly_when_down(kind: str, backend: str):
 
 
 class StageRunConfig(dg.Config):
-    executor: str = "ray"
+    executor: Executor = "ray"
     chunk_rows: int = 64
 
 

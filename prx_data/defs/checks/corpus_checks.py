@@ -1,5 +1,7 @@
 """Checks on the corpus-wide export: what a trainer will stream."""
 
+from typing import Any
+
 import dagster as dg
 
 from prx_data.defs.resources import StorageResource
@@ -59,7 +61,7 @@ def skipped_share_per_stream(context: dg.AssetCheckExecutionContext, storage: St
     # Stream keys name the bucket ("768x1360" or "1024/768x1360"); unpublished ones are "tier/bucket".
     published = {b: v for b, v in shares.items() if not any(u == b or u.endswith("/" + b) for u in unpublished)}
     over = {bucket: share for bucket, share in sorted(published.items(), key=lambda kv: -kv[1]) if share > REWRITE_SHARE}
-    metadata = {
+    metadata: dict[str, Any] = {
         "streams": len(published),
         "unpublished_not_counted": len(shares) - len(published),
         "over_limit": dg.MetadataValue.json(over),

@@ -16,10 +16,11 @@ from prx_data.export.corpus_index import merge_all
 from prx_data.curation.fold import FoldPolicy
 from prx_data.core.settings import get_settings
 from prx_data.stages.export_stage import export_source
+from prx_data.stages.executors import Executor
 
 
 class ExportRunConfig(dg.Config):
-    executor: str = "ray"
+    executor: Executor = "ray"
     chunk_rows: int = 32
     # Ray tasks that each encode a share of the rows and write their own shards (1: one writer
     # in the run process); each writes straight into the MDS root, so they may run on any node

@@ -11,11 +11,12 @@ from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
 from prx_data.imaging.phash import PHASH_VERSION
 from prx_data.stages.phash_stage import compute_phashes
+from prx_data.stages.executors import Executor
 
 
 class PhashConfig(dg.Config):
     chunk_rows: int = 256
-    executor: str = "ray"
+    executor: Executor = "ray"
 
 
 @dg.asset(

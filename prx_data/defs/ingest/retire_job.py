@@ -6,7 +6,7 @@ import dagster as dg
 
 from prx_data.core.settings import get_settings
 from prx_data.defs.failures import fail_fast
-from prx_data.defs.partitions import sources_partitions
+from prx_data.defs.partitions import SOURCES_PARTITION
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.defs.ingest.retire import archive_source
 from prx_data.export.corpus_index import merge_all
@@ -39,8 +39,8 @@ def retire_source(context: dg.OpExecutionContext, config: RetireConfig, storage:
         "samples": sum(m.num_samples for m in merged),
         "retired_source": config.source,
     }))
-    if context.instance.has_dynamic_partition(sources_partitions.name, config.source):
-        context.instance.delete_dynamic_partition(sources_partitions.name, config.source)
+    if context.instance.has_dynamic_partition(SOURCES_PARTITION, config.source):
+        context.instance.delete_dynamic_partition(SOURCES_PARTITION, config.source)
     moved = "\n".join(f"- `{a}` → `{b}`" for a, b in receipt.moved.items()) or "- nothing was exported"
     context.log.info(f"retired {config.source}: {receipt.samples_moved} sample(s) out of training\n{moved}")
 

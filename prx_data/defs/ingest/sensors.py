@@ -18,7 +18,7 @@ import dagster as dg
 
 from prx_data.core.ids import printable
 from prx_data.defs.jobs import source_pipeline_job
-from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, sources_partitions
+from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, SOURCES_PARTITION, sources_partitions
 from prx_data.defs.ingest.registry_status import problems_digest, problems_evaluation, problems_summary, registry_problems
 from prx_data.defs.ingest.retire import receipts
 from prx_data.defs.ingest.retire_job import RETIRE_TAG, retire_source_job
@@ -83,7 +83,7 @@ def readd_request(name: str, fingerprint: str) -> dg.RunRequest:
 def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource, storage: StorageResource):
     reg = registry.load()
     problems = registry_problems(reg, registry.optout_dir)
-    known = set(context.instance.get_dynamic_partitions(sources_partitions.name))
+    known = set(context.instance.get_dynamic_partitions(SOURCES_PARTITION))
     state = _load_cursor(context.cursor)
     if state.get("problems") != problems_digest(problems):
         # Once per change, not every 30 s: the skip reason and the check say it on every tick.
