@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 from collections import Counter
+from datetime import UTC
 from pathlib import Path
 
 from prx_data.app.local_ray import starting_local_ray
@@ -68,7 +69,6 @@ def _summary(sources: list[str]) -> str:
 
 def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
     """Exported / dropped per source, and what the skip lists exclude."""
-    import json
 
     # lazy: pulls in lance, pandas, pyarrow
     from prx_data.core.lance_io import open_table
@@ -151,13 +151,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_everything(args: argparse.Namespace) -> int:
     # lazy: pulls in Dagster
     from prx_data.app.run_plan import plan_run, record_corpus, record_sources
-    from prx_data.defs.build import build_defs
-    from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
-    from prx_data.ingest.registry import load_registry
-    from prx_data.core.settings import get_settings
 
     # lazy: pulls in tqdm
     from prx_data.core.progress import enable_bars
+    from prx_data.core.settings import get_settings
+    from prx_data.defs.build import build_defs
+    from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
+    from prx_data.ingest.registry import load_registry
 
     enable_bars()  # drawn only when stderr is a terminal
     settings = get_settings()
@@ -238,9 +238,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def cmd_sources(args: argparse.Namespace) -> int:
     # lazy: pulls in pyarrow, numpy, pydantic
+    from prx_data.core.settings import get_settings
     from prx_data.ingest.registry import load_registry
     from prx_data.ingest.root_check import wide_root_warning
-    from prx_data.core.settings import get_settings
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -261,7 +261,7 @@ def _remove_source(registry, name: str | None) -> int:
     """Move the spec aside (``.removed/``, not read by the registry) and retire the source now,
     as the registry sensor would: its export leaves training, its data is kept (docs/ui.md)."""
     # lazy: pulls in dagster and the definitions
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from prx_data.defs.build import build_defs
     from prx_data.defs.orchestrate import open_instance
@@ -270,7 +270,7 @@ def _remove_source(registry, name: str | None) -> int:
         print(f"no valid source spec named {name!r}; registered: {', '.join(sorted(registry.sources)) or 'none'}")
         return 2
     spec = registry.sources[name].path
-    aside = spec.parent / ".removed" / f"{spec.stem}.{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}{spec.suffix}"
+    aside = spec.parent / ".removed" / f"{spec.stem}.{datetime.now(UTC):%Y%m%dT%H%M%SZ}{spec.suffix}"
     aside.parent.mkdir(exist_ok=True)
     spec.rename(aside)
     print(f"spec moved to {aside}")
@@ -305,11 +305,12 @@ def _runs_lookup():
 def cmd_lineage(args: argparse.Namespace) -> int:
     import json
 
+    from prx_data.core.paths import StoragePaths
+    from prx_data.core.settings import get_settings
+
     # lazy: pulls in lance, pandas, pyarrow
     from prx_data.curation.lineage import find, format_record
-    from prx_data.core.paths import StoragePaths
     from prx_data.ingest.registry import load_registry
-    from prx_data.core.settings import get_settings
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -343,10 +344,11 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 def cmd_optout_add(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from prx_data.core.settings import get_settings
+
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.curation.optout.files import read_image_file
     from prx_data.curation.optout.requests import OptOutRequest, write_request
-    from prx_data.core.settings import get_settings
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -388,10 +390,10 @@ def _registry_priorities(settings) -> dict[str, int]:
 def cmd_optout_apply(args: argparse.Namespace) -> int:
     """Requests, skip lists and the data card only: nothing is re-exported."""
     # lazy: pulls in streaming (torch)
-    from prx_data.curation.fold import FoldPolicy
-    from prx_data.curation.refresh import refresh
     from prx_data.core.paths import StoragePaths
     from prx_data.core.settings import get_settings
+    from prx_data.curation.fold import FoldPolicy
+    from prx_data.curation.refresh import refresh
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -443,9 +445,9 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
 
 def cmd_optout_report(args: argparse.Namespace) -> int:
     # lazy: pulls in lance, pandas, pyarrow
-    from prx_data.curation.optout.receipt import receipt, to_json, to_markdown
     from prx_data.core.paths import StoragePaths
     from prx_data.core.settings import get_settings
+    from prx_data.curation.optout.receipt import receipt, to_json, to_markdown
 
     if args.root:
         _use_data_root(Path(args.root).resolve())

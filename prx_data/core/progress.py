@@ -8,7 +8,6 @@ from typing import IO
 
 from tqdm import tqdm
 
-
 _BARS_ENABLED = False
 
 
@@ -54,7 +53,7 @@ class ProgressBar:
             self._bar.close()
             self._bar = None
 
-    def __enter__(self) -> "ProgressBar":
+    def __enter__(self) -> ProgressBar:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -130,7 +130,7 @@ class Settings(BaseSettings):
         return data
 
     @model_validator(mode="after")
-    def _cluster_needs_remote_roots(self) -> "Settings":
+    def _cluster_needs_remote_roots(self) -> Settings:
         if self.env == "cluster":
             for name in ("lance_root", "mds_root"):
                 value = getattr(self, name)

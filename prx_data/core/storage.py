@@ -153,7 +153,7 @@ class Location:
     path: str
     uri: str
 
-    def child(self, *parts: str) -> "Location":
+    def child(self, *parts: str) -> Location:
         return Location(self.fs, posixpath.join(self.path, *parts), join(self.uri, *parts))
 
 

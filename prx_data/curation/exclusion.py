@@ -13,15 +13,15 @@ from dataclasses import dataclass, fields
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.curation.dedup import DedupConfig, find_duplicates
-from prx_data.export.skiplist import SkiplistReport, build_skiplists
-from prx_data.imaging.buckets import BucketConfig
 from prx_data.core.filters import one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
+from prx_data.curation.dedup import DedupConfig, find_duplicates
 from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 from prx_data.curation.optout.receipt import record_build
 from prx_data.curation.optout.requests import read_fingerprints
+from prx_data.export.skiplist import SkiplistReport, build_skiplists
+from prx_data.imaging.buckets import BucketConfig
 
 SKIP_COLUMNS = ["sample_id", "source", "shard", "index_in_shard", "reason", "kept_sample_id"]
 SKIP_SCHEMA = pa.schema(

@@ -38,23 +38,23 @@ import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.lance_io import open_table
+from prx_data.core.locking import table_lock
+from prx_data.core.paths import StoragePaths
+from prx_data.core.storage import locate, try_read_bytes
 from prx_data.export._fs import sha256_bytes
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
 from prx_data.imaging import transform  # called as transform.prepare (tests count its calls)
 from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, fold_target, shape_index, shapes_for_tier
-from prx_data.core.lance_io import open_table
-from prx_data.core.locking import table_lock
-from prx_data.core.paths import StoragePaths
 from prx_data.stages.column_stage import read_images
-from prx_data.core.storage import locate, try_read_bytes
 
 FOLDED = "folded"  # skip reason of an original whose image is trained from its folded copy
 FOLD_SUFFIX = "--fold"
@@ -97,7 +97,7 @@ class FoldPolicy:
     min_stream_samples: int = 1
 
     @classmethod
-    def from_settings(cls, settings) -> "FoldPolicy":
+    def from_settings(cls, settings) -> FoldPolicy:
         return cls(settings.fold_sparse_buckets, settings.fold_max_steps, settings.min_stream_samples)
 
 
@@ -356,7 +356,7 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
             assert raw_ds is not None, "rows to encode without a raw table"
             chunk = encode[start : start + 32]
             images = read_images(raw_ds, [raw[row["sample_id"]]["_rowaddr"] for _, row in chunk])
-            for (rel, row), data in zip(chunk, images):
+            for (_rel, row), data in zip(chunk, images):
                 shape = Assignment(row["tier"], row["height"], row["width"])
                 result = transform.prepare(data, bucket_cfg, shape=shape) if data is not None else Drop("invalid_image")
                 if isinstance(result, Drop):
@@ -383,7 +383,7 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
         data = try_read_bytes(root.child(ref.rel, fold, INDEX_BASENAME))
         if data is not None:
             digest[ref.rel] = sha256_bytes(data)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = list(kept_rows)
     for r in export.lineage.to_pylist():
         rel = f"{r['tier']}/{r['bucket']}"

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.filters import Expr, any_of, equals, one_of
+from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.urls import key_uri, load_url_key, redact_text, redact_url, url_key

@@ -15,8 +15,8 @@ from typing import Literal
 
 import lance
 
-from prx_data.core.locking import locks_table
 from prx_data.core.lance_io import open_table, storage_options_of
+from prx_data.core.locking import locks_table
 
 # The scalar index kinds these tables use (a subset of what LanceDataset.create_scalar_index takes).
 ScalarIndexKind = Literal["BTREE", "BITMAP", "INVERTED"]

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from prx_data.core.reasons import reason_code
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths, join
+from prx_data.core.reasons import reason_code
 from prx_data.core.storage import locate, write_bytes
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import iter_root_sidecars
@@ -141,7 +140,7 @@ def build_data_card(
     lines = [
         "# Data card",
         "",
-        f"Generated {(generated_at or datetime.now(timezone.utc)).isoformat(timespec='seconds')}. "
+        f"Generated {(generated_at or datetime.now(UTC)).isoformat(timespec='seconds')}. "
         f"{totals['exported']} samples exported, {totals['skipped']} skipped, **{totals['trainable']} trainable**.",
         "",
         "## Sources",

@@ -23,7 +23,6 @@ import dagster as dg
 
 from prx_data.defs.partitions import per_source_selection
 
-
 # eager() plus code_version_changed in the trigger: a new captioner or prompt version must reach
 # the partitions that were already current, not only new ones.
 PER_SOURCE = (

@@ -7,9 +7,8 @@ from collections.abc import Callable, Iterable
 
 import dagster as dg
 
-from prx_data.defs.partitions import SOURCES_PARTITION
 from prx_data.defs.conditions import show_automation_on
-
+from prx_data.defs.partitions import SOURCES_PARTITION
 
 # Step lifecycle events are noise on a terminal; the asset bodies log what matters at INFO.
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}

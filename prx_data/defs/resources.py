@@ -14,12 +14,11 @@ from pydantic import Field
 from prx_data.core.locking import LockPolicy
 from prx_data.core.locking import configure as configure_locks
 from prx_data.core.paths import StoragePaths
-from prx_data.ingest.registry import Registry, load_registry
 from prx_data.core.settings import Settings, get_settings
 from prx_data.core.storage import OPTION_ENV
 from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
 from prx_data.defs.cluster import RayClusterAddress, build_cluster_ray
-
+from prx_data.ingest.registry import Registry, load_registry
 
 # storage_options keys that are secrets, and the environment variable each comes from. Dagster
 # stores a resource's config in the job snapshot (runs.db / PostgreSQL) in plain text, so these

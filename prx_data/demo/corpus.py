@@ -31,12 +31,12 @@ import shutil
 import tarfile
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -44,9 +44,9 @@ import pyarrow.parquet as pq
 import yaml
 from PIL import Image
 
+from prx_data.core.schema import Status
 from prx_data.demo import images as im
 from prx_data.ingest.registry import CheckThresholds, SourceSpec
-from prx_data.core.schema import Status
 
 ItemRef = tuple[str, str]  # (source name, key inside the source)
 
@@ -202,7 +202,7 @@ class DemoManifest:
 # --- building -----------------------------------------------------------------------------
 
 
-def _subject(payload: "_Payload") -> str:
+def _subject(payload: _Payload) -> str:
     """What an alt text would say the picture shows."""
     return "document" if payload.text else (payload.same_as or "a scene").replace("_", " ")
 

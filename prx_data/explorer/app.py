@@ -32,19 +32,19 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from prx_data.core.schema import LABELS
+from prx_data.core.settings import Settings, get_settings, load_settings
+from prx_data.core.storage import resolve_root
 from prx_data.explorer import validate
 from prx_data.explorer.catalog import Catalog
 from prx_data.explorer.charts import COLOURS, bar_chart
+from prx_data.explorer.opted_out import OptedOut
 from prx_data.explorer.samples import find_source, load_sample, neighbours
 from prx_data.explorer.search import ExportIds, SearchParams, search
-from prx_data.explorer.opted_out import OptedOut
 from prx_data.explorer.security import SecurityHeaders, TokenAuth, allowed_hosts_for, check_bind, is_loopback, new_token
 from prx_data.explorer.skips import SkipIndex
 from prx_data.explorer.stats import Figures, aspect_label, bucket_sort_key
 from prx_data.explorer.thumbs import SIZES, ThumbnailCache, placeholder_svg
-from prx_data.core.schema import LABELS
-from prx_data.core.settings import Settings, get_settings, load_settings
-from prx_data.core.storage import resolve_root
 from prx_data.export.tree import list_buckets
 
 PACKAGE = "prx_data.explorer"

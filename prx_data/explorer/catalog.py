@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import lance
 
-from prx_data.export.tree import SOURCE_RE
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths, join
 from prx_data.core.settings import Settings
 from prx_data.core.storage import list_dir, locate
 from prx_data.explorer import validate
+from prx_data.export.tree import SOURCE_RE
 
 TEXT_COLUMNS = ("caption", "source_caption")
 # Columns every page may show; the image blob and the embedding are read only when needed.

@@ -32,14 +32,11 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prx_data.export._fs import dumps_stable, sha256_bytes
-from prx_data.export.commit import COMMITS_DIR, run_of_object, running_marker_name
-from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
 from prx_data.core.storage import (
     Location,
     delete_file,
@@ -53,7 +50,10 @@ from prx_data.core.storage import (
     write_bytes,
     write_if_changed,
 )
+from prx_data.export._fs import dumps_stable, sha256_bytes
+from prx_data.export.commit import COMMITS_DIR, run_of_object, running_marker_name
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, parse_manifest
+from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
 
 SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
 UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
@@ -281,7 +281,7 @@ def _record_retirements(root: Location, mds_root: str, storage_options: dict | N
         if m.sources:
             updated.pop(rel, None)  # exported into again: alive
         elif m.retired:
-            updated[rel] = {"retired_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "sources": list(m.retired_sources)}
+            updated[rel] = {"retired_at": datetime.now(UTC).isoformat(timespec="seconds"), "sources": list(m.retired_sources)}
     if updated != record:
         write_bytes(root.child(RETIRED_BASENAME), dumps_stable({"format": RETIRED_FORMAT, "version": 1, "buckets": updated}))
 

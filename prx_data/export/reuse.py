@@ -13,8 +13,8 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets
 from prx_data.core.storage import drop_local_copy, fetch_local, locate, try_read_bytes
+from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets
 
 
 def source_indexes(mds_root: str, source: str, storage_options: dict | None = None) -> dict[BucketRef, dict]:

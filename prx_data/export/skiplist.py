@@ -43,9 +43,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
-from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 
 SIDECAR_FORMAT: Final = "prx-skiplist"
 SIDECAR_VERSION: Final = 1
@@ -128,7 +128,7 @@ class SidecarFile(_Strict):
     kept_sample_ids: list[str] | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "SidecarFile":
+    def _consistent(self) -> SidecarFile:
         idx = self.indices
         if idx and (idx[0] < 0 or idx[-1] >= self.shard_samples or any(b <= a for a, b in zip(idx, idx[1:]))):
             raise ValueError("indices must be sorted, unique and within [0, shard_samples)")
@@ -390,7 +390,7 @@ def _sizes_of_index(data: bytes) -> dict[str, int]:
 
 
 def _sync_bucket(
-    bucket_loc: Location, wanted: dict[str, tuple[bytes, str, int]], storage_options: dict | None, report: "SkiplistReport"
+    bucket_loc: Location, wanted: dict[str, tuple[bytes, str, int]], storage_options: dict | None, report: SkiplistReport
 ) -> tuple[dict[str, str], int]:
     """Write/remove a bucket's sidecars (not the manifest); (source digests, samples)."""
     for rel, (data, _, _) in sorted(wanted.items()):

@@ -58,7 +58,7 @@ class BucketConfig(BaseModel):
     multiple: int = Field(16, ge=1)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "BucketConfig":
+    def _consistent(self) -> BucketConfig:
         if not self.tiers or any(t <= 0 for t in self.tiers):
             raise ValueError("tiers must be positive and non-empty")
         if list(self.tiers) != sorted(set(self.tiers)):

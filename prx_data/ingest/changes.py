@@ -21,24 +21,24 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from prx_data.core.filters import one_of
 from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
+from prx_data.core.lance_io import chunked
+from prx_data.core.schema import Status
+from prx_data.ingest.items import RawItem
+from prx_data.ingest.registry import RegisteredSource
 from prx_data.ingest.rows import (
     EXAMPLES,
     METADATA_COLUMNS,
     IngestStats,
     OptOutMatcher,
+    apply_download,
     item_digest,
     item_row,
     metadata_digest,
     metadata_row,
     metadata_schema,
-    apply_download,
     to_batch,
 )
-from prx_data.ingest.items import RawItem
 from prx_data.ingest.units import Unit, read_unit
-from prx_data.core.lance_io import chunked
-from prx_data.ingest.registry import RegisteredSource
-from prx_data.core.schema import Status
 
 # Statuses whose URL was fetched: such a row's URL is not fetched again.
 _FETCHED = (Status.OK.value, Status.OPTED_OUT.value)

@@ -25,9 +25,9 @@ import itertools
 import math
 import queue
 import re
-import zlib
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -36,10 +36,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from prx_data.core.retry import Retryable, RetryPolicy, is_retryable_status
+from prx_data.core.schema import Status
 from prx_data.ingest import netguard
 from prx_data.ingest.registry import DownloadConfig
-from prx_data.core.retry import RetryPolicy, Retryable, is_retryable_status
-from prx_data.core.schema import Status
 
 __all__ = ["DownloadResult", "DownloadSession", "download_many", "download_one", "robots_opt_out", "shared_session"]
 
@@ -396,7 +396,7 @@ class DownloadSession:
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
         self._closed = False
 
-    def __enter__(self) -> "DownloadSession":
+    def __enter__(self) -> DownloadSession:
         return self
 
     def __exit__(self, *exc) -> None:

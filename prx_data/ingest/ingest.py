@@ -26,31 +26,30 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.compat.lance_rows import delete_in_fragment
+from prx_data.core.lance_io import ensure_columns, open_table, storage_options_of
+from prx_data.core.locking import locks_table
+from prx_data.core.schema import PHASH_COLUMNS, raw_schema
+from prx_data.core.urls import key_uri_for_table, load_url_key
 from prx_data.ingest.changes import REPLACED_SCHEMA, UnitJob, UnitResult
 from prx_data.ingest.object_source import source_storage_options as source_storage_options_of
 from prx_data.ingest.parallel import run_units
 from prx_data.ingest.readers import SourceUnavailable
+from prx_data.ingest.registry import RegisteredSource
 from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import them from here
     METADATA_COLUMNS,
     IngestStats,
     OptOutMatcher,
-    metadata_digest as _metadata_digest,
     metadata_schema,
 )
 from prx_data.ingest.seen import SeenIds
 from prx_data.ingest.units import list_units
-from prx_data.compat.lance_rows import delete_in_fragment
-from prx_data.core.lance_io import ensure_columns, open_table, storage_options_of
-from prx_data.core.locking import locks_table
-from prx_data.ingest.registry import RegisteredSource
-from prx_data.core.schema import PHASH_COLUMNS, raw_schema
-from prx_data.core.urls import key_uri_for_table, load_url_key
 
 
 class EmptySource(SourceUnavailable):
@@ -178,7 +177,7 @@ def ingest_source(
     existing_rows = ds.count_rows() if ds is not None else 0
     job = UnitJob(
         source=source, uri=uri, version=ds.version if ds is not None else None, storage_options=options, schema=schema,
-        now=datetime.now(timezone.utc), run_id=run_id, optout=optout, rows_per_fragment=rows_per_fragment,
+        now=datetime.now(UTC), run_id=run_id, optout=optout, rows_per_fragment=rows_per_fragment,
         source_options=source_options,
         url_hash_key=load_url_key(key_uri_for_table(uri), options, create=True),
     )

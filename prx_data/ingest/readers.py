@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, cast
 
-from prx_data.ingest.contained import AnyRoot, Root, default_root, open_contained, read_capped, read_contained, read_optional
-from prx_data.ingest.object_source import Foreign, ObjectRoot, fixed_prefix
-from prx_data.ingest.items import RawItem, SourceUnavailable  # noqa: F401 - callers import it from here
-from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data.core.schema import Status
+from prx_data.ingest.contained import AnyRoot, Root, default_root, open_contained, read_capped, read_contained, read_optional
+from prx_data.ingest.items import RawItem, SourceUnavailable  # noqa: F401 - callers import it from here
+from prx_data.ingest.object_source import Foreign, ObjectRoot, fixed_prefix
+from prx_data.ingest.registry import RegisteredSource, SourceSpec
 
 # Sidecar files beside images: read with their image, never items themselves.
 SIDECAR_EXTENSIONS = (".txt", ".json")
@@ -377,10 +377,9 @@ def _walk(folder: Path, root: Root, visited: set[str]) -> Iterator[tuple[Path, s
             continue
         path = Path(entry.path)
         try:
-            is_link = entry.is_symlink()
             is_dir = entry.is_dir(follow_symlinks=True)
         except OSError:
-            is_link, is_dir = True, False
+            is_dir = False
         if is_dir:
             real = os.path.realpath(path)
             if not root.contains(real):

@@ -213,7 +213,7 @@ class SourceSpec(BaseModel):
         return list(dict.fromkeys(names))
 
     @model_validator(mode="after")
-    def _fields_fit_shape(self) -> "SourceSpec":
+    def _fields_fit_shape(self) -> SourceSpec:
         if self.shape in ("parquet", "jsonl", "lance"):
             if not self.fields.image:
                 raise ValueError(f"fields.image is required for shape {self.shape!r}")

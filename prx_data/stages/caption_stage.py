@@ -16,6 +16,8 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.filters import is_set
+from prx_data.core.lance_io import storage_options_of
+from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
 from prx_data.models.captioning.caption_columns import caption_results_table
 from prx_data.models.captioning.config import (
     CaptionerConfig,
@@ -27,12 +29,10 @@ from prx_data.models.captioning.config import (
 from prx_data.models.captioning.factory import make_captioner, parse_captioner_config
 from prx_data.models.captioning.prompt import caption_prompt_version, fused_prompt_version
 from prx_data.models.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
-from prx_data.core.lance_io import storage_options_of
-from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
-from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
 from prx_data.models.captioning.stage_timings import record_stage_timings
-from prx_data.stages.executors import make_processor
 from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
+from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
+from prx_data.stages.executors import make_processor
 
 
 def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
@@ -126,8 +126,7 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
             num_cpus=config.cpu_stage_num_cpus,
         )
         out = caption_dataset_vllm(rows, config)
-        for batch in out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
-            yield batch
+        yield from out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow")
         record_stage_timings(out, f"captions {config.model_id}")
 
     return run

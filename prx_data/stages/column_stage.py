@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.filters import STATUS_OK, Expr, all_of, any_of, differs, equals
 from prx_data.core.lance_io import ensure_columns, open_table, update_columns
-from prx_data.core.schema import input_fingerprint_field
 from prx_data.core.locking import locks_table
+from prx_data.core.schema import input_fingerprint_field
 from prx_data.core.storage import delete_tree, locate
 
 

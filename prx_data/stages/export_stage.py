@@ -26,13 +26,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal, TypeGuard
 
 import lance
@@ -40,20 +39,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.lance_io import open_table, storage_options_of
+from prx_data.core.locking import table_lock
+from prx_data.core.paths import superseded_uri
 from prx_data.core.ray_tasks import task_options
+from prx_data.core.reasons import reason_code
+from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
 from prx_data.export.commit import abandon, begin, new_run_id, recover
 from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
-from prx_data.export.shard_writer import write_shards
-from prx_data.core.reasons import reason_code
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
+from prx_data.export.shard_writer import write_shards
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop, assign
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
-from prx_data.core.lance_io import open_table, storage_options_of
-from prx_data.core.locking import table_lock
-from prx_data.core.paths import superseded_uri
-from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
 from prx_data.stages.column_stage import address_chunks, read_images
 from prx_data.stages.executors import make_processor
 
@@ -280,7 +279,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
         reuse.extend((i, prev[ids[i]]) for i in moved)
     sup_after = [r for r in (*prev_sup, *new_sup) if r["shard"].rsplit("/", 2)[0] not in rewrite_rels]
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     stats.kept, stats.reused, stats.encoded = len(keep), len(reuse), len(encode)
     stats.rewritten_buckets = sorted(rewrite_rels)
     stats.superseded = len(new_sup)

@@ -12,17 +12,24 @@ import pyarrow as pa
 
 from prx_data.core.filters import STATUS_OK, all_of, is_set
 from prx_data.core.lance_io import storage_options_of
+from prx_data.core.schema import LABEL_COLUMNS
+from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.models.labeling.base import LabelResult
-from prx_data.models.labeling.label_columns import label_results_table, with_label_score
-from prx_data.models.labeling.config import ClassifierConfig, FusedClassifierConfig, MINILM, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
+from prx_data.models.labeling.config import (
+    MINILM,
+    ClassifierConfig,
+    FusedClassifierConfig,
+    MiniLMClassifierConfig,
+    OpenAIClassifierConfig,
+    VLLMClassifierConfig,
+)
 from prx_data.models.labeling.factory import make_classifier, parse_classifier_config
+from prx_data.models.labeling.label_columns import label_results_table, with_label_score
 from prx_data.models.labeling.minilm import minilm_label_version
 from prx_data.models.labeling.prompt import label_prompt_version
-from prx_data.core.schema import LABEL_COLUMNS
-from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
-from prx_data.models.captioning.stage_timings import record_stage_timings
-from prx_data.stages.executors import make_processor
 from prx_data.models.labeling.vllm_ray import label_dataset_vllm
+from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
+from prx_data.stages.executors import make_processor
 
 NO_FUSED_LABEL = "no_fused_label"
 

@@ -38,10 +38,10 @@ from streaming.base.util import number_abbrev_to_int
 
 from prx_data.compat.streaming_internals import configure_downloads, download_stream_file, resample_kept
 from prx_data.compat.streaming_internals import reset_weights as _reset_weights
+from prx_data.core.storage import local_path, locate, try_read_bytes
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
 from prx_data.export.tree import INDEX_BASENAME, list_buckets
-from prx_data.core.storage import local_path, locate, try_read_bytes
 
 Weights = None | Mapping[str, float] | Literal["by_count"]
 

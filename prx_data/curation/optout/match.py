@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.imaging.fingerprints import DEGENERATE_COLUMN, degenerate_mask
 from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_FINGERPRINT_TYPE, OPTOUT_MATCH_SCHEMA
 from prx_data.core.urls import URL_KEY_PREFIX, redact_url, url_key
+from prx_data.imaging.fingerprints import DEGENERATE_COLUMN, degenerate_mask
 
 RAW_COLUMNS = ["sample_id", "source", "source_key", "source_url", "status", "image_sha256", "phash", "source_url_key"]
 FINGERPRINT_SCHEMA = pa.schema([pa.field("request_id", pa.string()), *OPTOUT_FINGERPRINT_TYPE])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,7 +20,7 @@ def record_build(paths: StoragePaths, skips: pa.Table, options: dict | None = No
     """Append one row per filed request to the builds table; returns the build id."""
     import lance
 
-    built_at = datetime.now(timezone.utc)
+    built_at = datetime.now(UTC)
     build_id = f"{built_at:%Y%m%dT%H%M%S}Z-{secrets.token_hex(3)}"
     audit = open_table(paths.optout_audit_table(), options)
     requests = sorted(set(audit.to_table(columns=["request_id"])["request_id"].to_pylist())) if audit is not None else []

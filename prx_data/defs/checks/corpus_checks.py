@@ -5,10 +5,8 @@ from typing import Any
 import dagster as dg
 
 from prx_data.defs.resources import StorageResource
-from prx_data.export.corpus_index import unpublished_buckets
 from prx_data.export.skiplist import REWRITE_SHARE, iter_root_sidecars
 from prx_data.export.stream_check import read_bucket, stream_buckets
-from prx_data.export.tree import list_buckets
 
 SKIP_LISTS = dg.AssetKey("skip_lists")
 # What each check means and what to do when it fails.

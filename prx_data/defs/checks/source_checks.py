@@ -9,11 +9,11 @@ import math
 import dagster as dg
 import pyarrow.compute as pc
 
+from prx_data.core.lance_io import open_table
 from prx_data.core.reasons import reason_code
 from prx_data.defs.checks.corpus_checks import CHECKS_DOC
 from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.core.lance_io import open_table
 from prx_data.ingest.registry import CheckThresholds
 
 # Defaults; a source's spec may set its own (`checks:`), e.g. a scraped list with dead links.

@@ -4,14 +4,14 @@ import dataclasses
 
 import dagster as dg
 
-from prx_data.defs.failures import fail_fast
-from prx_data.defs.ingest.retire import receipts, receipts_markdown
-from prx_data.defs.conditions import CORPUS_SETTLED
-from prx_data.defs.export.resources import ExportResource
-from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.curation.refresh import write_data_card
 from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
 from prx_data.curation.optout.requests import apply_requests
+from prx_data.curation.refresh import write_data_card
+from prx_data.defs.conditions import CORPUS_SETTLED
+from prx_data.defs.export.resources import ExportResource
+from prx_data.defs.failures import fail_fast
+from prx_data.defs.ingest.retire import receipts, receipts_markdown
+from prx_data.defs.resources import SourceRegistryResource, StorageResource
 
 
 @dg.asset(

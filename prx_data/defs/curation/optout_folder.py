@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from prx_data.defs.resources import SourceRegistryResource
 from prx_data.curation.optout.requests import folder_version, load_requests
+from prx_data.defs.resources import SourceRegistryResource
 
 OPTOUT_FOLDER = dg.AssetKey("optout_folder")
 

@@ -3,20 +3,20 @@
 import dagster as dg
 from dagster_ray import RayResource
 
-from prx_data.defs.failures import fail_fast
-from prx_data.defs.export.resources import ExportResource
+from prx_data.core.settings import get_settings
+from prx_data.curation.fold import FoldPolicy
+from prx_data.curation.refresh import rebuild_skip_lists
 from prx_data.defs.code_versions import export_code_version
 from prx_data.defs.conditions import CORPUS_SETTLED, PER_SOURCE
-from prx_data.defs.policies import TRANSIENT_RETRY
+from prx_data.defs.export.resources import ExportResource
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
+from prx_data.defs.policies import TRANSIENT_RETRY
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.curation.refresh import rebuild_skip_lists
 from prx_data.export.corpus_index import merge_all
-from prx_data.curation.fold import FoldPolicy
-from prx_data.core.settings import get_settings
-from prx_data.stages.export_stage import export_source
 from prx_data.stages.executors import Executor
+from prx_data.stages.export_stage import export_source
 
 
 class ExportRunConfig(dg.Config):

@@ -3,15 +3,15 @@
 import dagster as dg
 from dagster_ray import RayResource
 
-from prx_data.defs.failures import fail_fast
 from prx_data.defs.conditions import PER_SOURCE
-from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
+from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
 from prx_data.imaging.phash import PHASH_VERSION
-from prx_data.stages.phash_stage import compute_phashes
 from prx_data.stages.executors import Executor
+from prx_data.stages.phash_stage import compute_phashes
 
 
 class PhashConfig(dg.Config):

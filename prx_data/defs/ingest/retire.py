@@ -22,7 +22,7 @@ import json
 import os
 import posixpath
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
 
@@ -46,7 +46,7 @@ class Receipt:
 
 
 def stamp(now: datetime | None = None) -> str:
-    return (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _move(src: Location, dst: Location) -> None:

@@ -6,9 +6,9 @@ import dagster as dg
 
 from prx_data.core.settings import get_settings
 from prx_data.defs.failures import fail_fast
+from prx_data.defs.ingest.retire import archive_source
 from prx_data.defs.partitions import SOURCES_PARTITION
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.defs.ingest.retire import archive_source
 from prx_data.export.corpus_index import merge_all
 
 CORPUS_INDEX = dg.AssetKey("corpus_index")

@@ -17,11 +17,11 @@ from pathlib import Path
 import dagster as dg
 
 from prx_data.core.ids import printable
-from prx_data.defs.jobs import source_pipeline_job
-from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, SOURCES_PARTITION, sources_partitions
 from prx_data.defs.ingest.registry_status import problems_digest, problems_evaluation, problems_summary, registry_problems
 from prx_data.defs.ingest.retire import receipts
 from prx_data.defs.ingest.retire_job import RETIRE_TAG, retire_source_job
+from prx_data.defs.jobs import source_pipeline_job
+from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, SOURCES_PARTITION, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.root_check import wide_root_warning
 

@@ -85,7 +85,7 @@ class BaseCaptioner(ABC):
     def caption_images(self, images: Sequence[bytes | None]) -> list[CaptionResult]:
         return self.caption_batch([{"image": image} for image in images])
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract: most backends hold nothing
         """Release clients or models; the default holds nothing."""
 
     def __enter__(self):

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from prx_data.core.schema import CAPTION_COLUMNS
 from prx_data.models.captioning.base import CaptionResult
 from prx_data.models.derived_columns import CAPTION, DerivedColumns
-from prx_data.core.schema import CAPTION_COLUMNS
 
 CAPTION_TABLE_SCHEMA = pa.schema(
     [pa.field("sample_id", pa.string(), nullable=False), *CAPTION_COLUMNS]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from importlib import resources
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 

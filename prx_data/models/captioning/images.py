@@ -28,7 +28,7 @@ class ImageBudget(BaseModel):
     jpeg_quality: int = Field(90, ge=1, le=100)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "ImageBudget":
+    def _ordered(self) -> ImageBudget:
         if self.min_pixels > self.max_pixels:
             raise ValueError("min_pixels must not exceed max_pixels")
         if self.min_pixels < self.multiple * self.multiple:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.core.reasons import with_detail
+from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.models.captioning.base import CaptionResult
 
 # Openings of a refusal. Matched only at the start, because a real caption may quote such

@@ -180,7 +180,7 @@ def build_processor(task: VLMTask, cfg: VLLMStageConfig, *, engine: dict[str, An
     return processor
 
 
-def run_task(ds: "ray.data.Dataset", task: VLMTask, cfg: VLLMStageConfig, **build: Any) -> "ray.data.Dataset":
+def run_task(ds: ray.data.Dataset, task: VLMTask, cfg: VLLMStageConfig, **build: Any) -> ray.data.Dataset:
     """Lazily run ``task`` over ``ds``; nothing runs until the result is consumed."""
     processor = build_processor(task, cfg, **build)
     return processor(ds).map(functools.partial(finalize, task=task), num_cpus=cfg.cpu_stage_num_cpus)

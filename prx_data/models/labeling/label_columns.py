@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from prx_data.core.schema import LABEL_COLUMNS
 from prx_data.models.captioning.caption_columns import results_table
 from prx_data.models.derived_columns import LABEL
 from prx_data.models.labeling.base import LabelResult
-from prx_data.core.schema import LABEL_COLUMNS
 
 LABEL_TABLE_SCHEMA = pa.schema([pa.field("sample_id", pa.string(), nullable=False), *LABEL_COLUMNS])
 _SCORE = "label_score"

@@ -43,9 +43,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prx_data.core.schema import LABELS
 from prx_data.models.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.models.labeling.config import MINILM, MiniLMClassifierConfig
-from prx_data.core.schema import LABELS
 
 PROTOTYPES: dict[str, tuple[str, ...]] = {
     "visual": (
