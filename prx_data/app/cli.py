@@ -92,8 +92,11 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
         skipped[sidecar.reason.split(":")[0] if sidecar.reason.startswith("optout") else sidecar.reason] += len(sidecar.indices)
     # Published = has an index.json (what training.loader.published_buckets lists), read without
     # importing the loader, whose `streaming` import costs seconds.
-    buckets = [ref for ref in list_buckets(settings.mds_root, settings.storage_options)
-               if is_file(locate(ref.dir(settings.mds_root), settings.storage_options).child(INDEX_BASENAME))]
+    buckets = [
+        ref
+        for ref in list_buckets(settings.mds_root, settings.storage_options)
+        if is_file(locate(ref.dir(settings.mds_root), settings.storage_options).child(INDEX_BASENAME))
+    ]
     lines.append(f"{'':>10}  {len(buckets)} published bucket streams; skipped by reason: {dict(sorted(skipped.items()))}")
     return lines
 
@@ -214,7 +217,6 @@ def _ray_records_dir() -> Path:
 def cmd_ui(args: argparse.Namespace) -> int:
     import json
 
-
     if args.root:
         root, home = Path(args.root).resolve(), None
     elif os.environ.get("PRX_DATA_ROOT"):
@@ -277,11 +279,16 @@ def _remove_source(registry, name: str | None) -> int:
     with open_instance([]) as instance:
         job = build_defs().resolve_job_def("retire_source")
         result = job.execute_in_process(
-            instance=instance, raise_on_error=False, tags={"prx/retire": name, "prx/launched_by": "cli"},
+            instance=instance,
+            raise_on_error=False,
+            tags={"prx/retire": name, "prx/launched_by": "cli"},
             run_config={"ops": {"retire": {"config": {"source": name, "reason": "prx-data sources remove"}}}},
         )
-    print(f"[{name}] retired: out of training and of the partition set; data kept (see the data card)" if result.success
-          else f"[{name}] retiring FAILED (run {result.run_id}); the spec is at {aside}")
+    print(
+        f"[{name}] retired: out of training and of the partition set; data kept (see the data card)"
+        if result.success
+        else f"[{name}] retiring FAILED (run {result.run_id}); the spec is at {aside}"
+    )
     return 0 if result.success else 1
 
 
@@ -407,7 +414,9 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         from prx_data.curation.optout.withdraw import withdraw
 
         try:
-            receipt = withdraw(StoragePaths.from_settings(settings), settings.optout_dir, args.withdraw_id, args.reason, settings.storage_options)
+            receipt = withdraw(
+                StoragePaths.from_settings(settings), settings.optout_dir, args.withdraw_id, args.reason, settings.storage_options
+            )
         except (KeyError, ValueError) as exc:
             print(f"error: {exc.args[0]}", file=sys.stderr)
             return 2
@@ -434,7 +443,9 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         for problem in row["problems"]:
             print(f"  {problem}")
     if report.kept:
-        print(f"{len(report.kept)} request(s) kept in force at their last applied version: {', '.join(sorted(report.kept))}", file=sys.stderr)
+        print(
+            f"{len(report.kept)} request(s) kept in force at their last applied version: {', '.join(sorted(report.kept))}", file=sys.stderr
+        )
     print(
         f"applied {report.requests} request(s) in {applied.seconds:.2f}s: skip-list build {applied.build_id}, "
         f"{applied.skipped_samples} sample(s) skipped in all, {applied.sidecars_written} sidecar(s) written; "

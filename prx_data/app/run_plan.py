@@ -70,8 +70,13 @@ def plan_run(defs, settings, registry, sources: list[str], *, force: bool = Fals
 
 def _corpus_fp(plan: RunPlan, settings) -> str:
     tables = table_versions([t for s in plan.all_sources for t in _source_tables(plan.paths, s)], settings.storage_options)
-    return corpus_fingerprint({s: plan.inputs[s] for s in plan.all_sources}, tables, code_versions=plan.code_versions,
-                              settings=settings, optout_version=plan.optout_version)
+    return corpus_fingerprint(
+        {s: plan.inputs[s] for s in plan.all_sources},
+        tables,
+        code_versions=plan.code_versions,
+        settings=settings,
+        optout_version=plan.optout_version,
+    )
 
 
 def record_sources(plan: RunPlan, outcome: dict[str, bool], settings) -> None:

@@ -95,9 +95,7 @@ def _flock(path: str, on_acquired: Callable[[int], None] | None = None) -> filel
     existing file, so the holder's note in it stays readable to waiters.
     """
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    return filelock.UnixFileLock(
-        path, thread_local=False, preserve_lock_file=True, fallback_to_soft=False, on_acquired=on_acquired
-    )
+    return filelock.UnixFileLock(path, thread_local=False, preserve_lock_file=True, fallback_to_soft=False, on_acquired=on_acquired)
 
 
 class _LocalLock:
@@ -399,4 +397,14 @@ def dagster_home_lock(home: str | None = None):
     return local_file_lock(os.path.join(home, ".prx-startup.lock"))
 
 
-__all__ = ["LeaseLost", "LockPolicy", "TableLocked", "configure", "dagster_home_lock", "local_file_lock", "lock_uri", "locks_table", "table_lock"]
+__all__ = [
+    "LeaseLost",
+    "LockPolicy",
+    "TableLocked",
+    "configure",
+    "dagster_home_lock",
+    "local_file_lock",
+    "lock_uri",
+    "locks_table",
+    "table_lock",
+]

@@ -40,7 +40,9 @@ class ProgressBar:
             return  # the end, reported again
         if self._bar is None or done < self._bar.n:
             self.close()
-            self._bar = tqdm(total=total, desc=self.desc, unit=self.unit, file=self.file or sys.stderr, disable=self.disable, **self.tqdm_kwargs)
+            self._bar = tqdm(
+                total=total, desc=self.desc, unit=self.unit, file=self.file or sys.stderr, disable=self.disable, **self.tqdm_kwargs
+            )
         if self._bar.total != total:
             self._bar.total = total
         self._bar.update(done - self._bar.n)

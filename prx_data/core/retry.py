@@ -133,4 +133,3 @@ class RetryPolicy:
             sleep=sleep,
             reraise=True,
         )
-

@@ -60,7 +60,9 @@ def _wanted(ds: lance.LanceDataset, indexes: Sequence[IndexSpec]) -> list[IndexS
 
 
 @locks_table("uri", "options")  # compaction beside an ingest's upsert is a commit conflict
-def maintain_table(uri: str, *, target_rows_per_fragment: int, indexes: Sequence[IndexSpec] = SOURCE_INDEXES, options: dict | None = None) -> TableMaintenance | None:
+def maintain_table(
+    uri: str, *, target_rows_per_fragment: int, indexes: Sequence[IndexSpec] = SOURCE_INDEXES, options: dict | None = None
+) -> TableMaintenance | None:
     ds = open_table(uri, options)
     if ds is None:
         return None

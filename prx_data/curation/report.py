@@ -55,8 +55,7 @@ def _folded(paths: StoragePaths, sources: list[str], options: dict | None) -> li
     if not rows:
         return ["No bucket is folded (PRX_FOLD_SPARSE_BUCKETS off, or no sparse bucket has a published neighbour in reach)."]
     return [
-        "Images of sparse buckets re-exported into the nearest published shape of their tier; "
-        "their originals are skipped as `folded`.",
+        "Images of sparse buckets re-exported into the nearest published shape of their tier; their originals are skipped as `folded`.",
         "",
         *_table(("from", "into", "samples"), rows),
     ]
@@ -175,6 +174,8 @@ def build_data_card(
     ]
     if words:
         q = statistics.quantiles(words, n=10) if len(words) > 1 else [words[0]] * 9
-        lines += _table(("min", "p10", "median", "p90", "max"), [(min(words), round(q[0]), statistics.median(words), round(q[8]), max(words))])
+        lines += _table(
+            ("min", "p10", "median", "p90", "max"), [(min(words), round(q[0]), statistics.median(words), round(q[8]), max(words))]
+        )
     lines += ["", "Captioner and prompt versions:", *_table(("captioner / prompt", "captions"), sorted(caption_models.items())), ""]
     return DataCard("\n".join(lines), totals)

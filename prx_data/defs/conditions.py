@@ -27,9 +27,7 @@ from prx_data.defs.partitions import per_source_selection
 # the partitions that were already current, not only new ones.
 PER_SOURCE = (
     (
-        dg.AutomationCondition.newly_missing()
-        | dg.AutomationCondition.any_deps_updated()
-        | dg.AutomationCondition.code_version_changed()
+        dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated() | dg.AutomationCondition.code_version_changed()
     ).since_last_handled()  # type: ignore[misc]  # dagster's stub: `self` typed for AssetKey | AssetCheckKey, not AssetKey
     & ~dg.AutomationCondition.any_deps_missing()
     & ~dg.AutomationCondition.any_deps_in_progress()
@@ -63,9 +61,7 @@ _upstream_in_progress = _anywhere_upstream(dg.AutomationCondition.in_progress(),
 # dep "will be requested" counts as updated) and run before the chain, then again after it.
 # Direct deps suffice here: a corpus asset whose per-source parents wait holds back the corpus
 # assets below it, which only react to it.
-_per_source_parent_starting = dg.AutomationCondition.any_deps_match(
-    dg.AutomationCondition.will_be_requested()
-).allow(per_source_selection)
+_per_source_parent_starting = dg.AutomationCondition.any_deps_match(dg.AutomationCondition.will_be_requested()).allow(per_source_selection)
 
 # No ~any_deps_missing here, unlike eager(): the corpus depends on every partition, and one
 # source that never exported (a broken spec) must not hold the whole corpus back.
@@ -97,5 +93,3 @@ def show_automation_on(instance: dg.DagsterInstance) -> None:
     from dagster._daemon.asset_daemon import set_auto_materialize_paused
 
     set_auto_materialize_paused(instance, False)
-
-

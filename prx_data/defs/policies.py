@@ -47,4 +47,3 @@ def labels_pool() -> str | None:
     from prx_data.models.labeling.factory import parse_classifier_config
 
     return GPU_POOL if _uses_local_gpu(parse_classifier_config(get_settings().classifier)) else None
-

@@ -113,18 +113,23 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
     settings = settings or get_settings()
     ray: RayResource
     if settings.env == "cluster":
-
         ray = build_cluster_ray(settings)
     elif settings.ray_address:
-
         from dagster_ray.configs import Lifecycle
 
         # A cluster this run did not create: connect and disconnect, never "delete" it (dagster-ray
         # would log that it deleted it, though deleting does nothing here).
-        ray = RayClusterAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, lifecycle=Lifecycle(cleanup="never"),
-                                data_execution_options=RayDataExecutionOptions(verbose_progress=False))
+        ray = RayClusterAddress(
+            address=settings.ray_address,
+            ray_init_options=_LOCAL_RAY_INIT,
+            lifecycle=Lifecycle(cleanup="never"),
+            data_execution_options=RayDataExecutionOptions(verbose_progress=False),
+        )
     else:
-        ray = RunLocalRay(ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"}, data_execution_options=RayDataExecutionOptions(verbose_progress=False))
+        ray = RunLocalRay(
+            ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"},
+            data_execution_options=RayDataExecutionOptions(verbose_progress=False),
+        )
     # lazy: pulls in streaming (torch)
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
     from prx_data.defs.export.resources import ExportResource

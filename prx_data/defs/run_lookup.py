@@ -39,7 +39,10 @@ def dagster_runs_lookup():
         for asset in ("optout_requests", "skip_lists"):
             event = instance.get_latest_materialization_event(dg.AssetKey(asset))
             if event is not None:
-                runs[asset] = {"run_id": event.run_id, "timestamp": datetime.fromtimestamp(event.timestamp, UTC).isoformat(timespec="seconds")}
+                runs[asset] = {
+                    "run_id": event.run_id,
+                    "timestamp": datetime.fromtimestamp(event.timestamp, UTC).isoformat(timespec="seconds"),
+                }
         return runs
 
     return lookup

@@ -22,9 +22,26 @@ from prx_data.export.tree import SOURCE_RE
 TEXT_COLUMNS = ("caption", "source_caption")
 # Columns every page may show; the image blob and the embedding are read only when needed.
 ROW_COLUMNS = (
-    "sample_id", "source", "source_key", "image_format", "width", "height", "status", "error",
-    "source_caption", "source_url", "license", "caption", "caption_model", "caption_prompt_version",
-    "caption_error", "label", "label_model", "label_version", "phash", "phash_version",
+    "sample_id",
+    "source",
+    "source_key",
+    "image_format",
+    "width",
+    "height",
+    "status",
+    "error",
+    "source_caption",
+    "source_url",
+    "license",
+    "caption",
+    "caption_model",
+    "caption_prompt_version",
+    "caption_error",
+    "label",
+    "label_model",
+    "label_version",
+    "phash",
+    "phash_version",
 )
 
 

@@ -40,7 +40,9 @@ def shard_sizes(indexes: dict[BucketRef, dict], source: str) -> dict[str, int]:
 class ShardReader:
     """Samples of published shards by (shard path relative to the root, index in shard)."""
 
-    def __init__(self, mds_root: str, indexes: dict[BucketRef, dict], source: str, scratch: str, storage_options: dict | None = None) -> None:
+    def __init__(
+        self, mds_root: str, indexes: dict[BucketRef, dict], source: str, scratch: str, storage_options: dict | None = None
+    ) -> None:
         self.root = locate(mds_root, storage_options)
         self.scratch = scratch
         self.info = {

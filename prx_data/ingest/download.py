@@ -215,9 +215,7 @@ class _Downloader:
             return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, reason)
 
         def failed(error: str, attempts: int, http_status: int | None = None) -> DownloadResult:
-            return DownloadResult(
-                key, url, None, Status.DOWNLOAD_FAILED, error, http_status, None, attempts
-            )
+            return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, error, http_status, None, attempts)
 
         try:
             return self._fetch(key, url, url.strip(), host, failed, stop)
@@ -271,7 +269,9 @@ class _Downloader:
                 return failed(f"deadline of {self.config.deadline_s}s exceeded ({retry.reason})", attempt, retry.http_status)
             if attempt > self.config.retries:
                 return failed(retry.reason + _attempts_suffix(attempt), attempt, retry.http_status)
-            return failed(f"{retry.reason}; no time left for a retry before the {self.config.deadline_s}s deadline", attempt, retry.http_status)
+            return failed(
+                f"{retry.reason}; no time left for a retry before the {self.config.deadline_s}s deadline", attempt, retry.http_status
+            )
         except netguard.AddressRefused as refused:
             via = "" if current == url.strip() else f"redirect to {current!r}: "
             return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, via + str(refused), None, None, attempt)

@@ -129,7 +129,9 @@ def _url_columns(item: RawItem, key: bytes | None) -> dict:
 _NO_BYTES = frozenset(s.value for s in Status) - {Status.OK.value}
 
 
-def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutMatcher | None, url_hash_key: bytes | None = None) -> dict:
+def item_row(
+    source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutMatcher | None, url_hash_key: bytes | None = None
+) -> dict:
     spec = source.spec
     sid = sample_id(spec.name, item.key)
     row = {
@@ -177,7 +179,13 @@ def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: Opt
 
 
 def metadata_row(sid: str, item: RawItem, spec, now: datetime, url_hash_key: bytes | None = None) -> dict:
-    row = {"sample_id": sid, "source_caption": item.caption, **_url_columns(item, url_hash_key), "license": item.license, "ingested_at": now}
+    row = {
+        "sample_id": sid,
+        "source_caption": item.caption,
+        **_url_columns(item, url_hash_key),
+        "license": item.license,
+        "ingested_at": now,
+    }
     if spec.embedding_dim:
         row["embedding"] = item.embedding
     return row

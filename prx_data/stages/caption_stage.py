@@ -114,7 +114,6 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
 
-
         chunks = [
             {"addresses": c.column("_rowaddr").to_pylist(), "sample_ids": c.column("sample_id").to_pylist()}
             for c in address_chunks(todo, chunk_rows)
@@ -150,7 +149,9 @@ def compute_captions(
         fn = functools.partial(caption_rows, config.model_dump_json())
         needs_image = not isinstance(config, SourceCaptionerConfig)
         processor = make_processor(fn, columns=["source_caption"], with_images=needs_image, executor=executor, chunk_rows=chunk_rows)
-    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="caption_error")
+    stats = run_column_stage(
+        table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="caption_error"
+    )
     stats.extra.update(zip(("caption_model", "caption_prompt_version"), caption_identity(config)))
     return stats
 

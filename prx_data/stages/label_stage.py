@@ -36,7 +36,6 @@ NO_FUSED_LABEL = "no_fused_label"
 
 def label_identity(config: ClassifierConfig) -> tuple[str, str]:
     if isinstance(config, MiniLMClassifierConfig):
-
         return MINILM, minilm_label_version()
     if isinstance(config, OpenAIClassifierConfig):
         return config.model_id or config.server.model, label_prompt_version()
@@ -87,7 +86,6 @@ def vllm_label_processor(config: VLLMClassifierConfig) -> Processor:
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
 
-
         chunks = [{"addresses": c.column("_rowaddr").to_pylist()} for c in address_chunks(todo, config.chunk_rows)]
         if not chunks:
             return
@@ -112,7 +110,9 @@ def fused_label_processor(config: FusedClassifierConfig) -> Processor:
 
         if todo.num_rows:
             n = todo.num_rows
-            yield label_results_table(todo.column("sample_id").to_pylist(), [LabelResult(error=NO_FUSED_LABEL)] * n, config.model_id, fused_label_version())
+            yield label_results_table(
+                todo.column("sample_id").to_pylist(), [LabelResult(error=NO_FUSED_LABEL)] * n, config.model_id, fused_label_version()
+            )
 
     return run
 
@@ -136,7 +136,9 @@ def compute_labels(
     else:
         fn = functools.partial(label_rows, config.model_dump_json())
         processor = make_processor(fn, columns=["caption"], with_images=False, executor=executor, chunk_rows=chunk_rows)
-    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="label_error")
+    stats = run_column_stage(
+        table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="label_error"
+    )
     stats.extra.update(zip(("label_model", "label_version"), label_identity(config)))
     return stats
 

@@ -82,10 +82,7 @@ class PrxStreamingDataset(StreamingDataset):
         shard_hi = np.searchsorted(skip_ids, self.sample_offset_per_shard + self.samples_per_shard, "left")
         self.kept_per_shard = self.samples_per_shard - (shard_hi - shard_lo)
         self.kept_per_stream = np.array(
-            [
-                self.kept_per_shard[off : off + n].sum()
-                for off, n in zip(self.shard_offset_per_stream, self.shards_per_stream)
-            ],
+            [self.kept_per_shard[off : off + n].sum() for off, n in zip(self.shard_offset_per_stream, self.shards_per_stream)],
             np.int64,
         )
         if self.num_skipped:
@@ -164,9 +161,7 @@ class PrxStreamingDataset(StreamingDataset):
             return np.arange(start, end, dtype=np.int64)
         return start + np.flatnonzero(~self._skip_mask(start, end)).astype(np.int64)
 
-    def resample_streams(
-        self, epoch: int, stream_id: int | None = None
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    def resample_streams(self, epoch: int, stream_id: int | None = None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """StreamingDataset.resample_streams over kept samples only.
 
         Same algorithm as streaming 0.13.0's: per shard, whole repeats plus a seeded partial
@@ -350,7 +345,11 @@ def make_loader(
                 trainable.append(bucket)
         if isinstance(weights, Mapping):
             weights = {rel: value for rel, value in weights.items() if rel in {b.rel for b in trainable}}
-        chosen = build_bucket_streams(mds_root, weights, buckets=trainable, cache_dir=cache_dir, storage_options=storage_options) if trainable else []
+        chosen = (
+            build_bucket_streams(mds_root, weights, buckets=trainable, cache_dir=cache_dir, storage_options=storage_options)
+            if trainable
+            else []
+        )
     else:
         chosen = []
         for stream in streams:
@@ -364,7 +363,11 @@ def make_loader(
                 chosen.append(stream)
     if left_out:
         names = "; ".join(f"{name} ({why})" for name, why in sorted(left_out.items()))
-        warnings.warn(f"left out {len(left_out)} stream(s) that cannot train at batch size {batch_size}: {names}", UntrainableStreamsWarning, stacklevel=2)
+        warnings.warn(
+            f"left out {len(left_out)} stream(s) that cannot train at batch size {batch_size}: {names}",
+            UntrainableStreamsWarning,
+            stacklevel=2,
+        )
     if not chosen:
         raise ValueError(
             f"nothing to train on under {mds_root} at batch size {batch_size}"

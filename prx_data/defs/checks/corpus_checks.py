@@ -53,7 +53,9 @@ def skipped_share_per_stream(context: dg.AssetCheckExecutionContext, storage: St
     event = context.instance.get_latest_materialization_event(SKIP_LISTS)
     meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
     if "skipped_share_per_stream" not in meta:
-        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, description="skip_lists has no skipped_share_per_stream metadata yet")
+        return dg.AssetCheckResult(
+            passed=False, severity=dg.AssetCheckSeverity.WARN, description="skip_lists has no skipped_share_per_stream metadata yet"
+        )
     shares: dict[str, float] = meta["skipped_share_per_stream"].value
     unpublished = set(meta["unpublished_buckets"].value) if "unpublished_buckets" in meta else set()
     # Stream keys name the bucket ("768x1360" or "1024/768x1360"); unpublished ones are "tier/bucket".

@@ -67,9 +67,7 @@ def observed_optout_version(instance: dg.DagsterInstance) -> str | None:
     records = instance.fetch_observations(OPTOUT_FOLDER, limit=1).records
     if not records or records[0].asset_observation is None:
         return None
-    return records[0].asset_observation.tags.get("dagster/data_version") or (
-        records[0].asset_observation.data_version
-    )
+    return records[0].asset_observation.tags.get("dagster/data_version") or (records[0].asset_observation.data_version)
 
 
 def record_optout_folder(instance: dg.DagsterInstance, folder: str) -> None:

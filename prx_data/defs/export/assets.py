@@ -88,7 +88,13 @@ def mds_shards(
             # Where this source's shards are, one folder per bucket.
             "shard_folders": dg.MetadataValue.table(
                 records=[
-                    dg.TableRecord({"bucket": bucket, "samples": int(stats.per_bucket[bucket]), "folder": f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/"})
+                    dg.TableRecord(
+                        {
+                            "bucket": bucket,
+                            "samples": int(stats.per_bucket[bucket]),
+                            "folder": f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/",
+                        }
+                    )
                     for bucket in sorted(stats.per_bucket)
                 ],
                 schema=dg.TableSchema(columns=[dg.TableColumn("bucket"), dg.TableColumn("samples", "int"), dg.TableColumn("folder")]),
@@ -117,7 +123,9 @@ def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) ->
             "samples": sum(m.num_samples for m in merged),
             "shards": sum(m.num_shards for m in merged),
             "indexes_rewritten": sum(m.written for m in merged),
-            "samples_per_bucket": dg.MetadataValue.json({m.bucket_dir.removeprefix(storage.mds_root).strip("/"): m.num_samples for m in merged}),
+            "samples_per_bucket": dg.MetadataValue.json(
+                {m.bucket_dir.removeprefix(storage.mds_root).strip("/"): m.num_samples for m in merged}
+            ),
             **publication_metadata(storage.mds_root, merged, min_samples),
         }
     )
@@ -177,9 +185,7 @@ def skip_lists(
     unpublished = {m.bucket_dir.rstrip("/") for m in merged if not m.published}
     for stream in streams:
         if stream["rewrite_recommended"] and not any(d.endswith("/" + stream["bucket"]) for d in unpublished):
-            context.log.warning(
-                f"stream {stream['bucket']}: {stream['share']:.1%} of samples skipped (> 10%): consider rewriting it"
-            )
+            context.log.warning(f"stream {stream['bucket']}: {stream['share']:.1%} of samples skipped (> 10%): consider rewriting it")
     return dg.MaterializeResult(
         metadata={
             "exported_samples": rebuilt.exports.num_rows,

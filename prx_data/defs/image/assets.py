@@ -29,8 +29,7 @@ class PhashConfig(dg.Config):
     automation_condition=PER_SOURCE,
     retry_policy=TRANSIENT_RETRY,
     op_tags=SOURCE_TABLE_WRITER_TAG,
-    description="Adds phash, phash_version, phash_error to the source's table; rows already "
-    "hashed with the current version are skipped.",
+    description="Adds phash, phash_version, phash_error to the source's table; rows already hashed with the current version are skipped.",
 )
 @fail_fast
 def phashes(context: dg.AssetExecutionContext, config: PhashConfig, storage: StorageResource, ray: RayResource) -> dg.MaterializeResult:

@@ -28,9 +28,7 @@ INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typ
     description="The source's items in the common schema: one row per item, with a status.",
 )
 @fail_fast
-def raw_samples(
-    context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
-) -> dg.MaterializeResult:
+def raw_samples(context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource) -> dg.MaterializeResult:
     reg = registry.load()
     try:
         source = reg.get(context.partition_key)

@@ -118,5 +118,7 @@ def receipts_markdown(items: list[Receipt]) -> str:
     lines = ["", "## Retired sources", "", "| source | retired (UTC) | samples taken out of training | reason |", "|---|---|---|---|"]
     lines += [f"| {r.source} | {r.retired_at} | {r.samples_moved} | {r.reason} |" for r in items]
     lines.append("")
-    lines.append(f"Their shards and exports tables are kept under `{RETIRED_MDS}/` and `{RETIRED_LANCE}/` (see docs/ui.md#retiring-a-source).")
+    lines.append(
+        f"Their shards and exports tables are kept under `{RETIRED_MDS}/` and `{RETIRED_LANCE}/` (see docs/ui.md#retiring-a-source)."
+    )
     return "\n".join(lines) + "\n"

@@ -32,9 +32,7 @@ RAW_SAMPLES = dg.AssetKey("raw_samples")
 
 def ingested_fingerprint(instance: dg.DagsterInstance, source: str) -> str | None:
     """The spec fingerprint recorded by the latest raw_samples materialization of ``source``."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=RAW_SAMPLES, asset_partitions=[source]), limit=1
-    ).records
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=RAW_SAMPLES, asset_partitions=[source]), limit=1).records
     if not records or records[0].asset_materialization is None:
         return None
     value = records[0].asset_materialization.metadata.get("spec_fingerprint")
@@ -130,7 +128,9 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
     cursor = json.dumps({"seen": seen, "problems": digest}, sort_keys=True)
     if not run_requests and not new_partitions:
         if problems:
-            skip = dg.SkipReason(f"{problems_summary(problems)} (listed by the source_registry check; the other {len(reg.sources)} source(s) go on)")
+            skip = dg.SkipReason(
+                f"{problems_summary(problems)} (listed by the source_registry check; the other {len(reg.sources)} source(s) go on)"
+            )
         else:
             skip = dg.SkipReason(f"{len(reg.sources)} source(s), none new, changed or removed")
         # Keep what this tick learnt from the tables, so later ticks compare with the cursor only.
@@ -143,4 +143,3 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
         cursor=cursor,
         asset_events=events,
     )
-

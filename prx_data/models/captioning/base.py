@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 # ``source_caption``; ``sample_id`` is carried through by the callers, not by the backends.
 CaptionRow = Mapping[str, Any]
 
+
 class CaptionErrorCode:
     """Reason codes written to ``caption_error`` (optionally ``"<code>: <detail>"``)."""
 

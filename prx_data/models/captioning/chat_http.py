@@ -152,8 +152,7 @@ class ChatCompletionsClient:
             raise Retryable.from_response(response)
         if status in _CONFIG_STATUS:
             raise BackendUnavailable(
-                f"{self.config.completions_url} answered HTTP {status} "
-                f"({_error_message(response)}): check base_url, api_key and model"
+                f"{self.config.completions_url} answered HTTP {status} ({_error_message(response)}): check base_url, api_key and model"
             )
         if status >= 400:
             detail = f"{status} {_error_message(response)}"

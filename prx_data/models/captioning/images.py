@@ -85,9 +85,7 @@ def to_rgb_on_white(image: Image.Image) -> Image.Image:
     """RGB with transparent areas composited on white. A plain ``convert("RGB")`` drops the
     alpha channel, so a transparent background becomes whatever colour the hidden pixels hold
     (usually black), and the VLM describes a black background that is not there."""
-    has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
-        image.mode == "P" and "transparency" in image.info
-    )
+    has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (image.mode == "P" and "transparency" in image.info)
     if not has_alpha:
         return image.convert("RGB")
     rgba = image.convert("RGBA")

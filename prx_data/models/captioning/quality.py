@@ -68,9 +68,7 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
-def judge_caption(
-    raw: str | None, *, finish_reason: str | None = None, guards: CaptionGuards | None = None
-) -> CaptionResult:
+def judge_caption(raw: str | None, *, finish_reason: str | None = None, guards: CaptionGuards | None = None) -> CaptionResult:
     """Judge one generated caption.
 
     ``finish_reason`` is the engine's ("stop", "length", ...); ``"length"`` means the
@@ -102,4 +100,3 @@ def judge_source_caption(raw: str | None) -> CaptionResult:
     if not text:
         return CaptionResult(error=E.EMPTY)
     return CaptionResult(caption=text)
-

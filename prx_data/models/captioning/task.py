@@ -85,7 +85,9 @@ class CaptionTask(VLMTask):
         return VLMRequest(caption_messages(url, self.system(), USER_PROMPT), sampling_params(self.sampling, **self.extra_sampling()))
 
     def placeholder(self) -> VLMRequest:
-        return VLMRequest(caption_messages(None, self.system(), "."), sampling_params(self.sampling, **{**self.extra_sampling(), "max_tokens": 1}))
+        return VLMRequest(
+            caption_messages(None, self.system(), "."), sampling_params(self.sampling, **{**self.extra_sampling(), "max_tokens": 1})
+        )
 
     def judge(self, text: str | None, finish_reason: str | None) -> Judged:
         result = judge_caption(text, finish_reason=finish_reason, guards=self.guards)

@@ -16,13 +16,9 @@ LABEL_TABLE_SCHEMA = pa.schema([pa.field("sample_id", pa.string(), nullable=Fals
 _SCORE = "label_score"
 
 
-def label_results_table(
-    sample_ids: Sequence[str], results: Sequence[LabelResult], model_id: str, label_version: str
-) -> pa.Table:
+def label_results_table(sample_ids: Sequence[str], results: Sequence[LabelResult], model_id: str, label_version: str) -> pa.Table:
     base_schema = LABEL_TABLE_SCHEMA.remove(LABEL_TABLE_SCHEMA.get_field_index(_SCORE))
-    table = results_table(
-        LABEL, base_schema, sample_ids, [r.label for r in results], [r.error for r in results], model_id, label_version
-    )
+    table = results_table(LABEL, base_schema, sample_ids, [r.label for r in results], [r.error for r in results], model_id, label_version)
     return with_label_score(table, [r.score for r in results])
 
 
