@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 from collections import Counter
+from datetime import UTC
 from pathlib import Path
 
 from prx_data.app.local_ray import starting_local_ray
@@ -68,7 +69,6 @@ def _summary(sources: list[str]) -> str:
 
 def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
     """Exported / dropped per source, and what the skip lists exclude."""
-    import json
 
     # lazy: pulls in lance, pandas, pyarrow
     from prx_data.core.lance_io import open_table
@@ -92,8 +92,11 @@ def _corpus_summary(paths, settings, sources: list[str]) -> list[str]:
         skipped[sidecar.reason.split(":")[0] if sidecar.reason.startswith("optout") else sidecar.reason] += len(sidecar.indices)
     # Published = has an index.json (what training.loader.published_buckets lists), read without
     # importing the loader, whose `streaming` import costs seconds.
-    buckets = [ref for ref in list_buckets(settings.mds_root, settings.storage_options)
-               if is_file(locate(ref.dir(settings.mds_root), settings.storage_options).child(INDEX_BASENAME))]
+    buckets = [
+        ref
+        for ref in list_buckets(settings.mds_root, settings.storage_options)
+        if is_file(locate(ref.dir(settings.mds_root), settings.storage_options).child(INDEX_BASENAME))
+    ]
     lines.append(f"{'':>10}  {len(buckets)} published bucket streams; skipped by reason: {dict(sorted(skipped.items()))}")
     return lines
 
@@ -151,13 +154,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_everything(args: argparse.Namespace) -> int:
     # lazy: pulls in Dagster
     from prx_data.app.run_plan import plan_run, record_corpus, record_sources
-    from prx_data.defs.build import build_defs
-    from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
-    from prx_data.ingest.registry import load_registry
-    from prx_data.core.settings import get_settings
 
     # lazy: pulls in tqdm
     from prx_data.core.progress import enable_bars
+    from prx_data.core.settings import get_settings
+    from prx_data.defs.build import build_defs
+    from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
+    from prx_data.ingest.registry import load_registry
 
     enable_bars()  # drawn only when stderr is a terminal
     settings = get_settings()
@@ -214,7 +217,6 @@ def _ray_records_dir() -> Path:
 def cmd_ui(args: argparse.Namespace) -> int:
     import json
 
-
     if args.root:
         root, home = Path(args.root).resolve(), None
     elif os.environ.get("PRX_DATA_ROOT"):
@@ -238,9 +240,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def cmd_sources(args: argparse.Namespace) -> int:
     # lazy: pulls in pyarrow, numpy, pydantic
+    from prx_data.core.settings import get_settings
     from prx_data.ingest.registry import load_registry
     from prx_data.ingest.root_check import wide_root_warning
-    from prx_data.core.settings import get_settings
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -261,7 +263,7 @@ def _remove_source(registry, name: str | None) -> int:
     """Move the spec aside (``.removed/``, not read by the registry) and retire the source now,
     as the registry sensor would: its export leaves training, its data is kept (docs/ui.md)."""
     # lazy: pulls in dagster and the definitions
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from prx_data.defs.build import build_defs
     from prx_data.defs.orchestrate import open_instance
@@ -270,18 +272,23 @@ def _remove_source(registry, name: str | None) -> int:
         print(f"no valid source spec named {name!r}; registered: {', '.join(sorted(registry.sources)) or 'none'}")
         return 2
     spec = registry.sources[name].path
-    aside = spec.parent / ".removed" / f"{spec.stem}.{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}{spec.suffix}"
+    aside = spec.parent / ".removed" / f"{spec.stem}.{datetime.now(UTC):%Y%m%dT%H%M%SZ}{spec.suffix}"
     aside.parent.mkdir(exist_ok=True)
     spec.rename(aside)
     print(f"spec moved to {aside}")
     with open_instance([]) as instance:
         job = build_defs().resolve_job_def("retire_source")
         result = job.execute_in_process(
-            instance=instance, raise_on_error=False, tags={"prx/retire": name, "prx/launched_by": "cli"},
+            instance=instance,
+            raise_on_error=False,
+            tags={"prx/retire": name, "prx/launched_by": "cli"},
             run_config={"ops": {"retire": {"config": {"source": name, "reason": "prx-data sources remove"}}}},
         )
-    print(f"[{name}] retired: out of training and of the partition set; data kept (see the data card)" if result.success
-          else f"[{name}] retiring FAILED (run {result.run_id}); the spec is at {aside}")
+    print(
+        f"[{name}] retired: out of training and of the partition set; data kept (see the data card)"
+        if result.success
+        else f"[{name}] retiring FAILED (run {result.run_id}); the spec is at {aside}"
+    )
     return 0 if result.success else 1
 
 
@@ -305,11 +312,12 @@ def _runs_lookup():
 def cmd_lineage(args: argparse.Namespace) -> int:
     import json
 
+    from prx_data.core.paths import StoragePaths
+    from prx_data.core.settings import get_settings
+
     # lazy: pulls in lance, pandas, pyarrow
     from prx_data.curation.lineage import find, format_record
-    from prx_data.core.paths import StoragePaths
     from prx_data.ingest.registry import load_registry
-    from prx_data.core.settings import get_settings
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -343,10 +351,11 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 def cmd_optout_add(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from prx_data.core.settings import get_settings
+
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.curation.optout.files import read_image_file
     from prx_data.curation.optout.requests import OptOutRequest, write_request
-    from prx_data.core.settings import get_settings
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -388,10 +397,10 @@ def _registry_priorities(settings) -> dict[str, int]:
 def cmd_optout_apply(args: argparse.Namespace) -> int:
     """Requests, skip lists and the data card only: nothing is re-exported."""
     # lazy: pulls in streaming (torch)
-    from prx_data.curation.fold import FoldPolicy
-    from prx_data.curation.refresh import refresh
     from prx_data.core.paths import StoragePaths
     from prx_data.core.settings import get_settings
+    from prx_data.curation.fold import FoldPolicy
+    from prx_data.curation.refresh import refresh
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -405,7 +414,9 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         from prx_data.curation.optout.withdraw import withdraw
 
         try:
-            receipt = withdraw(StoragePaths.from_settings(settings), settings.optout_dir, args.withdraw_id, args.reason, settings.storage_options)
+            receipt = withdraw(
+                StoragePaths.from_settings(settings), settings.optout_dir, args.withdraw_id, args.reason, settings.storage_options
+            )
         except (KeyError, ValueError) as exc:
             print(f"error: {exc.args[0]}", file=sys.stderr)
             return 2
@@ -432,7 +443,9 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         for problem in row["problems"]:
             print(f"  {problem}")
     if report.kept:
-        print(f"{len(report.kept)} request(s) kept in force at their last applied version: {', '.join(sorted(report.kept))}", file=sys.stderr)
+        print(
+            f"{len(report.kept)} request(s) kept in force at their last applied version: {', '.join(sorted(report.kept))}", file=sys.stderr
+        )
     print(
         f"applied {report.requests} request(s) in {applied.seconds:.2f}s: skip-list build {applied.build_id}, "
         f"{applied.skipped_samples} sample(s) skipped in all, {applied.sidecars_written} sidecar(s) written; "
@@ -443,9 +456,9 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
 
 def cmd_optout_report(args: argparse.Namespace) -> int:
     # lazy: pulls in lance, pandas, pyarrow
-    from prx_data.curation.optout.receipt import receipt, to_json, to_markdown
     from prx_data.core.paths import StoragePaths
     from prx_data.core.settings import get_settings
+    from prx_data.curation.optout.receipt import receipt, to_json, to_markdown
 
     if args.root:
         _use_data_root(Path(args.root).resolve())

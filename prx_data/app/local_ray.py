@@ -196,17 +196,27 @@ def start_head(num_cpus: int | None = None, records_dir: Path | None = None) -> 
     token_path = _write_token()
     env = head_env(token_path)
     cleanup = os.pathsep.join((temp, os.path.dirname(token_path)))
-    cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-           "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
-           # Not 10001: two commands on one machine would fight over it.
-           f"--ray-client-server-port={free_port()}"]
+    cmd = [
+        ray_bin,
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp}",
+        # Not 10001: two commands on one machine would fight over it.
+        f"--ray-client-server-port={free_port()}",
+    ]
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")
     started = time.monotonic()
     log_path = Path(temp) / "head.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, env={**os.environ, **env})
+        process = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **env}
+        )
     head = LocalRayHead(address=f"127.0.0.1:{port}", process=process, temp_dir=temp, env=env, log_path=log_path, started=started)
     read_end, head._pipe_w = os.pipe()  # both non-inheritable: no other child holds the write end
     record = Path(records_dir or temp) / f"{os.getpid()}-{process.pid}.json"
@@ -214,16 +224,28 @@ def start_head(num_cpus: int | None = None, records_dir: Path | None = None) -> 
         watchdog_env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)}
         head.watchdog = subprocess.Popen(
             [sys.executable, "-m", "prx_data.app.ray_watchdog", str(process.pid), cleanup, str(record)],
-            stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=watchdog_env,
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=watchdog_env,
         )
     finally:
         os.close(read_end)
     if records_dir is not None:
         records_dir.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({
-            "owner_pid": os.getpid(), "owner_ticks": start_ticks(os.getpid()), "sid": process.pid,
-            "watchdog_pid": head.watchdog.pid, "temp_dir": cleanup, "address": head.address,
-        }))
+        record.write_text(
+            json.dumps(
+                {
+                    "owner_pid": os.getpid(),
+                    "owner_ticks": start_ticks(os.getpid()),
+                    "sid": process.pid,
+                    "watchdog_pid": head.watchdog.pid,
+                    "temp_dir": cleanup,
+                    "address": head.address,
+                }
+            )
+        )
         head.record = record
     return head
 

@@ -171,15 +171,23 @@ class RunRecords:
         if fingerprint is None:
             return False
         record = self.read(name)
-        return bool(record) and record.get("fingerprint") == fingerprint and record.get("tables") == dict(tables)
+        return record is not None and bool(record) and record.get("fingerprint") == fingerprint and record.get("tables") == dict(tables)
 
 
-def corpus_fingerprint(sources: Mapping[str, SourceInputs], tables: Mapping[str, int | None], *, code_versions: Mapping[str, str],
-                       settings, optout_version: str) -> str:
-    return _digest({
-        "sources": {name: inputs.fingerprint for name, inputs in sorted(sources.items())},
-        "tables": dict(sorted(tables.items())),
-        "code_versions": dict(sorted(code_versions.items())),
-        "settings": settings_digest(settings),
-        "optout": optout_version,
-    })
+def corpus_fingerprint(
+    sources: Mapping[str, SourceInputs],
+    tables: Mapping[str, int | None],
+    *,
+    code_versions: Mapping[str, str],
+    settings,
+    optout_version: str,
+) -> str:
+    return _digest(
+        {
+            "sources": {name: inputs.fingerprint for name, inputs in sorted(sources.items())},
+            "tables": dict(sorted(tables.items())),
+            "code_versions": dict(sorted(code_versions.items())),
+            "settings": settings_digest(settings),
+            "optout": optout_version,
+        }
+    )

@@ -70,16 +70,22 @@ def plan_run(defs, settings, registry, sources: list[str], *, force: bool = Fals
 
 def _corpus_fp(plan: RunPlan, settings) -> str:
     tables = table_versions([t for s in plan.all_sources for t in _source_tables(plan.paths, s)], settings.storage_options)
-    return corpus_fingerprint({s: plan.inputs[s] for s in plan.all_sources}, tables, code_versions=plan.code_versions,
-                              settings=settings, optout_version=plan.optout_version)
+    return corpus_fingerprint(
+        {s: plan.inputs[s] for s in plan.all_sources},
+        tables,
+        code_versions=plan.code_versions,
+        settings=settings,
+        optout_version=plan.optout_version,
+    )
 
 
 def record_sources(plan: RunPlan, outcome: dict[str, bool], settings) -> None:
     """Record the inputs (as listed before the run) of each source that succeeded: a file
     changed during the run makes the next run run it again."""
     for name, ok in outcome.items():
-        if ok and plan.inputs[name].fingerprint is not None:
-            plan.records.write(name, plan.inputs[name].fingerprint, table_versions(_source_tables(plan.paths, name), settings.storage_options))
+        fingerprint = plan.inputs[name].fingerprint
+        if ok and fingerprint is not None:
+            plan.records.write(name, fingerprint, table_versions(_source_tables(plan.paths, name), settings.storage_options))
 
 
 def record_corpus(plan: RunPlan, settings) -> None:

@@ -68,6 +68,7 @@ def repeat_address_on_request(line: str) -> None:
 
     signal.signal(signal.SIGUSR1, show)
     if sys.stdin is not None and sys.stdin.isatty():
+
         def read() -> None:
             for _ in sys.stdin:
                 show()
@@ -85,8 +86,12 @@ def start_ui(dagster_home: Path, port: int, host: str = "127.0.0.1", log_file=No
     # `dagster dev` is what this command wraps on purpose; its notice to use `dg dev` is noise.
     env.setdefault("PYTHONWARNINGS", "ignore:Function `dev_command` is superseded")
     return subprocess.Popen(
-        dagster_dev_command(workspace, port, host), cwd=dagster_home, env=env, start_new_session=True,
-        stdout=log_file, stderr=subprocess.STDOUT if log_file is not None else None,
+        dagster_dev_command(workspace, port, host),
+        cwd=dagster_home,
+        env=env,
+        start_new_session=True,
+        stdout=log_file,
+        stderr=subprocess.STDOUT if log_file is not None else None,
     )
 
 
@@ -103,6 +108,7 @@ def wait_for_port(process: subprocess.Popen, port: int, host: str = "127.0.0.1",
 
 def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host: str = "127.0.0.1") -> int:
     port = pick_port(port, host)
+
     def _stop(signum, _frame):
         raise KeyboardInterrupt
 

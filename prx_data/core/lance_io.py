@@ -20,9 +20,7 @@ def open_table(uri: str, storage_options: dict | None = None) -> lance.LanceData
     try:
         return lance.dataset(uri, storage_options=storage_options or None)
     except (ValueError, FileNotFoundError, OSError) as exc:
-        if "not found" in str(exc).lower() or "does not exist" in str(exc).lower() or isinstance(
-            exc, FileNotFoundError
-        ):
+        if "not found" in str(exc).lower() or "does not exist" in str(exc).lower() or isinstance(exc, FileNotFoundError):
             return None
         raise
 
@@ -51,9 +49,7 @@ def fragment_of(row_addresses: pa.Array) -> pa.Array:
     return pc.shift_right(row_addresses.cast(pa.uint64()), 32)
 
 
-def update_columns(
-    ds: lance.LanceDataset, updates: pa.Table, key: str = "sample_id"
-) -> lance.LanceDataset:
+def update_columns(ds: lance.LanceDataset, updates: pa.Table, key: str = "sample_id") -> lance.LanceDataset:
     """Write ``updates`` (``key`` + existing columns) into the rows with the same ``key``.
 
     Rows not named in ``updates`` keep their values. One commit for the whole batch.
@@ -61,9 +57,7 @@ def update_columns(
     if updates.num_rows == 0:
         return ds
     ids = updates.column(key)
-    located = ds.to_table(
-        columns=[key], filter=None, with_row_address=True
-    )
+    located = ds.to_table(columns=[key], filter=None, with_row_address=True)
     mask = pc.is_in(located.column(key), value_set=ids)
     located = located.filter(mask)
     frag_ids = fragment_of(located.column("_rowaddr")).to_pylist()
@@ -83,12 +77,8 @@ def update_columns(
         fields_modified.update(fields)
     if not updated_fragments:
         return ds
-    op = lance.LanceOperation.Update(
-        updated_fragments=updated_fragments, fields_modified=sorted(fields_modified)
-    )
-    return lance.LanceDataset.commit(
-        ds.uri, op, read_version=ds.version, storage_options=storage_options_of(ds)
-    )
+    op = lance.LanceOperation.Update(updated_fragments=updated_fragments, fields_modified=sorted(fields_modified))
+    return lance.LanceDataset.commit(ds.uri, op, read_version=ds.version, storage_options=storage_options_of(ds))
 
 
 def chunked(items: Iterable, size: int) -> Iterator[list]:

@@ -95,9 +95,7 @@ def _flock(path: str, on_acquired: Callable[[int], None] | None = None) -> filel
     existing file, so the holder's note in it stays readable to waiters.
     """
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    return filelock.UnixFileLock(
-        path, thread_local=False, preserve_lock_file=True, fallback_to_soft=False, on_acquired=on_acquired
-    )
+    return filelock.UnixFileLock(path, thread_local=False, preserve_lock_file=True, fallback_to_soft=False, on_acquired=on_acquired)
 
 
 class _LocalLock:
@@ -229,8 +227,11 @@ class _S3Lease:
 
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
+            held = self.etag
+            if held is None:  # released meanwhile: nothing left to renew
+                return
             try:
-                etag = self._put(IfMatch=self.etag)
+                etag = self._put(IfMatch=held)
             except Exception:  # noqa: BLE001 - a blip: the next renewal retries well before expiry
                 logger.warning("could not renew the lease %s", self.uri, exc_info=True)
                 continue
@@ -315,6 +316,7 @@ def table_lock(
         return
     wait_s, ttl_s = _defaults(wait_s, ttl_s)
     purpose = purpose or f"a writer of {table_uri}"
+    backend: _LocalLock | _S3Lease
     if not is_remote(uri):
         backend = _LocalLock(uri.removeprefix("file://"), purpose)
     elif uri.startswith("s3://"):
@@ -395,4 +397,14 @@ def dagster_home_lock(home: str | None = None):
     return local_file_lock(os.path.join(home, ".prx-startup.lock"))
 
 
-__all__ = ["LeaseLost", "LockPolicy", "TableLocked", "configure", "dagster_home_lock", "local_file_lock", "lock_uri", "locks_table", "table_lock"]
+__all__ = [
+    "LeaseLost",
+    "LockPolicy",
+    "TableLocked",
+    "configure",
+    "dagster_home_lock",
+    "local_file_lock",
+    "lock_uri",
+    "locks_table",
+    "table_lock",
+]

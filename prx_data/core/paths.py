@@ -24,7 +24,7 @@ class StoragePaths:
     mds_root: str
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "StoragePaths":
+    def from_settings(cls, settings: Settings) -> StoragePaths:
         return cls(lance_root=settings.lance_root, mds_root=settings.mds_root)
 
     # Lance tables -------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from typing import IO
 
 from tqdm import tqdm
 
-
 _BARS_ENABLED = False
 
 
@@ -41,7 +40,9 @@ class ProgressBar:
             return  # the end, reported again
         if self._bar is None or done < self._bar.n:
             self.close()
-            self._bar = tqdm(total=total, desc=self.desc, unit=self.unit, file=self.file or sys.stderr, disable=self.disable, **self.tqdm_kwargs)
+            self._bar = tqdm(
+                total=total, desc=self.desc, unit=self.unit, file=self.file or sys.stderr, disable=self.disable, **self.tqdm_kwargs
+            )
         if self._bar.total != total:
             self._bar.total = total
         self._bar.update(done - self._bar.n)
@@ -54,7 +55,7 @@ class ProgressBar:
             self._bar.close()
             self._bar = None
 
-    def __enter__(self) -> "ProgressBar":
+    def __enter__(self) -> ProgressBar:
         return self
 
     def __exit__(self, *exc) -> None:

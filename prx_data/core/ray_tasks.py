@@ -14,7 +14,7 @@ ADDRESS_VAR = "PRX_RAY_ADDRESS"
 
 def bounded(ray, submit: Callable[[Any], Any], items: Iterator[Any], limit: int) -> Iterator[Any]:
     """``submit(item)`` returns an ObjectRef; at most ``limit`` are in flight at once."""
-    in_flight = []
+    in_flight: list[Any] = []
     try:
         while True:
             while len(in_flight) < limit:

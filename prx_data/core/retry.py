@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import tenacity
@@ -56,8 +56,8 @@ def retry_after_s(value: str | None, now: datetime | None = None) -> float | Non
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:  # RFC 850 / asctime forms carry no zone: they are GMT
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 class Retryable(Exception):
@@ -70,7 +70,7 @@ class Retryable(Exception):
         self.retry_after_s = retry_after_s
 
     @classmethod
-    def from_response(cls, response: httpx.Response, reason: str | None = None) -> "Retryable":
+    def from_response(cls, response: httpx.Response, reason: str | None = None) -> Retryable:
         return cls(
             reason or f"HTTP {response.status_code}",
             http_status=response.status_code,
@@ -133,4 +133,3 @@ class RetryPolicy:
             sleep=sleep,
             reraise=True,
         )
-

@@ -6,7 +6,7 @@ compaction).
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 import pyarrow as pa
 
@@ -15,7 +15,7 @@ import pyarrow as pa
 BLOB_METADATA = {"lance-encoding:blob": "true"}
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """Row status in a source's raw table. Only ``ok`` rows flow downstream."""
 
     OK = "ok"

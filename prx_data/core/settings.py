@@ -41,7 +41,9 @@ class _MappingEnvSource(EnvSettingsSource):
         from pydantic_settings.sources.utils import parse_env_vars
 
         environ = _ENVIRON.get()
-        return parse_env_vars(os.environ if environ is None else environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+        return parse_env_vars(
+            os.environ if environ is None else environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
 
 
 class Settings(BaseSettings):
@@ -130,15 +132,12 @@ class Settings(BaseSettings):
         return data
 
     @model_validator(mode="after")
-    def _cluster_needs_remote_roots(self) -> "Settings":
+    def _cluster_needs_remote_roots(self) -> Settings:
         if self.env == "cluster":
             for name in ("lance_root", "mds_root"):
                 value = getattr(self, name)
                 if "://" not in value:
-                    raise ValueError(
-                        f"PRX_ENV=cluster needs an object-storage URI for {name} "
-                        f"(PRX_{name.upper()}), got {value!r}"
-                    )
+                    raise ValueError(f"PRX_ENV=cluster needs an object-storage URI for {name} (PRX_{name.upper()}), got {value!r}")
                 if value.split("://", 1)[0] not in ("s3", "gs"):
                     raise ValueError(f"PRX_{name.upper()}={value!r}: only s3:// and gs:// roots are supported")
             if not self.postgres_url:

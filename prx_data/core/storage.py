@@ -153,7 +153,7 @@ class Location:
     path: str
     uri: str
 
-    def child(self, *parts: str) -> "Location":
+    def child(self, *parts: str) -> Location:
         return Location(self.fs, posixpath.join(self.path, *parts), join(self.uri, *parts))
 
 
@@ -375,11 +375,10 @@ def streaming_env(storage_options: Mapping[str, str] | None) -> dict[str, str]:
     so a trainer reading from a non-AWS store needs these set in its process.
     """
     credentials = s3_credentials(storage_options)
-    env = {
+    candidates = {
         "S3_ENDPOINT_URL": credentials.endpoint_url,
         "AWS_ACCESS_KEY_ID": credentials.access_key_id,
         "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
         "AWS_DEFAULT_REGION": credentials.region,
     }
-    env = {var: value for var, value in env.items() if value}
-    return env
+    return {var: value for var, value in candidates.items() if value}

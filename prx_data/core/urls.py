@@ -33,12 +33,36 @@ URL_KEY_PREFIX = "urlkey:"
 SECRET_PARAMS = frozenset(
     name.lower()
     for name in (
-        "X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token", "AWSAccessKeyId",
-        "X-Goog-Signature", "X-Goog-Credential", "GoogleAccessId",
-        "Signature", "sig", "Policy", "Key-Pair-Id",
-        "token", "access_token", "refresh_token", "id_token", "auth", "authorization",
-        "key", "api_key", "apikey", "api-key", "secret", "client_secret",
-        "password", "passwd", "pwd", "session", "sessionid", "jwt", "hmac",
+        "X-Amz-Signature",
+        "X-Amz-Credential",
+        "X-Amz-Security-Token",
+        "AWSAccessKeyId",
+        "X-Goog-Signature",
+        "X-Goog-Credential",
+        "GoogleAccessId",
+        "Signature",
+        "sig",
+        "Policy",
+        "Key-Pair-Id",
+        "token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "auth",
+        "authorization",
+        "key",
+        "api_key",
+        "apikey",
+        "api-key",
+        "secret",
+        "client_secret",
+        "password",
+        "passwd",
+        "pwd",
+        "session",
+        "sessionid",
+        "jwt",
+        "hmac",
     )
 )
 
@@ -103,7 +127,9 @@ def key_uri_for_table(table_uri: str) -> str:
     return key_uri(posixpath.dirname(posixpath.dirname(table_uri.rstrip("/"))))
 
 
-def load_url_key(uri: str, options: Mapping[str, str] | None = None, *, create: bool = False, environ: Mapping[str, str] | None = None) -> bytes | None:
+def load_url_key(
+    uri: str, options: Mapping[str, str] | None = None, *, create: bool = False, environ: Mapping[str, str] | None = None
+) -> bytes | None:
     """The root's URL hash key: ``PRX_URL_HASH_KEY`` (hex) if set, else the key file at ``uri``,
     made (32 random bytes) when ``create`` and absent. None: no key yet (nothing was hashed)."""
     environ = os.environ if environ is None else environ

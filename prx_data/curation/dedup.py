@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
-from prx_data.imaging.hash_index import MAX_RADIUS, cluster_ids
 from prx_data.imaging.buckets import BucketConfig, shape_index
+from prx_data.imaging.hash_index import MAX_RADIUS, cluster_ids
 
 DEDUP_REASON = "dedup"
 

@@ -13,15 +13,15 @@ from dataclasses import dataclass, fields
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.curation.dedup import DedupConfig, find_duplicates
-from prx_data.export.skiplist import SkiplistReport, build_skiplists
-from prx_data.imaging.buckets import BucketConfig
 from prx_data.core.filters import one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
+from prx_data.curation.dedup import DedupConfig, find_duplicates
 from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 from prx_data.curation.optout.receipt import record_build
 from prx_data.curation.optout.requests import read_fingerprints
+from prx_data.export.skiplist import SkiplistReport, build_skiplists
+from prx_data.imaging.buckets import BucketConfig
 
 SKIP_COLUMNS = ["sample_id", "source", "shard", "index_in_shard", "reason", "kept_sample_id"]
 SKIP_SCHEMA = pa.schema(
@@ -63,9 +63,18 @@ def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options
         tables.append(_with_content_keys(t, paths.raw_table(source), options))
     if not tables:
         return pa.schema(
-            [("sample_id", pa.string()), ("source", pa.string()), ("tier", pa.int32()), ("bucket", pa.string()),
-             ("shard", pa.string()), ("index_in_shard", pa.int64()), ("phash", pa.int64()), ("source_priority", pa.int64()),
-             ("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())]
+            [
+                ("sample_id", pa.string()),
+                ("source", pa.string()),
+                ("tier", pa.int32()),
+                ("bucket", pa.string()),
+                ("shard", pa.string()),
+                ("index_in_shard", pa.int64()),
+                ("phash", pa.int64()),
+                ("source_priority", pa.int64()),
+                ("phash_degenerate", pa.bool_()),
+                ("image_sha256", pa.string()),
+            ]
         ).empty_table()
     return pa.concat_tables(tables)
 
@@ -75,7 +84,9 @@ def _with_content_keys(exports: pa.Table, raw_uri: str, options: dict | None) ->
     dedup matches degenerate fingerprints by content key only."""
     raw = open_table(raw_uri, options)
     wanted = [c for c in ("phash_degenerate", "image_sha256") if c in raw.schema.names] if raw is not None else []
-    keys = raw.to_table(columns=["sample_id", *wanted]) if raw is not None and wanted else pa.table({"sample_id": pa.array([], pa.string())})
+    keys = (
+        raw.to_table(columns=["sample_id", *wanted]) if raw is not None and wanted else pa.table({"sample_id": pa.array([], pa.string())})
+    )
     joined = exports.join(keys, "sample_id", join_type="left outer")
     for name, kind in (("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())):
         if name not in joined.column_names:
@@ -95,7 +106,9 @@ def dedup_rows(exports: pa.Table, cfg: DedupConfig) -> pa.Table:
     return dups.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
 
 
-def label_rows(exports: pa.Table, paths: StoragePaths, sources: Iterable[str], exclude: Iterable[str], options: dict | None = None) -> pa.Table:
+def label_rows(
+    exports: pa.Table, paths: StoragePaths, sources: Iterable[str], exclude: Iterable[str], options: dict | None = None
+) -> pa.Table:
     exclude = sorted(set(exclude))
     tables = []
     for source in sources:
@@ -111,7 +124,9 @@ def optout_rows(exports: pa.Table, optouts: pa.Table | None) -> pa.Table:
     """``optouts``: sample_id, request_id (one row per request that covers the sample)."""
     if optouts is None or optouts.num_rows == 0:
         return SKIP_SCHEMA.empty_table()
-    return _join_reasons(exports, [optouts.select(["sample_id", "request_id"])], lambda t: pc.binary_join_element_wise("optout:", t["request_id"], ""))
+    return _join_reasons(
+        exports, [optouts.select(["sample_id", "request_id"])], lambda t: pc.binary_join_element_wise("optout:", t["request_id"], "")
+    )
 
 
 def optout_samples(paths: StoragePaths, exports: pa.Table, sources: Iterable[str], options: dict | None = None) -> pa.Table:
@@ -143,9 +158,15 @@ def _join_reasons(exports: pa.Table, tables: list[pa.Table], reason_of) -> pa.Ta
         return SKIP_SCHEMA.empty_table()
     found = pa.concat_tables(tables)
     found = found.append_column("reason", reason_of(found))
-    joined = exports.select(["sample_id", "source", "shard", "index_in_shard"]).join(found.select(["sample_id", "reason"]), "sample_id", join_type="inner")
+    joined = exports.select(["sample_id", "source", "shard", "index_in_shard"]).join(
+        found.select(["sample_id", "reason"]), "sample_id", join_type="inner"
+    )
     joined = joined.append_column("kept_sample_id", pa.nulls(joined.num_rows, pa.string()))
-    return joined.select(SKIP_COLUMNS).cast(SKIP_SCHEMA).sort_by([("shard", "ascending"), ("index_in_shard", "ascending"), ("reason", "ascending")])
+    return (
+        joined.select(SKIP_COLUMNS)
+        .cast(SKIP_SCHEMA)
+        .sort_by([("shard", "ascending"), ("index_in_shard", "ascending"), ("reason", "ascending")])
+    )
 
 
 def superseded_rows(paths: StoragePaths, sources: Iterable[str], options: dict | None = None) -> pa.Table:

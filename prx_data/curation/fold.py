@@ -38,23 +38,23 @@ import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.lance_io import open_table
+from prx_data.core.locking import table_lock
+from prx_data.core.paths import StoragePaths
+from prx_data.core.storage import locate, try_read_bytes
 from prx_data.export._fs import sha256_bytes
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
 from prx_data.imaging import transform  # called as transform.prepare (tests count its calls)
 from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, fold_target, shape_index, shapes_for_tier
-from prx_data.core.lance_io import open_table
-from prx_data.core.locking import table_lock
-from prx_data.core.paths import StoragePaths
 from prx_data.stages.column_stage import read_images
-from prx_data.core.storage import locate, try_read_bytes
 
 FOLDED = "folded"  # skip reason of an original whose image is trained from its folded copy
 FOLD_SUFFIX = "--fold"
@@ -97,7 +97,7 @@ class FoldPolicy:
     min_stream_samples: int = 1
 
     @classmethod
-    def from_settings(cls, settings) -> "FoldPolicy":
+    def from_settings(cls, settings) -> FoldPolicy:
         return cls(settings.fold_sparse_buckets, settings.fold_max_steps, settings.min_stream_samples)
 
 
@@ -123,8 +123,14 @@ class FoldReport:
 
 
 _PLAN_SCHEMA = pa.schema(
-    [("sample_id", pa.string()), ("source", pa.string()), ("folded_from", pa.string()),
-     ("tier", pa.int32()), ("height", pa.int32()), ("width", pa.int32())]
+    [
+        ("sample_id", pa.string()),
+        ("source", pa.string()),
+        ("folded_from", pa.string()),
+        ("tier", pa.int32()),
+        ("height", pa.int32()),
+        ("width", pa.int32()),
+    ]
 )
 
 
@@ -133,9 +139,12 @@ def unskipped_placements(exports: pa.Table, skips: pa.Table) -> pa.Table:
     placed = exports.select(["sample_id", "source", "tier", "bucket", "shard", "index_in_shard"]).filter(pc.is_valid(exports["shard"]))
     if not skips.num_rows:
         return placed
-    keys = skips.select(["shard", "index_in_shard"]).cast(
-        pa.schema([("shard", pa.string()), ("index_in_shard", pa.int64())])
-    ).group_by(["shard", "index_in_shard"], use_threads=False).aggregate([])
+    keys = (
+        skips.select(["shard", "index_in_shard"])
+        .cast(pa.schema([("shard", pa.string()), ("index_in_shard", pa.int64())]))
+        .group_by(["shard", "index_in_shard"], use_threads=False)
+        .aggregate([])
+    )
     return placed.join(keys, ["shard", "index_in_shard"], join_type="left anti")
 
 
@@ -151,7 +160,8 @@ def _pooled_targets(
     (so folds still never chain). Greedy, largest first; ties to the squarer shape.
     """
     alone = [
-        i for i, rel in indexes.items()
+        i
+        for i, rel in indexes.items()
         if counts[rel] < policy.min_stream_samples and fold_target(tier, i, published, bucket_cfg, policy.max_steps) is None
     ]
     squarest = len(shapes_for_tier(tier, bucket_cfg)) // 2
@@ -260,9 +270,7 @@ def fold_source(
         stored = open_table(uri, options)
         recorded = stored.to_table().cast(FOLDS_SCHEMA) if stored is not None else FOLDS_SCHEMA.empty_table()
         digests = {ref.rel: sha256_bytes(raw) for ref, raw in current.items()}
-        trusted_rows = [
-            r for r in recorded.to_pylist() if digests.get(f"{r['tier']}/{r['bucket']}") == r["index_sha256"]
-        ]
+        trusted_rows = [r for r in recorded.to_pylist() if digests.get(f"{r['tier']}/{r['bucket']}") == r["index_sha256"]]
         have: dict[str, dict[str, dict]] = defaultdict(dict)  # target rel -> sample_id -> row
         for r in trusted_rows:
             have[f"{r['tier']}/{r['bucket']}"][r["sample_id"]] = r
@@ -300,8 +308,19 @@ def fold_source(
             return table
         check()
         table = _rewrite(
-            paths, source, want, have, current, changed, kept_rows, bucket_cfg=bucket_cfg, writer_cfg=writer_cfg,
-            options=options, run_id=run_id, scratch_dir=scratch_dir, report=report,
+            paths,
+            source,
+            want,
+            have,
+            current,
+            changed,
+            kept_rows,
+            bucket_cfg=bucket_cfg,
+            writer_cfg=writer_cfg,
+            options=options,
+            run_id=run_id,
+            scratch_dir=scratch_dir,
+            report=report,
         )
         _write_table(table, uri, options)
         return table
@@ -311,7 +330,9 @@ def _write_table(table: pa.Table, uri: str, options: dict | None) -> None:
     lance.write_dataset(table, uri, mode="overwrite", storage_options=options)
 
 
-def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_cfg, writer_cfg, options, run_id, scratch_dir, report) -> pa.Table:
+def _rewrite(
+    paths, source, want, have, current, changed, kept_rows, *, bucket_cfg, writer_cfg, options, run_id, scratch_dir, report
+) -> pa.Table:
     """Write the changed target buckets of the fold partition in one commit."""
     fold = fold_folder(source)
     mds_root = paths.mds_root
@@ -339,7 +360,12 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
 
     def meta(row: dict) -> dict:
         r = raw[row["sample_id"]]
-        return {"sample_id": row["sample_id"], "caption": r.get("caption"), "label": r.get("label"), "caption_model": r.get("caption_model")}
+        return {
+            "sample_id": row["sample_id"],
+            "caption": r.get("caption"),
+            "label": r.get("label"),
+            "caption_model": r.get("caption_model"),
+        }
 
     def samples(scratch: str) -> Iterator[dict]:
         if reuse:
@@ -348,15 +374,20 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
                 rel, row = reuse[(shard, index)]
                 report.reused += 1
                 yield {
-                    "image": old["image"], "tier": row["tier"], "height": row["height"], "width": row["width"],
-                    "original_width": old["original_width"], "original_height": old["original_height"], **meta(row),
+                    "image": old["image"],
+                    "tier": row["tier"],
+                    "height": row["height"],
+                    "width": row["width"],
+                    "original_width": old["original_width"],
+                    "original_height": old["original_height"],
+                    **meta(row),
                 }
         for start in range(0, len(encode), 32):
             # Rows are encoded only when found in ``raw``, which is read from the raw table.
             assert raw_ds is not None, "rows to encode without a raw table"
             chunk = encode[start : start + 32]
             images = read_images(raw_ds, [raw[row["sample_id"]]["_rowaddr"] for _, row in chunk])
-            for (rel, row), data in zip(chunk, images):
+            for (_rel, row), data in zip(chunk, images):
                 shape = Assignment(row["tier"], row["height"], row["width"])
                 result = transform.prepare(data, bucket_cfg, shape=shape) if data is not None else Drop("invalid_image")
                 if isinstance(result, Drop):
@@ -364,15 +395,26 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
                     continue
                 report.encoded += 1
                 yield {
-                    "image": result.jpeg, "tier": result.tier, "height": result.height, "width": result.width,
-                    "original_width": result.original_width, "original_height": result.original_height, **meta(row),
+                    "image": result.jpeg,
+                    "tier": result.tier,
+                    "height": result.height,
+                    "width": result.width,
+                    "original_width": result.original_width,
+                    "original_height": result.original_height,
+                    **meta(row),
                 }
 
     rewrite = {BucketRef(int(rel.split("/")[0]), *parse_bucket(rel.split("/")[1])) for rel in changed}
     with tempfile.TemporaryDirectory(prefix=f"prx-fold-{source}-", dir=scratch_dir) as scratch:
         export = write_partition(
-            samples(scratch), mds_root=mds_root, source=fold, storage_options=options, config=writer_cfg,
-            allow_empty=True, scratch_dir=scratch_dir, rewrite=rewrite,
+            samples(scratch),
+            mds_root=mds_root,
+            source=fold,
+            storage_options=options,
+            config=writer_cfg,
+            allow_empty=True,
+            scratch_dir=scratch_dir,
+            rewrite=rewrite,
         )
     report.buckets_written += [f"{ref.rel}/{fold}" for ref in sorted(rewrite) if ref.rel in export.samples_per_bucket]
     report.buckets_removed += [f"{ref.rel}/{fold}" for ref in export.removed_buckets]
@@ -383,16 +425,25 @@ def _rewrite(paths, source, want, have, current, changed, kept_rows, *, bucket_c
         data = try_read_bytes(root.child(ref.rel, fold, INDEX_BASENAME))
         if data is not None:
             digest[ref.rel] = sha256_bytes(data)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = list(kept_rows)
     for r in export.lineage.to_pylist():
         rel = f"{r['tier']}/{r['bucket']}"
         w = want[rel][r["sample_id"]]
         rows.append(
             {
-                "sample_id": r["sample_id"], "source": source, "tier": r["tier"], "bucket": r["bucket"], "shard": r["shard"],
-                "index_in_shard": r["index_in_shard"], "folded_from": w["folded_from"], "image_key": w["image_key"],
-                "meta_key": w["meta_key"], "index_sha256": digest.get(rel), "folded_at": now, "fold_run_id": run_id,
+                "sample_id": r["sample_id"],
+                "source": source,
+                "tier": r["tier"],
+                "bucket": r["bucket"],
+                "shard": r["shard"],
+                "index_in_shard": r["index_in_shard"],
+                "folded_from": w["folded_from"],
+                "image_key": w["image_key"],
+                "meta_key": w["meta_key"],
+                "index_sha256": digest.get(rel),
+                "folded_at": now,
+                "fold_run_id": run_id,
             }
         )
     return pa.Table.from_pylist(rows, schema=FOLDS_SCHEMA).sort_by("sample_id")
@@ -450,16 +501,23 @@ def apply_fold_policy(
     report = FoldReport(folds=plan.folds, refused=plan.refused)
     # A registered source whose name looks like a fold folder is a source, never a fold.
     in_tree = {
-        source: found for source, found in fold_folders_in_tree(paths.mds_root, options).items()
-        if f"{source}{FOLD_SUFFIX}" not in reserved
+        source: found for source, found in fold_folders_in_tree(paths.mds_root, options).items() if f"{source}{FOLD_SUFFIX}" not in reserved
     }
     visit = sorted(set(sources) | set(in_tree) | set(plan.rows["source"].to_pylist()))
     tables = []
     for source in visit:
         wanted = plan.rows.filter(pc.equal(plan.rows["source"], source))
         table = fold_source(
-            paths, source, wanted, in_tree.get(source, {}), bucket_cfg=bucket_cfg, writer_cfg=writer_cfg,
-            options=options, run_id=run_id, scratch_dir=scratch_dir, report=report,
+            paths,
+            source,
+            wanted,
+            in_tree.get(source, {}),
+            bucket_cfg=bucket_cfg,
+            writer_cfg=writer_cfg,
+            options=options,
+            run_id=run_id,
+            scratch_dir=scratch_dir,
+            report=report,
         )
         tables.append(table)
     folds = pa.concat_tables(tables) if tables else FOLDS_SCHEMA.empty_table()
@@ -488,6 +546,16 @@ def fold_summary(paths: StoragePaths, sources: Iterable[str], options: dict | No
 
 
 __all__ = [
-    "FOLDED", "FOLDS_SCHEMA", "FoldPlan", "FoldPolicy", "FoldReport", "apply_fold_policy", "fold_folder",
-    "fold_summary", "folded_skip_rows", "folds_table", "plan_folds", "read_folds",
+    "FOLDED",
+    "FOLDS_SCHEMA",
+    "FoldPlan",
+    "FoldPolicy",
+    "FoldReport",
+    "apply_fold_policy",
+    "fold_folder",
+    "fold_summary",
+    "folded_skip_rows",
+    "folds_table",
+    "plan_folds",
+    "read_folds",
 ]

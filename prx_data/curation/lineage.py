@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.filters import Expr, any_of, equals, one_of
+from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.urls import key_uri, load_url_key, redact_text, redact_url, url_key
@@ -21,12 +21,36 @@ from prx_data.curation.optout.files import UnreadableFile, read_image_file
 from prx_data.export.skiplist import shard_sidecars
 
 ROW_COLUMNS = (
-    "sample_id", "source", "source_key", "status", "error", "source_url", "license", "image_format",
-    "width", "height", "source_caption", "caption", "caption_model", "caption_prompt_version", "caption_error",
-    "label", "label_model", "label_version", "label_error", "label_score", "phash", "phash_version",
-    "phash_degenerate", "image_sha256", "ingested_at",
+    "sample_id",
+    "source",
+    "source_key",
+    "status",
+    "error",
+    "source_url",
+    "license",
+    "image_format",
+    "width",
+    "height",
+    "source_caption",
+    "caption",
+    "caption_model",
+    "caption_prompt_version",
+    "caption_error",
+    "label",
+    "label_model",
+    "label_version",
+    "label_error",
+    "label_score",
+    "phash",
+    "phash_version",
+    "phash_degenerate",
+    "image_sha256",
+    "ingested_at",
     # The run that wrote each derived column group (stages.column_stage.run_id_column).
-    "ingest_run_id", "phash_run_id", "caption_run_id", "label_run_id",
+    "ingest_run_id",
+    "phash_run_id",
+    "caption_run_id",
+    "label_run_id",
 )
 
 
@@ -130,8 +154,14 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
         ]
     for row in rows:
         placement = Placement(
-            row["tier"], row["bucket"], row["shard"], row["index_in_shard"], row["drop_reason"], row["export_version"],
-            row.get("export_run_id"), folded_from=row.get("folded_from"),
+            row["tier"],
+            row["bucket"],
+            row["shard"],
+            row["index_in_shard"],
+            row["drop_reason"],
+            row["export_version"],
+            row.get("export_run_id"),
+            folded_from=row.get("folded_from"),
         )
         if row["shard"]:
             for sidecar in shard_sidecars(mds_root, row["shard"], options):
@@ -215,7 +245,11 @@ def _image_matches(paths: StoragePaths, sources: list[str], image: Path, max_ham
         if ds is None or "phash" not in ds.schema.names:
             continue
         hashes = ds.to_table(columns=["sample_id", "phash"], filter="phash IS NOT NULL")
-        ids = [sid for sid, h in zip(hashes.column("sample_id").to_pylist(), hashes.column("phash").to_pylist()) if hamming(h, target) <= max_hamming]
+        ids = [
+            sid
+            for sid, h in zip(hashes.column("sample_id").to_pylist(), hashes.column("phash").to_pylist())
+            if hamming(h, target) <= max_hamming
+        ]
         if ids:
             where = one_of("sample_id", ids)
             found += _rows(paths, [source], where, options)
@@ -227,7 +261,8 @@ def format_record(record: LineageRecord) -> str:
     lines = [
         f"sample {row['sample_id']}  (matched by {record.matched_by})",
         f"  source     {row['source']} : {row['source_key']}",
-        f"  status     {row['status']}" + (f"  ({row['error']})" if row.get("error") else "")
+        f"  status     {row['status']}"
+        + (f"  ({row['error']})" if row.get("error") else "")
         + (f"  [ingest run={row['ingest_run_id']}]" if row.get("ingest_run_id") else ""),
     ]
     for key in ("source_url", "license", "image_format"):
@@ -237,18 +272,28 @@ def format_record(record: LineageRecord) -> str:
         lines.append(f"  size       {row['width']}x{row['height']} (as displayed)")
     if row.get("source_caption"):
         lines.append(f"  source cap {row['source_caption']}")
+
     def made_by(group: str) -> str:
         run = row.get(f"{group}_run_id")
         return f" run={run}" if run else ""
 
     if "caption" in row:
-        lines.append(f"  caption    {row.get('caption')!r} [model={row.get('caption_model')} prompt={row.get('caption_prompt_version')}{made_by('caption')}]" + (f" error={row['caption_error']}" if row.get("caption_error") else ""))
+        lines.append(
+            f"  caption    {row.get('caption')!r} [model={row.get('caption_model')} prompt={row.get('caption_prompt_version')}{made_by('caption')}]"
+            + (f" error={row['caption_error']}" if row.get("caption_error") else "")
+        )
     if "label" in row:
         score = f" score={row['label_score']:.2f}" if row.get("label_score") is not None else ""
-        lines.append(f"  label      {row.get('label')}{score} [model={row.get('label_model')} version={row.get('label_version')}{made_by('label')}]")
+        lines.append(
+            f"  label      {row.get('label')}{score} [model={row.get('label_model')} version={row.get('label_version')}{made_by('label')}]"
+        )
     if "phash" in row:
         phash = row.get("phash")
-        lines.append(f"  phash      {phash & 0xFFFFFFFFFFFFFFFF:016x} [{row.get('phash_version')}{made_by('phash')}]" if phash is not None else "  phash      -")
+        lines.append(
+            f"  phash      {phash & 0xFFFFFFFFFFFFFFFF:016x} [{row.get('phash_version')}{made_by('phash')}]"
+            if phash is not None
+            else "  phash      -"
+        )
         if row.get("phash_degenerate"):
             lines.append(f"  identity   flat image: matched by content key sha256={row.get('image_sha256')}, never by phash")
     if not record.placements:

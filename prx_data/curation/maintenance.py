@@ -15,8 +15,8 @@ from typing import Literal
 
 import lance
 
-from prx_data.core.locking import locks_table
 from prx_data.core.lance_io import open_table, storage_options_of
+from prx_data.core.locking import locks_table
 
 # The scalar index kinds these tables use (a subset of what LanceDataset.create_scalar_index takes).
 ScalarIndexKind = Literal["BTREE", "BITMAP", "INVERTED"]
@@ -60,7 +60,9 @@ def _wanted(ds: lance.LanceDataset, indexes: Sequence[IndexSpec]) -> list[IndexS
 
 
 @locks_table("uri", "options")  # compaction beside an ingest's upsert is a commit conflict
-def maintain_table(uri: str, *, target_rows_per_fragment: int, indexes: Sequence[IndexSpec] = SOURCE_INDEXES, options: dict | None = None) -> TableMaintenance | None:
+def maintain_table(
+    uri: str, *, target_rows_per_fragment: int, indexes: Sequence[IndexSpec] = SOURCE_INDEXES, options: dict | None = None
+) -> TableMaintenance | None:
     ds = open_table(uri, options)
     if ds is None:
         return None

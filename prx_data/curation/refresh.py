@@ -66,7 +66,15 @@ def rebuild_skip_lists(
     )
     policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
     skips, folds = apply_fold_policy(
-        paths, exports, skips, sources=priorities, bucket_cfg=bucket_cfg, writer_cfg=writer_cfg, policy=policy, options=options, run_id=run_id
+        paths,
+        exports,
+        skips,
+        sources=priorities,
+        bucket_cfg=bucket_cfg,
+        writer_cfg=writer_cfg,
+        policy=policy,
+        options=options,
+        run_id=run_id,
     )
     report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.

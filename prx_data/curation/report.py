@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from prx_data.core.reasons import reason_code
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths, join
+from prx_data.core.reasons import reason_code
 from prx_data.core.storage import locate, write_bytes
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import iter_root_sidecars
@@ -56,8 +55,7 @@ def _folded(paths: StoragePaths, sources: list[str], options: dict | None) -> li
     if not rows:
         return ["No bucket is folded (PRX_FOLD_SPARSE_BUCKETS off, or no sparse bucket has a published neighbour in reach)."]
     return [
-        "Images of sparse buckets re-exported into the nearest published shape of their tier; "
-        "their originals are skipped as `folded`.",
+        "Images of sparse buckets re-exported into the nearest published shape of their tier; their originals are skipped as `folded`.",
         "",
         *_table(("from", "into", "samples"), rows),
     ]
@@ -141,7 +139,7 @@ def build_data_card(
     lines = [
         "# Data card",
         "",
-        f"Generated {(generated_at or datetime.now(timezone.utc)).isoformat(timespec='seconds')}. "
+        f"Generated {(generated_at or datetime.now(UTC)).isoformat(timespec='seconds')}. "
         f"{totals['exported']} samples exported, {totals['skipped']} skipped, **{totals['trainable']} trainable**.",
         "",
         "## Sources",
@@ -176,6 +174,8 @@ def build_data_card(
     ]
     if words:
         q = statistics.quantiles(words, n=10) if len(words) > 1 else [words[0]] * 9
-        lines += _table(("min", "p10", "median", "p90", "max"), [(min(words), round(q[0]), statistics.median(words), round(q[8]), max(words))])
+        lines += _table(
+            ("min", "p10", "median", "p90", "max"), [(min(words), round(q[0]), statistics.median(words), round(q[8]), max(words))]
+        )
     lines += ["", "Captioner and prompt versions:", *_table(("captioner / prompt", "captions"), sorted(caption_models.items())), ""]
     return DataCard("\n".join(lines), totals)

@@ -9,8 +9,8 @@ def captions_code_version() -> str:
     """caption_model@caption_prompt_version of the configured captioner (what the stage writes
     into each row and compares to find stale rows)."""
     # lazy: pulls in lance, PIL, httpx
-    from prx_data.models.captioning.factory import parse_captioner_config
     from prx_data.core.settings import get_settings
+    from prx_data.models.captioning.factory import parse_captioner_config
     from prx_data.stages.caption_stage import caption_identity
 
     model, prompt_version = caption_identity(parse_captioner_config(get_settings().captioner))
@@ -19,8 +19,8 @@ def captions_code_version() -> str:
 
 def labels_code_version() -> str:
     # lazy: pulls in lance, httpx, pandas
-    from prx_data.models.labeling.factory import parse_classifier_config
     from prx_data.core.settings import get_settings
+    from prx_data.models.labeling.factory import parse_classifier_config
     from prx_data.stages.label_stage import label_identity
 
     model, version = label_identity(parse_classifier_config(get_settings().classifier))

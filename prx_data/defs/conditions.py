@@ -23,15 +23,12 @@ import dagster as dg
 
 from prx_data.defs.partitions import per_source_selection
 
-
 # eager() plus code_version_changed in the trigger: a new captioner or prompt version must reach
 # the partitions that were already current, not only new ones.
 PER_SOURCE = (
     (
-        dg.AutomationCondition.newly_missing()
-        | dg.AutomationCondition.any_deps_updated()
-        | dg.AutomationCondition.code_version_changed()
-    ).since_last_handled()
+        dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated() | dg.AutomationCondition.code_version_changed()
+    ).since_last_handled()  # type: ignore[misc]  # dagster's stub: `self` typed for AssetKey | AssetCheckKey, not AssetKey
     & ~dg.AutomationCondition.any_deps_missing()
     & ~dg.AutomationCondition.any_deps_in_progress()
     & ~dg.AutomationCondition.in_progress()
@@ -42,7 +39,7 @@ PER_SOURCE = (
 _UPSTREAM_DEPTH = 6
 
 
-def _anywhere_upstream(condition: dg.AutomationCondition) -> dg.AutomationCondition:
+def _anywhere_upstream(condition: dg.AutomationCondition, label: str) -> dg.AutomationCondition:
     """True when any asset upstream, at any depth, matches ``condition``.
 
     Direct deps are not enough: skip_lists depends on caption_labels (which a chain run has
@@ -52,21 +49,19 @@ def _anywhere_upstream(condition: dg.AutomationCondition) -> dg.AutomationCondit
     reach = condition
     for _ in range(_UPSTREAM_DEPTH - 1):
         reach = condition | dg.AutomationCondition.any_deps_match(reach)
-    return dg.AutomationCondition.any_deps_match(reach)
+    return dg.AutomationCondition.any_deps_match(reach).with_label(label)
 
 
 # Per-source work not finished: a run planned to materialize an asset partition upstream and has
 # not yet (queued or running, exports included).
-_upstream_in_progress = _anywhere_upstream(dg.AutomationCondition.in_progress()).with_label("upstream_in_progress")
+_upstream_in_progress = _anywhere_upstream(dg.AutomationCondition.in_progress(), "upstream_in_progress")
 
 # A per-source parent that is about to start is as good as running: without this, the corpus
 # assets would be requested on the very tick that requests the chain of a new source (any
 # dep "will be requested" counts as updated) and run before the chain, then again after it.
 # Direct deps suffice here: a corpus asset whose per-source parents wait holds back the corpus
 # assets below it, which only react to it.
-_per_source_parent_starting = dg.AutomationCondition.any_deps_match(
-    dg.AutomationCondition.will_be_requested()
-).allow(per_source_selection)
+_per_source_parent_starting = dg.AutomationCondition.any_deps_match(dg.AutomationCondition.will_be_requested()).allow(per_source_selection)
 
 # No ~any_deps_missing here, unlike eager(): the corpus depends on every partition, and one
 # source that never exported (a broken spec) must not hold the whole corpus back.
@@ -98,5 +93,3 @@ def show_automation_on(instance: dg.DagsterInstance) -> None:
     from dagster._daemon.asset_daemon import set_auto_materialize_paused
 
     set_auto_materialize_paused(instance, False)
-
-

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import re
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 
@@ -35,30 +35,65 @@ FAILURE_KIND_TAG = "prx/failure"
 # Text of errors that pass on a retry, whatever their type (pyarrow / Lance / object stores raise
 # OSError or RuntimeError with the cause only in the message).
 TRANSIENT_MARKERS = (
-    "commit conflict", "retryable", "slowdown", "slow down", "throttl", "too many requests",
-    "503", "502", "500 internal", "504", "service unavailable", "timed out", "timeout",
-    "connection reset", "connection refused", "connection aborted", "broken pipe",
-    "temporarily unavailable", "could not be reached", "network",
+    "commit conflict",
+    "retryable",
+    "slowdown",
+    "slow down",
+    "throttl",
+    "too many requests",
+    "503",
+    "502",
+    "500 internal",
+    "504",
+    "service unavailable",
+    "timed out",
+    "timeout",
+    "connection reset",
+    "connection refused",
+    "connection aborted",
+    "broken pipe",
+    "temporarily unavailable",
+    "could not be reached",
+    "network",
 )
 # Ray's errors for a worker, node or object that went away (matched by name: ray is a lazy import).
-TRANSIENT_TYPE_NAMES = frozenset({
-    "RayActorError", "ActorDiedError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError",
-    "OwnerDiedError", "ObjectReconstructionFailedError", "RaySystemError", "LocalRayError",
-    "ActorUnavailableError", "OutOfMemoryError",
-})
+TRANSIENT_TYPE_NAMES = frozenset(
+    {
+        "RayActorError",
+        "ActorDiedError",
+        "WorkerCrashedError",
+        "NodeDiedError",
+        "ObjectLostError",
+        "OwnerDiedError",
+        "ObjectReconstructionFailedError",
+        "RaySystemError",
+        "LocalRayError",
+        "ActorUnavailableError",
+        "OutOfMemoryError",
+    }
+)
 # Configuration and data errors: the same input fails the same way next time.
 PERMANENT_TYPES: tuple[type[BaseException], ...] = (
-    SourceUnavailable, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-    ValueError, KeyError, TypeError, LookupError, NotImplementedError,
+    SourceUnavailable,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    ValueError,
+    KeyError,
+    TypeError,
+    LookupError,
+    NotImplementedError,
 )
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -7,9 +7,8 @@ from collections.abc import Callable, Iterable
 
 import dagster as dg
 
-from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.conditions import show_automation_on
-
+from prx_data.defs.partitions import SOURCES_PARTITION
 
 # Step lifecycle events are noise on a terminal; the asset bodies log what matters at INFO.
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -18,10 +17,10 @@ CLI_TAGS = {"prx/launched_by": "cli"}
 
 
 def ensure_partitions(instance: dg.DagsterInstance, sources: Iterable[str]) -> None:
-    known = set(instance.get_dynamic_partitions(sources_partitions.name))
+    known = set(instance.get_dynamic_partitions(SOURCES_PARTITION))
     new = [s for s in sources if s not in known]
     if new:
-        instance.add_dynamic_partitions(sources_partitions.name, new)
+        instance.add_dynamic_partitions(SOURCES_PARTITION, new)
 
 
 def open_instance(sources: Iterable[str]) -> dg.DagsterInstance:
@@ -61,7 +60,8 @@ def materialize_sources(
         if not result.success:
             for event in result.all_events:
                 if event.is_step_failure:
-                    log(f"[{source}] FAILED in {event.step_key}: {event.event_specific_data.error.message.strip()}")
+                    error = event.step_failure_data.error
+                    log(f"[{source}] FAILED in {event.step_key}: {error.message.strip() if error else 'no error recorded'}")
     return outcome
 
 
@@ -73,7 +73,10 @@ def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, log: 
     from prx_data.defs.curation.optout_folder import record_optout_folder
 
     # What the opt-out sensor would record: the UI opened later sees the folder as unchanged.
-    record_optout_folder(instance, defs.resources["registry"].optout_dir)
+    registry = (defs.resources or {}).get("registry")
+    if registry is None:
+        raise ValueError("the corpus job needs the 'registry' resource (SourceRegistryResource) in the Definitions")
+    record_optout_folder(instance, registry.optout_dir)
     log("[corpus] materializing corpus-wide assets ...")
     result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET, tags=CLI_TAGS)
     return result.success

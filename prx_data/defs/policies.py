@@ -35,16 +35,15 @@ def captions_pool() -> str | None:
     """``gpu`` when the configured captioner runs on a GPU here, else no pool: CPU backends must
     not queue sources behind each other for a GPU they never use."""
     # lazy: pulls in PIL, httpx, pyarrow
-    from prx_data.models.captioning.factory import parse_captioner_config
     from prx_data.core.settings import get_settings
+    from prx_data.models.captioning.factory import parse_captioner_config
 
     return GPU_POOL if _uses_local_gpu(parse_captioner_config(get_settings().captioner)) else None
 
 
 def labels_pool() -> str | None:
     # lazy: pulls in httpx, pyarrow, numpy
-    from prx_data.models.labeling.factory import parse_classifier_config
     from prx_data.core.settings import get_settings
+    from prx_data.models.labeling.factory import parse_classifier_config
 
     return GPU_POOL if _uses_local_gpu(parse_classifier_config(get_settings().classifier)) else None
-

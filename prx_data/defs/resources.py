@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 from dagster_ray import LocalRay, RayResource
+from dagster_ray.configs import RayDataExecutionOptions
 from pydantic import Field
 
 from prx_data.core.locking import LockPolicy
 from prx_data.core.locking import configure as configure_locks
 from prx_data.core.paths import StoragePaths
-from prx_data.ingest.registry import Registry, load_registry
 from prx_data.core.settings import Settings, get_settings
 from prx_data.core.storage import OPTION_ENV
 from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
 from prx_data.defs.cluster import RayClusterAddress, build_cluster_ray
-
+from prx_data.ingest.registry import Registry, load_registry
 
 # storage_options keys that are secrets, and the environment variable each comes from. Dagster
 # stores a resource's config in the job snapshot (runs.db / PostgreSQL) in plain text, so these
@@ -55,19 +57,19 @@ class StorageResource(dg.ConfigurableResource):
         return {**self.storage_options, **secrets} or None
 
 
-def storage_config(options: dict[str, str], environ: dict | None = None) -> dict[str, object]:
+def storage_config(options: dict[str, str], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``options`` split for a StorageResource: the plain ones, and each secret as an EnvVar.
 
     A secret that does not come from its environment variable (settings built from another
     mapping) cannot be passed by reference; it is refused rather than written into Dagster's
     storage."""
-    environ = os.environ if environ is None else environ
+    env = os.environ if environ is None else environ
     plain = {k: v for k, v in options.items() if k not in SECRET_OPTIONS}
-    secrets: dict[str, object] = {}
+    secrets: dict[str, str] = {}
     for option, variable in SECRET_OPTIONS.items():
         if option not in options:
             continue
-        if environ.get(variable) != options[option]:
+        if env.get(variable) != options[option]:
             raise ValueError(
                 f"storage option {option} must come from the environment variable {variable}: "
                 "Dagster would store any other value in plain text in its run storage"
@@ -111,18 +113,23 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
     settings = settings or get_settings()
     ray: RayResource
     if settings.env == "cluster":
-
         ray = build_cluster_ray(settings)
     elif settings.ray_address:
-
         from dagster_ray.configs import Lifecycle
 
         # A cluster this run did not create: connect and disconnect, never "delete" it (dagster-ray
         # would log that it deleted it, though deleting does nothing here).
-        ray = RayClusterAddress(address=settings.ray_address, ray_init_options=_LOCAL_RAY_INIT, lifecycle=Lifecycle(cleanup="never"),
-                                data_execution_options={"verbose_progress": False})
+        ray = RayClusterAddress(
+            address=settings.ray_address,
+            ray_init_options=_LOCAL_RAY_INIT,
+            lifecycle=Lifecycle(cleanup="never"),
+            data_execution_options=RayDataExecutionOptions(verbose_progress=False),
+        )
     else:
-        ray = RunLocalRay(ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"}, data_execution_options={"verbose_progress": False})
+        ray = RunLocalRay(
+            ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"},
+            data_execution_options=RayDataExecutionOptions(verbose_progress=False),
+        )
     # lazy: pulls in streaming (torch)
     from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
     from prx_data.defs.export.resources import ExportResource

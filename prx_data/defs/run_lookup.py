@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -25,7 +25,7 @@ def dagster_runs_lookup():
                 metadata = record.asset_materialization.metadata if record.asset_materialization else {}
                 runs[asset] = {
                     "run_id": record.run_id,
-                    "timestamp": datetime.fromtimestamp(record.timestamp, timezone.utc).isoformat(timespec="seconds"),
+                    "timestamp": datetime.fromtimestamp(record.timestamp, UTC).isoformat(timespec="seconds"),
                 }
                 if "lance_version" in metadata:
                     runs[asset]["lance_version"] = metadata["lance_version"].value
@@ -39,7 +39,10 @@ def dagster_runs_lookup():
         for asset in ("optout_requests", "skip_lists"):
             event = instance.get_latest_materialization_event(dg.AssetKey(asset))
             if event is not None:
-                runs[asset] = {"run_id": event.run_id, "timestamp": datetime.fromtimestamp(event.timestamp, timezone.utc).isoformat(timespec="seconds")}
+                runs[asset] = {
+                    "run_id": event.run_id,
+                    "timestamp": datetime.fromtimestamp(event.timestamp, UTC).isoformat(timespec="seconds"),
+                }
         return runs
 
     return lookup

@@ -31,12 +31,12 @@ import shutil
 import tarfile
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -44,9 +44,9 @@ import pyarrow.parquet as pq
 import yaml
 from PIL import Image
 
+from prx_data.core.schema import Status
 from prx_data.demo import images as im
 from prx_data.ingest.registry import CheckThresholds, SourceSpec
-from prx_data.core.schema import Status
 
 ItemRef = tuple[str, str]  # (source name, key inside the source)
 
@@ -61,11 +61,23 @@ MIN_ASPECT, MAX_ASPECT = 0.5, 2.0
 # screenshots are a few percent of what is exported, as in PRX's data (5 of about 130).
 GALLERY_PHOTOS = 100
 GALLERY_SUBJECTS = (
-    ("astronaut.png", "astronaut"), ("coffee.png", "coffee cup"), ("rocket.jpg", "rocket"),
-    ("chelsea.png", "cat"), ("motorcycle_left.png", "motorcycle"), ("hubble_deep_field.jpg", "night sky"),
-    ("retina.jpg", "retina scan"), ("brick.png", "brick wall"), ("grass.png", "lawn"), ("gravel.png", "gravel path"),
-    ("moon.png", "moon"), ("camera.png", "photographer"), ("coins.png", "coins"), ("color.png", "colour wheel"),
-    ("cell.png", "cell under a microscope"), ("horse.png", "horse"), ("ihc.png", "tissue sample"),
+    ("astronaut.png", "astronaut"),
+    ("coffee.png", "coffee cup"),
+    ("rocket.jpg", "rocket"),
+    ("chelsea.png", "cat"),
+    ("motorcycle_left.png", "motorcycle"),
+    ("hubble_deep_field.jpg", "night sky"),
+    ("retina.jpg", "retina scan"),
+    ("brick.png", "brick wall"),
+    ("grass.png", "lawn"),
+    ("gravel.png", "gravel path"),
+    ("moon.png", "moon"),
+    ("camera.png", "photographer"),
+    ("coins.png", "coins"),
+    ("color.png", "colour wheel"),
+    ("cell.png", "cell under a microscope"),
+    ("horse.png", "horse"),
+    ("ihc.png", "tissue sample"),
 )
 
 # Files under http/ that a test server must answer with extra headers (path relative to http/).
@@ -154,12 +166,7 @@ class DemoManifest:
     @property
     def bad(self) -> dict[ItemRef, str]:
         """Every deliberately bad item and the status ingestion should give it."""
-        return {
-            (name, item.key): item.status
-            for name, src in self.sources.items()
-            for item in src.items
-            if item.status != Status.OK.value
-        }
+        return {(name, item.key): item.status for name, src in self.sources.items() for item in src.items if item.status != Status.OK.value}
 
     @property
     def statuses(self) -> dict[ItemRef, str]:
@@ -202,7 +209,7 @@ class DemoManifest:
 # --- building -----------------------------------------------------------------------------
 
 
-def _subject(payload: "_Payload") -> str:
+def _subject(payload: _Payload) -> str:
     """What an alt text would say the picture shows."""
     return "document" if payload.text else (payload.same_as or "a scene").replace("_", " ")
 
@@ -279,9 +286,7 @@ class _Builder:
 
     def add(self, src: DemoSource, key: str, payload: _Payload, **meta) -> None:
         size = payload.size
-        src.items.append(
-            DemoItem(key, payload.status, width=size[0] if size else None, height=size[1] if size else None, **meta)
-        )
+        src.items.append(DemoItem(key, payload.status, width=size[0] if size else None, height=size[1] if size else None, **meta))
         self.payloads.setdefault((src.name, key), payload)
 
     def write(self, rel: str, data: bytes) -> str:
@@ -342,9 +347,7 @@ class _Builder:
             "coffee": _ok(im.jpeg_bytes(coffee, 90), coffee.size, same_as="coffee"),
             "coffee_q92": _ok(im.jpeg_bytes(coffee, 92), coffee.size, same_as="coffee"),
             "coffee_q75": _ok(im.jpeg_bytes(coffee, 75), coffee.size, same_as="coffee"),
-            "coffee_half": _ok(
-                im.jpeg_bytes(coffee.resize((600, 400), Image.Resampling.LANCZOS), 90), (600, 400), same_as="coffee"
-            ),
+            "coffee_half": _ok(im.jpeg_bytes(coffee.resize((600, 400), Image.Resampling.LANCZOS), 90), (600, 400), same_as="coffee"),
             "rocket": _ok(im.jpeg_bytes(rocket, 90), rocket.size, same_as="rocket"),
             "retina": _ok(im.jpeg_bytes(retina, 88), retina.size, same_as="retina"),
         }
@@ -555,8 +558,7 @@ class _Builder:
             3,
             {
                 "license": "cc-by-4.0",
-                "description": "Demo WebDataset: <key>.jpg|png, <key>.txt caption, <key>.json "
-                "metadata with license and url.",
+                "description": "Demo WebDataset: <key>.jpg|png, <key>.txt caption, <key>.json metadata with license and url.",
                 "fields": {"caption": "txt", "license": "license", "url": "url"},
             },
         )
@@ -658,9 +660,15 @@ class _Builder:
                 "license": "cc-by-4.0",
                 "description": "Demo jsonl of image URLs served from the corpus's http/ folder.",
                 "fields": {"key": "id", "image": "url", "image_kind": "url", "caption": "caption", "url": "url"},
-                "download": {"concurrency": 4, "per_host": 4, "timeout_s": 5.0, "retries": 1, "backoff_s": 0.05,
-                             # The demo serves its URLs from this machine; real specs never need this.
-                             "allow_networks": ["127.0.0.0/8", "::1/128"]},
+                "download": {
+                    "concurrency": 4,
+                    "per_host": 4,
+                    "timeout_s": 5.0,
+                    "retries": 1,
+                    "backoff_s": 0.05,
+                    # The demo serves its URLs from this machine; real specs never need this.
+                    "allow_networks": ["127.0.0.0/8", "::1/128"],
+                },
             },
         )
         horse = self.picture("horse.png", (200, 164), "RGBA")
@@ -754,9 +762,7 @@ def _add_tar_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def build_demo_corpus(
-    root: Path | str, seed: int = 0, *, url_base: str | None = None, overwrite: bool = False
-) -> DemoManifest:
+def build_demo_corpus(root: Path | str, seed: int = 0, *, url_base: str | None = None, overwrite: bool = False) -> DemoManifest:
     """Write the demo corpus under ``root`` and return what it holds.
 
     With ``url_base`` (e.g. ``http://127.0.0.1:8123``), also writes ``root/http/`` (to be
@@ -795,9 +801,7 @@ class _Handler(SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve_folder(
-    folder: Path | str, headers: Mapping[str, Mapping[str, str]] = DEMO_HTTP_HEADERS
-) -> Iterator[str]:
+def serve_folder(folder: Path | str, headers: Mapping[str, Mapping[str, str]] = DEMO_HTTP_HEADERS) -> Iterator[str]:
     """Serve ``folder`` on 127.0.0.1 (a free port) and yield its base URL.
 
     The folder may not exist yet: start the server, build the corpus with the yielded

@@ -123,12 +123,12 @@ def gradient(size: tuple[int, int], rng: random.Random) -> Image.Image:
     horizontal = rng.random() < 0.5
     n = w if horizontal else h
     strip = Image.new("RGB", (n, 1))
-    strip.putdata(
-        [tuple(int(c0[k] + (c1[k] - c0[k]) * i / max(n - 1, 1)) for k in range(3)) for i in range(n)]
+    strip.putdata([tuple(int(c0[k] + (c1[k] - c0[k]) * i / max(n - 1, 1)) for k in range(3)) for i in range(n)])
+    img = (
+        strip.resize((w, h), Image.Resampling.NEAREST)
+        if horizontal
+        else strip.resize((h, w), Image.Resampling.NEAREST).transpose(Image.Transpose.ROTATE_90)
     )
-    img = strip.resize((w, h), Image.Resampling.NEAREST) if horizontal else strip.resize(
-        (h, w), Image.Resampling.NEAREST
-    ).transpose(Image.Transpose.ROTATE_90)
     # Plain gradients in the same direction share a perceptual hash; a random band breaks that.
     draw = ImageDraw.Draw(img)
     x0 = rng.randint(0, w // 2)
@@ -246,7 +246,12 @@ def screenshot(size: tuple[int, int], rng: random.Random) -> Image.Image:
     draw.rectangle((0, bar, side, h), fill=(40, 42, 50) if dark else (236, 238, 242))
     y = bar + 14
     while y < h - 20:
-        draw.text((16, y), ("> " if rng.random() < 0.2 else "  ") + rng.choice(_WORDS) + rng.choice((".py", ".md", ".yaml", "/")), font=small, fill=fg)
+        draw.text(
+            (16, y),
+            ("> " if rng.random() < 0.2 else "  ") + rng.choice(_WORDS) + rng.choice((".py", ".md", ".yaml", "/")),
+            font=small,
+            fill=fg,
+        )
         y += 20
     tool_y = bar + 8
     for i in range(rng.randint(3, 6)):
@@ -260,7 +265,14 @@ def screenshot(size: tuple[int, int], rng: random.Random) -> Image.Image:
         if code:
             indent = rng.randint(0, 3) * 28
             draw.text((x, y), f"{n:4d}", font=body, fill=(130, 130, 130))
-            draw.text((x + 56 + indent, y), rng.choice(("def ", "return ", "if ", "for ", "")) + words(rng, rng.randint(2, 7)).replace(" ", "_", 1) + rng.choice(("()", ":", " = 0", "")), font=body, fill=_color(rng, 90, 230) if dark else _color(rng, 0, 120))
+            draw.text(
+                (x + 56 + indent, y),
+                rng.choice(("def ", "return ", "if ", "for ", ""))
+                + words(rng, rng.randint(2, 7)).replace(" ", "_", 1)
+                + rng.choice(("()", ":", " = 0", "")),
+                font=body,
+                fill=_color(rng, 90, 230) if dark else _color(rng, 0, 120),
+            )
         else:
             cells = [words(rng, 1), words(rng, 2), f"{rng.randint(0, 99999):,}", f"{rng.random():.3f}"]
             for k, cell in enumerate(cells):

@@ -32,19 +32,19 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from prx_data.core.schema import LABELS
+from prx_data.core.settings import Settings, get_settings, load_settings
+from prx_data.core.storage import resolve_root
 from prx_data.explorer import validate
 from prx_data.explorer.catalog import Catalog
 from prx_data.explorer.charts import COLOURS, bar_chart
+from prx_data.explorer.opted_out import OptedOut
 from prx_data.explorer.samples import find_source, load_sample, neighbours
 from prx_data.explorer.search import ExportIds, SearchParams, search
-from prx_data.explorer.opted_out import OptedOut
 from prx_data.explorer.security import SecurityHeaders, TokenAuth, allowed_hosts_for, check_bind, is_loopback, new_token
 from prx_data.explorer.skips import SkipIndex
 from prx_data.explorer.stats import Figures, aspect_label, bucket_sort_key
 from prx_data.explorer.thumbs import SIZES, ThumbnailCache, placeholder_svg
-from prx_data.core.schema import LABELS
-from prx_data.core.settings import Settings, get_settings, load_settings
-from prx_data.core.storage import resolve_root
 from prx_data.export.tree import list_buckets
 
 PACKAGE = "prx_data.explorer"
@@ -180,7 +180,11 @@ def _image(request: Request, kind: str) -> Response:
     cache = {"cache-control": "private, max-age=300"}
     if not explorer.show_opted_out and sample_id in explorer.opted_out:
         # Its owner asked for it to be left out: no picture unless --show-opted-out (loopback).
-        return Response(placeholder_svg(side, "opted out"), media_type="image/svg+xml", headers={"cache-control": "no-store", "x-prx-preview": "opted-out"})
+        return Response(
+            placeholder_svg(side, "opted out"),
+            media_type="image/svg+xml",
+            headers={"cache-control": "no-store", "x-prx-preview": "opted-out"},
+        )
     jpeg = explorer.thumbnails.get(info.ds, sample_id, side)
     if jpeg is None:
         return Response(placeholder_svg(side), media_type="image/svg+xml", headers={**cache, "x-prx-preview": "unavailable"})
@@ -300,7 +304,8 @@ def serve(
         print(
             f"WARNING: the explorer listens on {host}, reachable from other machines; every request "
             "needs the token below (printed only now). Prefer an SSH tunnel to 127.0.0.1.",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
         print(f"prx-data explorer on http://{host}:{port}/?token={token} (read-only)", flush=True)
     else:
@@ -323,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--root", help="data root (default: PRX_DATA_ROOT or ./data)")
     parser.add_argument(
-        "--allow-remote", action="store_true",
+        "--allow-remote",
+        action="store_true",
         help="allow a --host other machines can reach; a token printed at start is then required",
     )
     parser.add_argument("--show-opted-out", action="store_true", help="serve previews of opted-out samples (loopback only)")

@@ -12,19 +12,36 @@ from dataclasses import dataclass
 
 import lance
 
-from prx_data.export.tree import SOURCE_RE
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths, join
 from prx_data.core.settings import Settings
 from prx_data.core.storage import list_dir, locate
 from prx_data.explorer import validate
+from prx_data.export.tree import SOURCE_RE
 
 TEXT_COLUMNS = ("caption", "source_caption")
 # Columns every page may show; the image blob and the embedding are read only when needed.
 ROW_COLUMNS = (
-    "sample_id", "source", "source_key", "image_format", "width", "height", "status", "error",
-    "source_caption", "source_url", "license", "caption", "caption_model", "caption_prompt_version",
-    "caption_error", "label", "label_model", "label_version", "phash", "phash_version",
+    "sample_id",
+    "source",
+    "source_key",
+    "image_format",
+    "width",
+    "height",
+    "status",
+    "error",
+    "source_caption",
+    "source_url",
+    "license",
+    "caption",
+    "caption_model",
+    "caption_prompt_version",
+    "caption_error",
+    "label",
+    "label_model",
+    "label_version",
+    "phash",
+    "phash_version",
 )
 
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prx_data.core.storage import is_file, locate
+from prx_data.core.urls import redact_text, redact_url
 from prx_data.explorer import validate
 from prx_data.explorer.catalog import ROW_COLUMNS, Catalog
 from prx_data.explorer.skips import SkipEntry, SkipSnapshot
-from prx_data.core.storage import is_file, locate
-from prx_data.core.urls import redact_text, redact_url
 
 NEIGHBOURS = 24
 

@@ -110,9 +110,7 @@ class ExportIds:
 
 def skipped_ids_of(snapshot: SkipSnapshot, source: str) -> frozenset[str]:
     # Shard paths are '<tier>/<HxW>/<source>/shard...': the source is the third part.
-    return frozenset(
-        sid for sid, entries in snapshot.by_sample.items() if any(e.shard.split("/")[2:3] == [source] for e in entries)
-    )
+    return frozenset(sid for sid, entries in snapshot.by_sample.items() if any(e.shard.split("/")[2:3] == [source] for e in entries))
 
 
 def search(

@@ -20,8 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADERS = {
     "content-security-policy": (
-        "default-src 'none'; img-src 'self'; style-src 'self'; form-action 'self'; "
-        "base-uri 'none'; frame-ancestors 'none'"
+        "default-src 'none'; img-src 'self'; style-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
     ),
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",

@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from prx_data.export.skiplist import SkiplistError, parse_sidecar, root_sidecar_entries
 from prx_data.core.storage import locate, try_read_bytes
+from prx_data.export.skiplist import SkiplistError, parse_sidecar, root_sidecar_entries
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,7 @@ def publish(
     mds_root: str,
     source: str,
     run_id: str,
-    parts: list["WrittenShards"],
+    parts: list[WrittenShards],
     *,
     storage_options: dict | None = None,
     rewrite: set[BucketRef] | None = None,

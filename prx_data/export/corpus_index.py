@@ -32,14 +32,11 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prx_data.export._fs import dumps_stable, sha256_bytes
-from prx_data.export.commit import COMMITS_DIR, run_of_object, running_marker_name
-from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
 from prx_data.core.storage import (
     Location,
     delete_file,
@@ -53,15 +50,18 @@ from prx_data.core.storage import (
     write_bytes,
     write_if_changed,
 )
+from prx_data.export._fs import dumps_stable, sha256_bytes
+from prx_data.export.commit import COMMITS_DIR, run_of_object, running_marker_name
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, parse_manifest
+from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
 
 SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
 UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
-UNPUBLISHED_FORMAT = "prx-unpublished-bucket"
+UNPUBLISHED_FORMAT: Final = "prx-unpublished-bucket"
 RETIRED_BASENAME = "retired_buckets.json"  # at the MDS root, beside the tier folders
 RETIRED_FORMAT = "prx-retired-buckets"
 
-MERGED_FORMAT = 1
+MERGED_FORMAT: Final = 1
 
 
 class _File(BaseModel):
@@ -249,15 +249,15 @@ def _retire(bucket: Location) -> bool:
             if not entry.is_dir and SKIP_INFIX in entry.name:
                 delete_file(bucket.child(folder.name, entry.name))
                 removed = True
-    folder = local_path(bucket.uri)
-    if folder is not None:  # object stores have no folders to leave behind
-        for dirpath, _dirs, _files in sorted(os.walk(folder), key=lambda t: -len(t[0])):
+    bucket_dir = local_path(bucket.uri)
+    if bucket_dir is not None:  # object stores have no folders to leave behind
+        for dirpath, _dirs, _files in sorted(os.walk(bucket_dir), key=lambda t: -len(t[0])):
             try:
                 os.rmdir(dirpath)  # only empty ones: shards waiting for collect_garbage stay
             except OSError:
                 pass
         try:
-            os.rmdir(os.path.dirname(folder.rstrip(os.sep)))  # the tier folder, when this was its last bucket
+            os.rmdir(os.path.dirname(bucket_dir.rstrip(os.sep)))  # the tier folder, when this was its last bucket
         except OSError:
             pass
     return removed
@@ -281,7 +281,7 @@ def _record_retirements(root: Location, mds_root: str, storage_options: dict | N
         if m.sources:
             updated.pop(rel, None)  # exported into again: alive
         elif m.retired:
-            updated[rel] = {"retired_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "sources": list(m.retired_sources)}
+            updated[rel] = {"retired_at": datetime.now(UTC).isoformat(timespec="seconds"), "sources": list(m.retired_sources)}
     if updated != record:
         write_bytes(root.child(RETIRED_BASENAME), dumps_stable({"format": RETIRED_FORMAT, "version": 1, "buckets": updated}))
 

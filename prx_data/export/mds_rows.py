@@ -23,9 +23,7 @@ BASE_COLUMNS: dict[str, str] = {
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 # Where each written sample landed: the export table's placement columns.
-LINEAGE_SCHEMA = pa.schema(
-    [EXPORT_SCHEMA.field(name) for name in ("sample_id", "source", "tier", "bucket", "shard", "index_in_shard")]
-)
+LINEAGE_SCHEMA = pa.schema([EXPORT_SCHEMA.field(name) for name in ("sample_id", "source", "tier", "bucket", "shard", "index_in_shard")])
 
 
 class MdsWriterConfig(BaseModel):
@@ -59,9 +57,7 @@ def to_row(sample: Mapping[str, Any], source: str, config: MdsWriterConfig) -> d
     if config.require_jpeg and not image.startswith(JPEG_MAGIC):
         raise ValueError(f"sample {sample.get('sample_id')!r}: image is not JPEG-encoded bytes")
     if sample.get("source", source) != source:
-        raise ValueError(
-            f"sample {sample.get('sample_id')!r} has source {sample['source']!r}, partition is {source!r}"
-        )
+        raise ValueError(f"sample {sample.get('sample_id')!r} has source {sample['source']!r}, partition is {source!r}")
     row: dict[str, Any] = {
         "image": image,
         "caption": sample.get("caption") or "",

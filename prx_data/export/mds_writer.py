@@ -27,8 +27,18 @@ from prx_data.export.tree import BucketRef, check_source
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "BASE_COLUMNS", "COMMITS_DIR", "JPEG_MAGIC", "LINEAGE_SCHEMA", "MdsWriterConfig", "PartitionExport",
-    "commit_parts", "new_run_id", "recover", "run_of_object", "running_marker_name", "write_partition",
+    "BASE_COLUMNS",
+    "COMMITS_DIR",
+    "JPEG_MAGIC",
+    "LINEAGE_SCHEMA",
+    "MdsWriterConfig",
+    "PartitionExport",
+    "commit_parts",
+    "new_run_id",
+    "recover",
+    "run_of_object",
+    "running_marker_name",
+    "write_partition",
 ]
 
 
@@ -58,9 +68,7 @@ def commit_parts(
     started: float | None = None,
 ) -> PartitionExport:
     """Publish what the run's writers wrote (``commit.publish``) and describe the result."""
-    published = commit.publish(
-        mds_root, source, run_id, parts, storage_options=storage_options, rewrite=rewrite, allow_empty=allow_empty
-    )
+    published = commit.publish(mds_root, source, run_id, parts, storage_options=storage_options, rewrite=rewrite, allow_empty=allow_empty)
     counts: dict[str, int] = {}
     for part in parts:
         for ref, n in part.sample_counts().items():
@@ -111,12 +119,24 @@ def write_partition(
     commit.begin(mds_root, source, run_id, storage_options)
     try:
         part = write_shards(
-            samples, mds_root=mds_root, source=source, run_id=run_id, tag="p0", config=config,
-            storage_options=storage_options, scratch_dir=scratch_dir,
+            samples,
+            mds_root=mds_root,
+            source=source,
+            run_id=run_id,
+            tag="p0",
+            config=config,
+            storage_options=storage_options,
+            scratch_dir=scratch_dir,
         )
         return commit_parts(
-            [part], mds_root=mds_root, source=source, run_id=run_id, storage_options=storage_options,
-            rewrite=rewrite, allow_empty=allow_empty, started=started,
+            [part],
+            mds_root=mds_root,
+            source=source,
+            run_id=run_id,
+            storage_options=storage_options,
+            rewrite=rewrite,
+            allow_empty=allow_empty,
+            started=started,
         )
     except BaseException:
         commit.abandon(mds_root, source, run_id, storage_options)

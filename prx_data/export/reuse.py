@@ -13,8 +13,8 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets
 from prx_data.core.storage import drop_local_copy, fetch_local, locate, try_read_bytes
+from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets
 
 
 def source_indexes(mds_root: str, source: str, storage_options: dict | None = None) -> dict[BucketRef, dict]:
@@ -40,7 +40,9 @@ def shard_sizes(indexes: dict[BucketRef, dict], source: str) -> dict[str, int]:
 class ShardReader:
     """Samples of published shards by (shard path relative to the root, index in shard)."""
 
-    def __init__(self, mds_root: str, indexes: dict[BucketRef, dict], source: str, scratch: str, storage_options: dict | None = None) -> None:
+    def __init__(
+        self, mds_root: str, indexes: dict[BucketRef, dict], source: str, scratch: str, storage_options: dict | None = None
+    ) -> None:
         self.root = locate(mds_root, storage_options)
         self.scratch = scratch
         self.info = {

@@ -166,8 +166,8 @@ def write_shards(
                 if writer is None:
                     dest = root.child(ref.rel, source)
                     root.fs.create_dir(dest.path, recursive=True)
-                    out = os.path.join(local, f"{ref.tier}-{ref.bucket}")
-                    writer = writers[ref] = _BucketWriter(ref, out, dest, run_id, tag, config)
+                    staging = os.path.join(local, f"{ref.tier}-{ref.bucket}")
+                    writer = writers[ref] = _BucketWriter(ref, staging, dest, run_id, tag, config)
                 before = writer.buffered
                 writer.write(to_row(sample, source, config))
                 buffered += writer.buffered - before

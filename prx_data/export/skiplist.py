@@ -36,21 +36,21 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
-from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 
-SIDECAR_FORMAT = "prx-skiplist"
-SIDECAR_VERSION = 1
-MANIFEST_FORMAT = "prx-skiplist-manifest"
-MANIFEST_VERSION = 1
+SIDECAR_FORMAT: Final = "prx-skiplist"
+SIDECAR_VERSION: Final = 1
+MANIFEST_FORMAT: Final = "prx-skiplist-manifest"
+MANIFEST_VERSION: Final = 1
 MANIFEST_BASENAME = "skiplists.json"
 SKIP_INFIX = ".skip."
 SIDECAR_GLOB = "*" + SKIP_INFIX + "*.json"
@@ -128,7 +128,7 @@ class SidecarFile(_Strict):
     kept_sample_ids: list[str] | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "SidecarFile":
+    def _consistent(self) -> SidecarFile:
         idx = self.indices
         if idx and (idx[0] < 0 or idx[-1] >= self.shard_samples or any(b <= a for a, b in zip(idx, idx[1:]))):
             raise ValueError("indices must be sorted, unique and within [0, shard_samples)")
@@ -283,8 +283,7 @@ def _read_manifest_at(loc: Location, path: str) -> ManifestFile:
     data = try_read_bytes(loc)
     if data is None:
         raise SkiplistError(
-            f"missing skip-list manifest {path}: build skip lists for this tree (skip_lists asset) "
-            "or pass require_skiplists=False"
+            f"missing skip-list manifest {path}: build skip lists for this tree (skip_lists asset) or pass require_skiplists=False"
         )
     return parse_manifest(data, path)
 
@@ -321,9 +320,7 @@ def load_bucket_skips(
     sources = dict(manifest.sources)
     if expected_sources is not None and sources != expected_sources:
         changed = sorted(name for name in set(sources) | set(expected_sources) if sources.get(name) != expected_sources.get(name))
-        raise SkiplistError(
-            f"{manifest_path} was built against another export of sources {changed}: rebuild skip lists"
-        )
+        raise SkiplistError(f"{manifest_path} was built against another export of sources {changed}: rebuild skip lists")
     per_shard: dict[str, list[np.ndarray]] = defaultdict(list)
     listed = set()
     for entry in manifest.sidecars:
@@ -390,7 +387,7 @@ def _sizes_of_index(data: bytes) -> dict[str, int]:
 
 
 def _sync_bucket(
-    bucket_loc: Location, wanted: dict[str, tuple[bytes, str, int]], storage_options: dict | None, report: "SkiplistReport"
+    bucket_loc: Location, wanted: dict[str, tuple[bytes, str, int]], storage_options: dict | None, report: SkiplistReport
 ) -> tuple[dict[str, str], int]:
     """Write/remove a bucket's sidecars (not the manifest); (source digests, samples)."""
     for rel, (data, _, _) in sorted(wanted.items()):
@@ -465,9 +462,7 @@ def build_skiplists(
     reason_code, reasons = _codes(table["reason"])
     index = table["index_in_shard"].to_numpy(zero_copy_only=False).astype(np.int64)
     sample_ids = np.asarray(table["sample_id"].to_numpy(zero_copy_only=False), dtype=object)
-    kept_ids = (
-        np.asarray(table["kept_sample_id"].to_numpy(zero_copy_only=False), dtype=object) if has_kept else None
-    )
+    kept_ids = np.asarray(table["kept_sample_id"].to_numpy(zero_copy_only=False), dtype=object) if has_kept else None
 
     order = np.lexsort((index, reason_code, shard_code))
     shard_code, reason_code, index = shard_code[order], reason_code[order], index[order]
@@ -476,9 +471,7 @@ def build_skiplists(
     n = len(order)
     same_as_prev = np.zeros(n, dtype=bool)
     if n > 1:
-        same_as_prev[1:] = (shard_code[1:] == shard_code[:-1]) & (reason_code[1:] == reason_code[:-1]) & (
-            index[1:] == index[:-1]
-        )
+        same_as_prev[1:] = (shard_code[1:] == shard_code[:-1]) & (reason_code[1:] == reason_code[:-1]) & (index[1:] == index[:-1])
     if same_as_prev.any():
         dup = np.flatnonzero(same_as_prev)
         conflict = sample_ids[dup] != sample_ids[dup - 1]
@@ -505,7 +498,11 @@ def build_skiplists(
     # Desired sidecars, grouped by bucket: rel path inside the bucket -> (bytes, reason, count).
     desired: dict[str, dict[str, tuple[bytes, str, int]]] = defaultdict(dict)
     counts: dict[tuple[str, str, str], int] = defaultdict(int)
-    starts = np.flatnonzero(np.r_[True, (shard_code[1:] != shard_code[:-1]) | (reason_code[1:] != reason_code[:-1])]) if n else np.empty(0, np.int64)
+    starts = (
+        np.flatnonzero(np.r_[True, (shard_code[1:] != shard_code[:-1]) | (reason_code[1:] != reason_code[:-1])])
+        if n
+        else np.empty(0, np.int64)
+    )
     ends = np.r_[starts[1:], n] if n else starts
     for start, end in zip(starts.tolist(), ends.tolist()):
         bucket, source, basename = parsed[shard_code[start]]

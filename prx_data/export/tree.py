@@ -91,4 +91,3 @@ def list_sources(bucket_dir: str, storage_options: dict | None = None) -> list[s
         for entry in list_dir(loc)
         if entry.is_dir and SOURCE_RE.fullmatch(entry.name) and is_file(loc.child(entry.name, INDEX_BASENAME))
     ]
-

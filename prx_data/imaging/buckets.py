@@ -58,7 +58,7 @@ class BucketConfig(BaseModel):
     multiple: int = Field(16, ge=1)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "BucketConfig":
+    def _consistent(self) -> BucketConfig:
         if not self.tiers or any(t <= 0 for t in self.tiers):
             raise ValueError("tiers must be positive and non-empty")
         if list(self.tiers) != sorted(set(self.tiers)):
@@ -275,14 +275,9 @@ def shape_table(cfg: BucketConfig | None = None) -> str:
         floor = tier_floor_pixels(tier, cfg)
         side = tier / cfg.max_upscale
         lines.append("")
-        lines.append(
-            f"tier {tier}: {tier * tier:,} px; sources from {floor:,.0f} px (~{side:.0f}²)"
-        )
+        lines.append(f"tier {tier}: {tier * tier:,} px; sources from {floor:,.0f} px (~{side:.0f}²)")
         lines.append(f"  {'bucket HxW':>11}  {'w/h':>6}  {'pixels':>10}  {'vs T²':>7}")
         for height, width in _shapes(tier, cfg):
             pixels = height * width
-            lines.append(
-                f"  {f'{height}x{width}':>11}  {width / height:6.3f}  {pixels:10,}  "
-                f"{100 * (pixels / tier**2 - 1):+6.2f}%"
-            )
+            lines.append(f"  {f'{height}x{width}':>11}  {width / height:6.3f}  {pixels:10,}  {100 * (pixels / tier**2 - 1):+6.2f}%")
     return "\n".join(lines)

@@ -118,8 +118,7 @@ class HashIndex:
         probes = max(_num_masks(w, self.block_radius) for _, w in self.layout)
         if probes > _MAX_PROBES:
             raise ValueError(
-                f"{self.num_blocks} block(s) at radius {self.radius} would probe {probes} neighbours "
-                "per block: use more blocks"
+                f"{self.num_blocks} block(s) at radius {self.radius} would probe {probes} neighbours per block: use more blocks"
             )
         # Per block: rows sorted by block value, and where each value's run starts. Short
         # blocks get a dense table of run starts (one lookup per probe); long ones (billions

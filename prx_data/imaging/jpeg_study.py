@@ -94,15 +94,11 @@ def measure_image(
         if cycle == 1:
             first_jpeg, psnr_first = encoded, psnr(reference, np.asarray(current))
     psnr_last = psnr(reference, np.asarray(current))
-    return ImageMeasure(
-        path, original.width, original.height, psnr_first, psnr_last, len(first_jpeg), png.tell()
-    )
+    return ImageMeasure(path, original.width, original.height, psnr_first, psnr_last, len(first_jpeg), png.tell())
 
 
 def image_files(folder: Path) -> list[Path]:
-    return sorted(
-        p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
-    )
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
 
 def study(
@@ -114,9 +110,7 @@ def study(
     report = StudyReport(quality, cycles)
     for path in paths:
         try:
-            report.measures.append(
-                measure_image(path.read_bytes(), str(path), quality, cycles, max_pixels)
-            )
+            report.measures.append(measure_image(path.read_bytes(), str(path), quality, cycles, max_pixels))
         except DecodeError as exc:
             report.errors.append((str(path), str(exc)))
         except OSError as exc:  # unreadable file: reported, never fatal
@@ -159,10 +153,7 @@ def format_table(report: StudyReport) -> str:
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
-    lines.append(
-        f"medians per image; PSNR over RGB against the decoded original; "
-        f"{len(report.errors)} file(s) not decodable"
-    )
+    lines.append(f"medians per image; PSNR over RGB against the decoded original; {len(report.errors)} file(s) not decodable")
     return "\n".join(lines)
 
 

@@ -48,9 +48,7 @@ THUMB_FILTER: Final = Image.Resampling.BILINEAR
 # of sigma 4-20 over a flat colour 0.04-0.19 (noise averages out in a 32x32 thumbnail), a ramp
 # of 2 gray levels across the image 0.49, of 4 levels 1.1.
 DEGENERATE_SPREAD: Final = 1.0
-PHASH_VERSION: Final = (
-    f"dct64-draftL{HASH_DRAFT_SIDE}-exactbox-bilinearF{THUMB_SIDE}-v2-flat{DEGENERATE_SPREAD:g}"
-)
+PHASH_VERSION: Final = f"dct64-draftL{HASH_DRAFT_SIDE}-exactbox-bilinearF{THUMB_SIDE}-v2-flat{DEGENERATE_SPREAD:g}"
 
 _MASK64: Final = (1 << 64) - 1
 

@@ -68,9 +68,7 @@ def cover_box(box: Box, height: int, width: int) -> Box:
     return (left, top, right, top + crop_h)
 
 
-def resize_cover_crop(
-    image: Image.Image, height: int, width: int, box: Box | None = None
-) -> Image.Image:
+def resize_cover_crop(image: Image.Image, height: int, width: int, box: Box | None = None) -> Image.Image:
     """Lanczos resize that covers height x width, centre-cropped to it, in one resample.
 
     Only the crop is resampled (Pillow's ``box``), so no work is spent on pixels that would be

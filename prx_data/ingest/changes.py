@@ -21,32 +21,39 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from prx_data.core.filters import one_of
 from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
+from prx_data.core.lance_io import chunked
+from prx_data.core.schema import Status
+from prx_data.ingest.items import RawItem
+from prx_data.ingest.registry import RegisteredSource
 from prx_data.ingest.rows import (
     EXAMPLES,
     METADATA_COLUMNS,
     IngestStats,
     OptOutMatcher,
+    apply_download,
     item_digest,
     item_row,
     metadata_digest,
     metadata_row,
     metadata_schema,
-    apply_download,
     to_batch,
 )
-from prx_data.ingest.items import RawItem
 from prx_data.ingest.units import Unit, read_unit
-from prx_data.core.lance_io import chunked
-from prx_data.ingest.registry import RegisteredSource
-from prx_data.core.schema import Status
 
 # Statuses whose URL was fetched: such a row's URL is not fetched again.
 _FETCHED = (Status.OK.value, Status.OPTED_OUT.value)
+
+
 def undecodable_name(item: RawItem) -> RawItem:
     """An item whose name is not UTF-8 (a file or tar member name): one ``invalid_record`` row
     under its percent-escaped key, instead of an error that fails the whole source."""
     key = escape_undecodable(item.key)
-    return RawItem(key=key, error=f"name is not valid UTF-8: {key} (undecodable bytes shown as %XX)", error_status=Status.INVALID_RECORD.value, file_level=item.file_level)
+    return RawItem(
+        key=key,
+        error=f"name is not valid UTF-8: {key} (undecodable bytes shown as %XX)",
+        error_status=Status.INVALID_RECORD.value,
+        file_level=item.file_level,
+    )
 
 
 SEEN_SCHEMA = pa.schema([("sample_id", pa.string()), ("unit", pa.int64()), ("pos", pa.int64())])
@@ -95,9 +102,7 @@ class _Stored:
     def lookup(self, ids: list[str]) -> dict[str, tuple[str | None, str, bytes, int]]:
         if self.ds is None or not ids:
             return {}
-        table = self.ds.to_table(
-            columns=self.columns, filter=one_of("sample_id", ids), with_row_address=True
-        )
+        table = self.ds.to_table(columns=self.columns, filter=one_of("sample_id", ids), with_row_address=True)
         cols = {name: table.column(name).to_pylist() for name in (*self.columns, "_rowaddr")}
         embeddings = cols.get("embedding") or [None] * table.num_rows
         return {
@@ -234,6 +239,4 @@ def _write(job: UnitJob, batches) -> list[FragmentMetadata]:
         yield from batches
 
     reader = pa.RecordBatchReader.from_batches(job.schema, all_batches())
-    return write_fragments(
-        reader, job.uri, schema=job.schema, max_rows_per_file=job.rows_per_fragment, storage_options=job.storage_options
-    )
+    return write_fragments(reader, job.uri, schema=job.schema, max_rows_per_file=job.rows_per_fragment, storage_options=job.storage_options)

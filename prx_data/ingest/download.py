@@ -25,9 +25,9 @@ import itertools
 import math
 import queue
 import re
-import zlib
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -36,10 +36,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from prx_data.core.retry import Retryable, RetryPolicy, is_retryable_status
+from prx_data.core.schema import Status
 from prx_data.ingest import netguard
 from prx_data.ingest.registry import DownloadConfig
-from prx_data.core.retry import RetryPolicy, Retryable, is_retryable_status
-from prx_data.core.schema import Status
 
 __all__ = ["DownloadResult", "DownloadSession", "download_many", "download_one", "robots_opt_out", "shared_session"]
 
@@ -215,9 +215,7 @@ class _Downloader:
             return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, reason)
 
         def failed(error: str, attempts: int, http_status: int | None = None) -> DownloadResult:
-            return DownloadResult(
-                key, url, None, Status.DOWNLOAD_FAILED, error, http_status, None, attempts
-            )
+            return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, error, http_status, None, attempts)
 
         try:
             return self._fetch(key, url, url.strip(), host, failed, stop)
@@ -271,7 +269,9 @@ class _Downloader:
                 return failed(f"deadline of {self.config.deadline_s}s exceeded ({retry.reason})", attempt, retry.http_status)
             if attempt > self.config.retries:
                 return failed(retry.reason + _attempts_suffix(attempt), attempt, retry.http_status)
-            return failed(f"{retry.reason}; no time left for a retry before the {self.config.deadline_s}s deadline", attempt, retry.http_status)
+            return failed(
+                f"{retry.reason}; no time left for a retry before the {self.config.deadline_s}s deadline", attempt, retry.http_status
+            )
         except netguard.AddressRefused as refused:
             via = "" if current == url.strip() else f"redirect to {current!r}: "
             return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, via + str(refused), None, None, attempt)
@@ -396,7 +396,7 @@ class DownloadSession:
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
         self._closed = False
 
-    def __enter__(self) -> "DownloadSession":
+    def __enter__(self) -> DownloadSession:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -26,31 +26,30 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.compat.lance_rows import delete_in_fragment
+from prx_data.core.lance_io import ensure_columns, open_table, storage_options_of
+from prx_data.core.locking import locks_table
+from prx_data.core.schema import PHASH_COLUMNS, raw_schema
+from prx_data.core.urls import key_uri_for_table, load_url_key
 from prx_data.ingest.changes import REPLACED_SCHEMA, UnitJob, UnitResult
 from prx_data.ingest.object_source import source_storage_options as source_storage_options_of
 from prx_data.ingest.parallel import run_units
 from prx_data.ingest.readers import SourceUnavailable
+from prx_data.ingest.registry import RegisteredSource
 from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import them from here
     METADATA_COLUMNS,
     IngestStats,
     OptOutMatcher,
-    metadata_digest as _metadata_digest,
     metadata_schema,
 )
 from prx_data.ingest.seen import SeenIds
 from prx_data.ingest.units import list_units
-from prx_data.compat.lance_rows import delete_in_fragment
-from prx_data.core.lance_io import ensure_columns, open_table, storage_options_of
-from prx_data.core.locking import locks_table
-from prx_data.ingest.registry import RegisteredSource
-from prx_data.core.schema import PHASH_COLUMNS, raw_schema
-from prx_data.core.urls import key_uri_for_table, load_url_key
 
 
 class EmptySource(SourceUnavailable):
@@ -88,7 +87,9 @@ class _Spill:
         if self._writer is None:
             self._writer = ipc.new_file(self.path, self.tagged)
         n = table.num_rows
-        table = table.append_column("_unit", pa.array([unit] * n, pa.int64())).append_column("_attempt", pa.array([attempt] * n, pa.int64()))
+        table = table.append_column("_unit", pa.array([unit] * n, pa.int64())).append_column(
+            "_attempt", pa.array([attempt] * n, pa.int64())
+        )
         self._writer.write_table(table.cast(self.tagged))
         self.rows += n
 
@@ -104,7 +105,9 @@ class _Spill:
             for i in range(file.num_record_batches):
                 batch = file.get_batch(i)
                 if superseded:
-                    stale = pa.array([(u, a) in superseded for u, a in zip(batch.column("_unit").to_pylist(), batch.column("_attempt").to_pylist())])
+                    stale = pa.array(
+                        [(u, a) in superseded for u, a in zip(batch.column("_unit").to_pylist(), batch.column("_attempt").to_pylist())]
+                    )
                     batch = batch.filter(pc.invert(stale))
                 if batch.num_rows:
                     yield pa.RecordBatch.from_arrays(batch.columns[: len(self.schema)], schema=self.schema)
@@ -177,8 +180,15 @@ def ingest_source(
         schema = pa.schema(list(schema) + list(PHASH_COLUMNS))
     existing_rows = ds.count_rows() if ds is not None else 0
     job = UnitJob(
-        source=source, uri=uri, version=ds.version if ds is not None else None, storage_options=options, schema=schema,
-        now=datetime.now(timezone.utc), run_id=run_id, optout=optout, rows_per_fragment=rows_per_fragment,
+        source=source,
+        uri=uri,
+        version=ds.version if ds is not None else None,
+        storage_options=options,
+        schema=schema,
+        now=datetime.now(UTC),
+        run_id=run_id,
+        optout=optout,
+        rows_per_fragment=rows_per_fragment,
         source_options=source_options,
         url_hash_key=load_url_key(key_uri_for_table(uri), options, create=True),
     )
@@ -203,7 +213,9 @@ def ingest_source(
             removed = REPLACED_SCHEMA.empty_table()
         stats.removed = removed.num_rows
         fragments = [f for r in sorted(results.values(), key=lambda r: r.unit) for f in r.fragments]
-        replaced = pa.concat_tables([REPLACED_SCHEMA.empty_table(), removed, *(r.replaced for r in results.values() if r.replaced is not None)])
+        replaced = pa.concat_tables(
+            [REPLACED_SCHEMA.empty_table(), removed, *(r.replaced for r in results.values() if r.replaced is not None)]
+        )
         ds = _commit(uri, ds, schema, fragments, replaced, options)
         if spill.rows:
             # Only the metadata columns are written: phash and other derived columns stay.
@@ -241,19 +253,27 @@ def _run(job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, sp
         keep(result, 0)
     duplicates = seen.duplicates()
     if duplicates:
-        redo = ((unit, frozenset(duplicates[unit.index])) for unit in list_units(source, storage_options=job.source_options) if unit.index in duplicates)
+        redo = (
+            (unit, frozenset(duplicates[unit.index]))
+            for unit in list_units(source, storage_options=job.source_options)
+            if unit.index in duplicates
+        )
         for result in run_units(job, redo, workers):
             result.seen = None
             keep(result, 1)
     return results
 
 
-def _commit(uri: str, ds: lance.LanceDataset | None, schema: pa.Schema, fragments: list, replaced: pa.Table, options: dict | None) -> lance.LanceDataset:
+def _commit(
+    uri: str, ds: lance.LanceDataset | None, schema: pa.Schema, fragments: list, replaced: pa.Table, options: dict | None
+) -> lance.LanceDataset:
     """One commit: the units' new fragments, and deletion of the rows they replace and of the
     rows that left the source."""
     if ds is None:
         # An empty source still gets a table, so downstream stages see zero rows, not an error.
-        return lance.LanceDataset.commit(uri, lance.LanceOperation.Overwrite(_lance_schema(uri, schema, options), fragments), storage_options=options)
+        return lance.LanceDataset.commit(
+            uri, lance.LanceOperation.Overwrite(_lance_schema(uri, schema, options), fragments), storage_options=options
+        )
     if not fragments and replaced.num_rows == 0:
         return ds
     by_fragment: dict[int, list[str]] = defaultdict(list)

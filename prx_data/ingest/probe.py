@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import simplejpeg
 from PIL import Image
 
-from prx_data.imaging.decode import DecodeError, load_pixels, read_header
-from prx_data.ingest.structure import complete
-from prx_data.ingest.registry import DEFAULT_FORMATS
 from prx_data.core.schema import Status
+from prx_data.imaging.decode import DecodeError, load_pixels, read_header
+from prx_data.ingest.registry import DEFAULT_FORMATS
+from prx_data.ingest.structure import complete
 
 # Magic numbers of formats people mistake for images, to name them in the error.
 _SNIFF = (

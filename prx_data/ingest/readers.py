@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, cast
 
-from prx_data.ingest.contained import AnyRoot, Root, default_root, open_contained, read_capped, read_contained, read_optional
-from prx_data.ingest.object_source import Foreign, ObjectRoot, fixed_prefix
-from prx_data.ingest.items import RawItem, SourceUnavailable  # noqa: F401 - callers import it from here
-from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data.core.schema import Status
+from prx_data.ingest.contained import AnyRoot, Root, default_root, open_contained, read_capped, read_contained, read_optional
+from prx_data.ingest.items import RawItem, SourceUnavailable  # noqa: F401 - callers import it from here
+from prx_data.ingest.object_source import Foreign, ObjectRoot, fixed_prefix
+from prx_data.ingest.registry import RegisteredSource, SourceSpec
 
 # Sidecar files beside images: read with their image, never items themselves.
 SIDECAR_EXTENSIONS = (".txt", ".json")
@@ -73,7 +73,9 @@ def make_root(spec: SourceSpec, location: Path | str, explicit: Path | str | Non
     if not isinstance(location, str):
         if explicit is not None:
             return Root(explicit)
-        return Root(location if spec.shape == "image_folder" else (Path(str(location)).parent if spec.shape == "lance" else default_root(location)))
+        return Root(
+            location if spec.shape == "image_folder" else (Path(str(location)).parent if spec.shape == "lance" else default_root(location))
+        )
     if explicit is not None:
         return ObjectRoot(str(explicit), storage_options, spec.storage)
     prefix = fixed_prefix(location)
@@ -130,10 +132,7 @@ def _caption(value: Any, spec: SourceSpec, what: str = "caption") -> str | None:
     if isinstance(value, dict):
         language = spec.fields.caption_language
         if not language:
-            raise _BadValue(
-                f"{what} is a mapping (keys {sorted(map(str, value))[:5]}); set fields.caption_language "
-                "to choose one"
-            )
+            raise _BadValue(f"{what} is a mapping (keys {sorted(map(str, value))[:5]}); set fields.caption_language to choose one")
         return _text(value.get(language), f"{what}[{language!r}]")
     return _text(value, what)
 
@@ -247,7 +246,9 @@ def _position_key(ctx: _Context, file: PurePath, row: int) -> str:
     return f"{file.name}:{row}"
 
 
-def read_parquet(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
+def read_parquet(
+    spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None
+) -> Iterator[RawItem]:
     ctx = _Context(spec, location, root or make_root(spec, location, None, storage_options))
     for file in _files(location, (".parquet",), ctx.root):
         yield from read_parquet_file(ctx, file)
@@ -301,7 +302,9 @@ def _jsonl_lines(handle, limit: int, first_line: int = 0, length: int | None = N
         yield line_no, line
 
 
-def read_jsonl(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
+def read_jsonl(
+    spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None
+) -> Iterator[RawItem]:
     ctx = _Context(spec, location, root or make_root(spec, location, None, storage_options))
     for file in _files(location, (".jsonl", ".json"), ctx.root):
         yield from read_jsonl_file(ctx, file)
@@ -334,12 +337,20 @@ def read_jsonl_file(ctx: _Context, file: PurePath, byte_range: tuple[int, int] |
             for line_no, raw in _jsonl_lines(buffered, limit, first_line, length):
                 position = f"{file.name}:{line_no}"
                 if raw is None:
-                    yield RawItem(key=position, error=f"line {line_no} of {file.name} is longer than {limit} bytes", error_status=Status.TOO_LARGE.value)
+                    yield RawItem(
+                        key=position,
+                        error=f"line {line_no} of {file.name} is longer than {limit} bytes",
+                        error_status=Status.TOO_LARGE.value,
+                    )
                     continue
                 try:
                     line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
                 except UnicodeDecodeError as exc:
-                    yield RawItem(key=position, error=f"line {line_no} of {file.name} is not UTF-8: {exc.reason} at byte {exc.start}", error_status=_INVALID)
+                    yield RawItem(
+                        key=position,
+                        error=f"line {line_no} of {file.name} is not UTF-8: {exc.reason} at byte {exc.start}",
+                        error_status=_INVALID,
+                    )
                     continue
                 if not line.strip():
                     continue
@@ -377,10 +388,9 @@ def _walk(folder: Path, root: Root, visited: set[str]) -> Iterator[tuple[Path, s
             continue
         path = Path(entry.path)
         try:
-            is_link = entry.is_symlink()
             is_dir = entry.is_dir(follow_symlinks=True)
         except OSError:
-            is_link, is_dir = True, False
+            is_dir = False
         if is_dir:
             real = os.path.realpath(path)
             if not root.contains(real):
@@ -414,7 +424,9 @@ def _sidecar_caption(image: PurePath, ctx: _Context) -> str | None:
     return None
 
 
-def read_image_folder(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
+def read_image_folder(
+    spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None
+) -> Iterator[RawItem]:
     ctx = image_folder_context(spec, location, root, storage_options)
     for entry in walk_image_folder(ctx):
         yield read_folder_entry(ctx, *entry)
@@ -516,7 +528,11 @@ def _wds_item(archive: tarfile.TarFile, key: str, members: dict[str, list[tarfil
         return RawItem(key=key, error=f"duplicate tar members: {', '.join(doubled)}", error_status=_INVALID)
     links = sorted(m[0].name for m in members.values() if not m[0].isfile())
     if links:
-        return RawItem(key=key, error=f"tar members that are links or special files are not read: {', '.join(links)}", error_status=Status.UNREADABLE.value)
+        return RawItem(
+            key=key,
+            error=f"tar members that are links or special files are not read: {', '.join(links)}",
+            error_status=Status.UNREADABLE.value,
+        )
     one = {ext: m[0] for ext, m in members.items()}
     fields = spec.fields
     try:
@@ -549,7 +565,9 @@ def _wds_item(archive: tarfile.TarFile, key: str, members: dict[str, list[tarfil
         return RawItem(key=key, error=f"{exc}"[:500], error_status=Status.UNREADABLE.value)
 
 
-def read_webdataset(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
+def read_webdataset(
+    spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None
+) -> Iterator[RawItem]:
     """Members group by key wherever they lie in the tar (an index of headers, then reads)."""
     ctx = _Context(spec, location, root or make_root(spec, location, None, storage_options))
     for file in _files(location, (".tar",), ctx.root):
@@ -592,7 +610,9 @@ def read_tar(ctx: _Context, file: PurePath) -> Iterator[RawItem]:
 # -- Lance ----------------------------------------------------------------------------------------
 
 
-def read_lance(spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None) -> Iterator[RawItem]:
+def read_lance(
+    spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None
+) -> Iterator[RawItem]:
     import lance
 
     remote = isinstance(location, str) and "://" in location
@@ -622,7 +642,12 @@ def read_lance(spec: SourceSpec, location: Path | str, root: AnyRoot | None = No
                 yield _record_to_item(record, ctx, base, f"row:{row}")
                 row += 1
     except Exception as exc:  # noqa: BLE001 - a damaged fragment must not hide the rows read
-        yield RawItem(key=f"row:{row}:unreadable", error=f"cannot read {location} from row {row}: {type(exc).__name__}: {exc}"[:500], error_status=Status.UNREADABLE.value, file_level=True)
+        yield RawItem(
+            key=f"row:{row}:unreadable",
+            error=f"cannot read {location} from row {row}: {type(exc).__name__}: {exc}"[:500],
+            error_status=Status.UNREADABLE.value,
+            file_level=True,
+        )
 
 
 READERS = {

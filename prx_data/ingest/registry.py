@@ -141,7 +141,9 @@ class StorageProfile(BaseModel):
         return value
 
     def variables(self) -> list[str]:
-        return [v for v in (self.endpoint_env, self.access_key_id_env, self.secret_access_key_env, self.session_token_env, self.region_env) if v]
+        return [
+            v for v in (self.endpoint_env, self.access_key_id_env, self.secret_access_key_env, self.session_token_env, self.region_env) if v
+        ]
 
 
 class SourceSpec(BaseModel):
@@ -154,8 +156,9 @@ class SourceSpec(BaseModel):
         "URI (s3://bucket/prefix/..., globs too) read by the ingest workers themselves."
     )
     storage: StorageProfile | None = Field(
-        None, description="Environment variables with the object-store credentials for this source; "
-        "default: the roots' settings (PRX_S3_ENDPOINT, AWS_*)."
+        None,
+        description="Environment variables with the object-store credentials for this source; "
+        "default: the roots' settings (PRX_S3_ENDPOINT, AWS_*).",
     )
     fields: FieldMap = Field(default_factory=FieldMap)
     license: str | None = Field(None, description="License for rows whose record names none.")
@@ -195,10 +198,7 @@ class SourceSpec(BaseModel):
     @classmethod
     def _name_is_a_key(cls, value: str) -> str:
         if not _NAME_RE.fullmatch(value):
-            raise ValueError(
-                "must be 1-63 chars of lowercase letters, digits, '-' or '_', starting with a "
-                "letter or digit"
-            )
+            raise ValueError("must be 1-63 chars of lowercase letters, digits, '-' or '_', starting with a letter or digit")
         return value
 
     @field_validator("formats")
@@ -213,7 +213,7 @@ class SourceSpec(BaseModel):
         return list(dict.fromkeys(names))
 
     @model_validator(mode="after")
-    def _fields_fit_shape(self) -> "SourceSpec":
+    def _fields_fit_shape(self) -> SourceSpec:
         if self.shape in ("parquet", "jsonl", "lance"):
             if not self.fields.image:
                 raise ValueError(f"fields.image is required for shape {self.shape!r}")
@@ -343,7 +343,9 @@ def load_registry(sources_dir: str | Path) -> Registry:
         if spec.name in registry.sources:
             other = registry.sources[spec.name].path
             registry.errors.append(
-                SpecError(path, f"field 'name': {spec.name!r} already defined in {other}; this spec is ignored and that source is left as it is")
+                SpecError(
+                    path, f"field 'name': {spec.name!r} already defined in {other}; this spec is ignored and that source is left as it is"
+                )
             )
             continue
         registry.sources[spec.name] = RegisteredSource(spec, path)

@@ -11,13 +11,13 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from prx_data.imaging.fingerprints import ingest_fingerprint
 from prx_data.core.ids import sample_id
+from prx_data.core.schema import Status
+from prx_data.core.urls import redact_text, redact_url, url_key
+from prx_data.imaging.fingerprints import ingest_fingerprint
 from prx_data.ingest.items import RawItem
 from prx_data.ingest.probe import probe_image
 from prx_data.ingest.registry import RegisteredSource
-from prx_data.core.schema import Status
-from prx_data.core.urls import redact_text, redact_url, url_key
 
 # Decides at ingest whether an item is covered by an opt-out request: (source, sample_id, item)
 # -> the request id, or None.
@@ -54,7 +54,7 @@ class IngestStats:
     units: int = 0
     workers: int = 1
 
-    def absorb(self, part: "IngestStats") -> None:
+    def absorb(self, part: IngestStats) -> None:
         """Add one unit's counts to the run's."""
         for f in fields(self):
             mine, theirs = getattr(self, f.name), getattr(part, f.name)
@@ -129,7 +129,9 @@ def _url_columns(item: RawItem, key: bytes | None) -> dict:
 _NO_BYTES = frozenset(s.value for s in Status) - {Status.OK.value}
 
 
-def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutMatcher | None, url_hash_key: bytes | None = None) -> dict:
+def item_row(
+    source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutMatcher | None, url_hash_key: bytes | None = None
+) -> dict:
     spec = source.spec
     sid = sample_id(spec.name, item.key)
     row = {
@@ -177,7 +179,13 @@ def item_row(source: RegisteredSource, item: RawItem, now: datetime, optout: Opt
 
 
 def metadata_row(sid: str, item: RawItem, spec, now: datetime, url_hash_key: bytes | None = None) -> dict:
-    row = {"sample_id": sid, "source_caption": item.caption, **_url_columns(item, url_hash_key), "license": item.license, "ingested_at": now}
+    row = {
+        "sample_id": sid,
+        "source_caption": item.caption,
+        **_url_columns(item, url_hash_key),
+        "license": item.license,
+        "ingested_at": now,
+    }
     if spec.embedding_dim:
         row["embedding"] = item.embedding
     return row

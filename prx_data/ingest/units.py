@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 
+from prx_data.ingest import readers
 from prx_data.ingest.contained import AnyRoot, open_contained
 from prx_data.ingest.items import RawItem
-from prx_data.ingest import readers
 from prx_data.ingest.registry import RegisteredSource
 
 FOLDER_BATCH = 512

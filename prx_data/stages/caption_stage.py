@@ -16,6 +16,8 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.filters import is_set
+from prx_data.core.lance_io import storage_options_of
+from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
 from prx_data.models.captioning.caption_columns import caption_results_table
 from prx_data.models.captioning.config import (
     CaptionerConfig,
@@ -27,12 +29,10 @@ from prx_data.models.captioning.config import (
 from prx_data.models.captioning.factory import make_captioner, parse_captioner_config
 from prx_data.models.captioning.prompt import caption_prompt_version, fused_prompt_version
 from prx_data.models.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
-from prx_data.core.lance_io import storage_options_of
-from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
-from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
 from prx_data.models.captioning.stage_timings import record_stage_timings
-from prx_data.stages.executors import make_processor
 from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
+from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
+from prx_data.stages.executors import make_processor
 
 
 def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
@@ -114,7 +114,6 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
 
-
         chunks = [
             {"addresses": c.column("_rowaddr").to_pylist(), "sample_ids": c.column("sample_id").to_pylist()}
             for c in address_chunks(todo, chunk_rows)
@@ -126,8 +125,7 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
             num_cpus=config.cpu_stage_num_cpus,
         )
         out = caption_dataset_vllm(rows, config)
-        for batch in out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
-            yield batch
+        yield from out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow")
         record_stage_timings(out, f"captions {config.model_id}")
 
     return run
@@ -151,7 +149,9 @@ def compute_captions(
         fn = functools.partial(caption_rows, config.model_dump_json())
         needs_image = not isinstance(config, SourceCaptionerConfig)
         processor = make_processor(fn, columns=["source_caption"], with_images=needs_image, executor=executor, chunk_rows=chunk_rows)
-    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="caption_error")
+    stats = run_column_stage(
+        table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="caption_error"
+    )
     stats.extra.update(zip(("caption_model", "caption_prompt_version"), caption_identity(config)))
     return stats
 

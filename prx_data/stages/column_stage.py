@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.filters import STATUS_OK, Expr, all_of, any_of, differs, equals
 from prx_data.core.lance_io import ensure_columns, open_table, update_columns
-from prx_data.core.schema import input_fingerprint_field
 from prx_data.core.locking import locks_table
+from prx_data.core.schema import input_fingerprint_field
 from prx_data.core.storage import delete_tree, locate
 
 
@@ -129,7 +129,9 @@ def input_fingerprints(table: pa.Table | pa.RecordBatch, inputs: tuple[str, ...]
     # cheaper than json.dumps per row (this runs over every eligible row on every run).
     blake = hashlib.blake2b
     return [
-        blake("\x1e".join("\x00" if v is None else "\x01" + str(v) for v in values).encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+        blake(
+            "\x1e".join("\x00" if v is None else "\x01" + str(v) for v in values).encode("utf-8", "surrogateescape"), digest_size=16
+        ).hexdigest()
         for values in zip(*columns)
     ]
 
@@ -234,7 +236,11 @@ def run_column_stage(
             done = set(kept.column("sample_id").to_pylist())
         else:
             # A staged result counts only if it was made from the inputs the row holds now.
-            done = {sid for sid, fp in zip(kept.column("sample_id").to_pylist(), kept.column(fp_col).to_pylist()) if fp is not None and pending.fingerprints.get(sid) == fp}
+            done = {
+                sid
+                for sid, fp in zip(kept.column("sample_id").to_pylist(), kept.column(fp_col).to_pylist())
+                if fp is not None and pending.fingerprints.get(sid) == fp
+            }
         done &= set(pending.todo.column("sample_id").to_pylist())
     todo = pending.todo.filter(_by_id(pending.todo.column("sample_id"), done)) if done else pending.todo
     stats.pending = todo.num_rows + len(done)
@@ -269,7 +275,13 @@ def run_column_stage(
         results = _last_per_sample(results)
         if fp_col is not None:
             # Staged by a killed run from inputs that have changed since: redone above, or gone.
-            current = pa.array([pending.fingerprints.get(sid) == fp for sid, fp in zip(results.column("sample_id").to_pylist(), results.column(fp_col).to_pylist())], pa.bool_())
+            current = pa.array(
+                [
+                    pending.fingerprints.get(sid) == fp
+                    for sid, fp in zip(results.column("sample_id").to_pylist(), results.column(fp_col).to_pylist())
+                ],
+                pa.bool_(),
+            )
             results = results.filter(current)
         results = _invalidate(ds, stage, results)
         if run_id is not None:

@@ -16,6 +16,9 @@ from prx_data.core.lance_io import storage_options_of
 from prx_data.core.ray_tasks import bounded
 from prx_data.stages.column_stage import Processor, address_chunks, read_images, read_rows
 
+# Where a column stage runs its chunks: Ray tasks, or this process (tests, small sources).
+Executor = Literal["ray", "local"]
+
 # fn(sample_ids, images, rows) -> table with sample_id + the stage's columns. Must be picklable
 # (a module-level function or a functools.partial of one) to run on Ray.
 RowFn = Callable[[list[str], list[bytes | None], pa.Table], pa.Table]
@@ -34,7 +37,7 @@ def make_processor(
     *,
     columns: Sequence[str] = (),
     with_images: bool = True,
-    executor: Literal["ray", "local"] = "ray",
+    executor: Executor = "ray",
     chunk_rows: int = 256,
     num_cpus: float = 1,
     max_in_flight: int | None = None,

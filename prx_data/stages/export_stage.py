@@ -26,34 +26,33 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Literal, TypeGuard
 
 import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.lance_io import open_table, storage_options_of
+from prx_data.core.locking import table_lock
+from prx_data.core.paths import superseded_uri
 from prx_data.core.ray_tasks import task_options
+from prx_data.core.reasons import reason_code
+from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
 from prx_data.export.commit import abandon, begin, new_run_id, recover
 from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
-from prx_data.export.shard_writer import write_shards
-from prx_data.core.reasons import reason_code
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
+from prx_data.export.shard_writer import write_shards
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop, assign
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
-from prx_data.core.lance_io import open_table, storage_options_of
-from prx_data.core.locking import table_lock
-from prx_data.core.paths import superseded_uri
-from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
 from prx_data.stages.column_stage import address_chunks, read_images
 from prx_data.stages.executors import make_processor
 
@@ -90,10 +89,11 @@ def export_version(bucket_cfg: BucketConfig) -> str:
 
 def prepare_rows(bucket_cfg_json: str, sample_ids: list[str], images: list[bytes | None], _rows: pa.Table) -> pa.Table:
     cfg = BucketConfig.model_validate_json(bucket_cfg_json)
-    out = {name: [] for name in _PREPARED_SCHEMA.names}
+    out: dict[str, list] = {name: [] for name in _PREPARED_SCHEMA.names}
     for sid, data in zip(sample_ids, images):
         result = prepare(data, cfg) if data is not None else Drop("invalid_image", "no image bytes")
         out["sample_id"].append(sid)
+        values: tuple
         if isinstance(result, Prepared):
             values = (result.jpeg, result.tier, result.height, result.width, result.original_width, result.original_height, None)
         else:
@@ -130,7 +130,7 @@ def _key(*parts) -> str:
     return hashlib.blake2b(json.dumps(parts, default=str).encode(), digest_size=16).hexdigest()
 
 
-def _bucket_of(tier: int, bucket: str) -> BucketRef:
+def _bucket_of(tier: int | str, bucket: str) -> BucketRef:
     height, width = parse_bucket(bucket)
     return BucketRef(int(tier), height, width)
 
@@ -171,10 +171,22 @@ def export_source(
         raise ValueError(f"max_caption_chars must be at least 1 (or None for no cap), got {max_caption_chars}")
     with table_lock(table_uri, storage_options, purpose=f"export of {source}") as check:
         return _export(
-            table_uri, source, mds_root=mds_root, exports_uri=exports_uri, bucket_cfg=bucket_cfg or BucketConfig(),
-            writer_cfg=writer_cfg or MdsWriterConfig(), executor=executor, chunk_rows=chunk_rows,
-            require_caption=require_caption, options=storage_options, progress=progress, scratch_dir=scratch_dir,
-            rewrite_share=rewrite_share, check=check, write_workers=write_workers, run_id=run_id,
+            table_uri,
+            source,
+            mds_root=mds_root,
+            exports_uri=exports_uri,
+            bucket_cfg=bucket_cfg or BucketConfig(),
+            writer_cfg=writer_cfg or MdsWriterConfig(),
+            executor=executor,
+            chunk_rows=chunk_rows,
+            require_caption=require_caption,
+            options=storage_options,
+            progress=progress,
+            scratch_dir=scratch_dir,
+            rewrite_share=rewrite_share,
+            check=check,
+            write_workers=write_workers,
+            run_id=run_id,
             max_caption_chars=max_caption_chars,
             task_resources=task_resources,
         )
@@ -184,16 +196,34 @@ def _column(table: pa.Table, name: str) -> list:
     return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
 
 
-def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg, executor, chunk_rows, require_caption, options, progress, scratch_dir, rewrite_share, check, write_workers, run_id=None, task_resources=None, max_caption_chars=MAX_CAPTION_CHARS) -> ExportStats:
+def _export(
+    table_uri,
+    source,
+    *,
+    mds_root,
+    exports_uri,
+    bucket_cfg,
+    writer_cfg,
+    executor,
+    chunk_rows,
+    require_caption,
+    options,
+    progress,
+    scratch_dir,
+    rewrite_share,
+    check,
+    write_workers,
+    run_id=None,
+    task_resources=None,
+    max_caption_chars=MAX_CAPTION_CHARS,
+) -> ExportStats:
     started = time.perf_counter()
     stats = ExportStats(source=source, version=export_version(bucket_cfg))
     # The writer's columns decide the shard layout: a change must not append to old shards.
     image_version = f"{stats.version}|{json.dumps(writer_cfg.columns(), sort_keys=True)}"
     ds = lance.dataset(table_uri, storage_options=options)
     names = ds.schema.names
-    wanted = ["sample_id", "width", "height"] + [
-        c for c in ("image_sha256", "caption", "phash", "label", "caption_model") if c in names
-    ]
+    wanted = ["sample_id", "width", "height"] + [c for c in ("image_sha256", "caption", "phash", "label", "caption_model") if c in names]
     rows = ds.to_table(columns=wanted, filter="status = 'ok'", with_row_address=True)
     n = rows.num_rows
     ids = rows.column("sample_id").to_pylist()
@@ -231,7 +261,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     stored_sup = sup_ds.to_table().to_pylist() if sup_ds is not None else []
     prev_sup = [r for r in stored_sup if r["shard"] in sizes]
 
-    def placed(record: dict | None) -> bool:
+    def placed(record: dict | None) -> TypeGuard[dict]:
         return bool(record and record.get("shard") and record["shard"] in sizes)
 
     keep: list[int] = []
@@ -261,11 +291,14 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     new_sup.extend(_orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_dir))
 
     # Maintenance: a bucket whose superseded share passes the threshold is rewritten.
-    total = Counter()
+    total: Counter[str] = Counter()
     for shard, count in sizes.items():
         total[shard.rsplit("/", 2)[0]] += count
     superseded_in = Counter(r["shard"].rsplit("/", 2)[0] for r in (*prev_sup, *new_sup))
-    arriving = Counter(target[i].rel for i in encode) + Counter(p["shard"].rsplit("/", 2)[0] for _, p in reuse)
+    # Rows to encode all have a bucket (a row without one was dropped above).
+    arriving = Counter(ref.rel for ref in (target[i] for i in encode) if ref is not None) + Counter(
+        p["shard"].rsplit("/", 2)[0] for _, p in reuse
+    )
     rewrite = {
         _bucket_of(*rel.split("/"))
         for rel, count in superseded_in.items()
@@ -278,7 +311,7 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
         reuse.extend((i, prev[ids[i]]) for i in moved)
     sup_after = [r for r in (*prev_sup, *new_sup) if r["shard"].rsplit("/", 2)[0] not in rewrite_rels]
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     stats.kept, stats.reused, stats.encoded = len(keep), len(reuse), len(encode)
     stats.rewritten_buckets = sorted(rewrite_rels)
     stats.superseded = len(new_sup)
@@ -288,10 +321,27 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     if encode or reuse or rewrite:
         check()  # a lost lease must not commit
         export = _write(
-            ds, rows, source, mds_root=mds_root, options=options, writer_cfg=writer_cfg, bucket_cfg=bucket_cfg,
-            executor=executor, chunk_rows=chunk_rows, progress=progress, scratch_dir=scratch_dir, indexes=indexes,
-            reuse=reuse, encode=encode, caption=caption, label=label, model=model, rewrite=rewrite, late_drops=late_drops,
-            write_workers=write_workers if executor == "ray" else 1, task_resources=task_resources,
+            ds,
+            rows,
+            source,
+            mds_root=mds_root,
+            options=options,
+            writer_cfg=writer_cfg,
+            bucket_cfg=bucket_cfg,
+            executor=executor,
+            chunk_rows=chunk_rows,
+            progress=progress,
+            scratch_dir=scratch_dir,
+            indexes=indexes,
+            reuse=reuse,
+            encode=encode,
+            caption=caption,
+            label=label,
+            model=model,
+            rewrite=rewrite,
+            late_drops=late_drops,
+            write_workers=write_workers if executor == "ray" else 1,
+            task_resources=task_resources,
         )
     by_row = {sid: i for i, sid in enumerate(ids)}
     for sid, reason in late_drops.items():
@@ -303,7 +353,10 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
         lance.write_dataset(table, exports_uri, mode="overwrite", storage_options=options)
     if new_sup or len(sup_after) != len(stored_sup):
         sup_table = pa.Table.from_pylist(
-            [{**{k: r.get(k) for k in SUPERSEDED_SCHEMA.names}, "source": source, "superseded_at": r.get("superseded_at") or now} for r in sup_after],
+            [
+                {**{k: r.get(k) for k in SUPERSEDED_SCHEMA.names}, "source": source, "superseded_at": r.get("superseded_at") or now}
+                for r in sup_after
+            ],
             schema=SUPERSEDED_SCHEMA,
         )
         lance.write_dataset(sup_table, sup_uri, mode="overwrite", storage_options=options)
@@ -311,7 +364,9 @@ def _export(table_uri, source, *, mds_root, exports_uri, bucket_cfg, writer_cfg,
     placed_now = table.filter(pc.is_valid(table["shard"]))
     stats.exported = placed_now.num_rows
     stats.dropped = Counter(reason_code(d) for d in drop if d)
-    stats.per_bucket = dict(sorted(Counter(f"{t}/{b}" for t, b in zip(placed_now["tier"].to_pylist(), placed_now["bucket"].to_pylist())).items()))
+    stats.per_bucket = dict(
+        sorted(Counter(f"{t}/{b}" for t, b in zip(placed_now["tier"].to_pylist(), placed_now["bucket"].to_pylist())).items())
+    )
     if export is not None:
         stats.bytes_written = export.bytes_written
         stats.removed_buckets = [r.rel for r in export.removed_buckets]
@@ -338,12 +393,33 @@ def _orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_
     return found
 
 
-def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, executor, chunk_rows, progress, scratch_dir, indexes, reuse, encode, caption, label, model, rewrite, late_drops, write_workers, task_resources):
+def _write(
+    ds,
+    rows,
+    source,
+    *,
+    mds_root,
+    options,
+    writer_cfg,
+    bucket_cfg,
+    executor,
+    chunk_rows,
+    progress,
+    scratch_dir,
+    indexes,
+    reuse,
+    encode,
+    caption,
+    label,
+    model,
+    rewrite,
+    late_drops,
+    write_workers,
+    task_resources,
+):
     ids = rows.column("sample_id").to_pylist()
     extras = {"label": label, "caption_model": model}
-    processor = make_processor(
-        functools.partial(prepare_rows, bucket_cfg.model_dump_json()), executor=executor, chunk_rows=chunk_rows
-    )
+    processor = make_processor(functools.partial(prepare_rows, bucket_cfg.model_dump_json()), executor=executor, chunk_rows=chunk_rows)
     by_id = {sid: i for i, sid in enumerate(ids)}
     todo = rows.take(pa.array(encode, pa.int64())).select(["sample_id", "_rowaddr"])
 
@@ -362,8 +438,13 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
                     raise RuntimeError(f"{shard}[{index}] holds {old['sample_id']}, the exports table says {ids[i]}")
                 ref = _bucket_of(*shard.split("/")[:2])
                 yield {
-                    "image": old["image"], "tier": ref.tier, "height": ref.height, "width": ref.width,
-                    "original_width": old["original_width"], "original_height": old["original_height"], **meta(i),
+                    "image": old["image"],
+                    "tier": ref.tier,
+                    "height": ref.height,
+                    "width": ref.width,
+                    "original_width": old["original_width"],
+                    "original_height": old["original_height"],
+                    **meta(i),
                 }
         done = 0
         for result in processor(ds, todo) if todo.num_rows and encoded else ():
@@ -373,8 +454,13 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
                     late_drops[rec["sample_id"]] = rec["drop_reason"]
                     continue
                 yield {
-                    "image": rec["jpeg"], "tier": rec["tier"], "height": rec["height"], "width": rec["width"],
-                    "original_width": rec["original_width"], "original_height": rec["original_height"], **meta(i),
+                    "image": rec["jpeg"],
+                    "tier": rec["tier"],
+                    "height": rec["height"],
+                    "width": rec["width"],
+                    "original_width": rec["original_width"],
+                    "original_height": rec["original_height"],
+                    **meta(i),
                 }
             done += result.num_rows
             if progress:
@@ -387,26 +473,65 @@ def _write(ds, rows, source, *, mds_root, options, writer_cfg, bucket_cfg, execu
         with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
             if write_workers > 1 and len(encode) > 1:
                 parts = _write_parallel(
-                    ds, source, todo, {ids[i]: meta(i) for i in encode}, samples(scratch, encoded=False) if reuse else None,
-                    mds_root=mds_root, options=options, writer_cfg=writer_cfg, bucket_cfg=bucket_cfg, chunk_rows=chunk_rows,
-                    scratch_dir=scratch_dir, late_drops=late_drops, workers=min(write_workers, len(encode)), run_id=mds_run,
+                    ds,
+                    source,
+                    todo,
+                    {ids[i]: meta(i) for i in encode},
+                    samples(scratch, encoded=False) if reuse else None,
+                    mds_root=mds_root,
+                    options=options,
+                    writer_cfg=writer_cfg,
+                    bucket_cfg=bucket_cfg,
+                    chunk_rows=chunk_rows,
+                    scratch_dir=scratch_dir,
+                    late_drops=late_drops,
+                    workers=min(write_workers, len(encode)),
+                    run_id=mds_run,
                     task_resources=task_resources,
                 )
             else:
-                parts = [write_shards(
-                    samples(scratch), mds_root=mds_root, source=source, run_id=mds_run, tag="p0", config=writer_cfg,
-                    storage_options=options, scratch_dir=scratch_dir,
-                )]
+                parts = [
+                    write_shards(
+                        samples(scratch),
+                        mds_root=mds_root,
+                        source=source,
+                        run_id=mds_run,
+                        tag="p0",
+                        config=writer_cfg,
+                        storage_options=options,
+                        scratch_dir=scratch_dir,
+                    )
+                ]
         return commit_parts(
-            parts, mds_root=mds_root, source=source, run_id=mds_run, storage_options=options, rewrite=rewrite,
-            allow_empty=True, started=started,
+            parts,
+            mds_root=mds_root,
+            source=source,
+            run_id=mds_run,
+            storage_options=options,
+            rewrite=rewrite,
+            allow_empty=True,
+            started=started,
         )
     except BaseException:
         abandon(mds_root, source, mds_run, options)
         raise
 
 
-def _write_part(uri, version, lance_options, bucket_cfg_json, writer_cfg_json, mds_root, mds_options, source, run_id, tag, todo: pa.Table, meta: dict, chunk_rows: int):
+def _write_part(
+    uri,
+    version,
+    lance_options,
+    bucket_cfg_json,
+    writer_cfg_json,
+    mds_root,
+    mds_options,
+    source,
+    run_id,
+    tag,
+    todo: pa.Table,
+    meta: dict,
+    chunk_rows: int,
+):
     """One parallel writer (a Ray task, any node): encode its rows and write its shards straight
     into the MDS root under the run's names. Returns them unpublished, with its late drops."""
     ds = lance.dataset(uri, version=version, storage_options=lance_options)
@@ -420,8 +545,13 @@ def _write_part(uri, version, lance_options, bucket_cfg_json, writer_cfg_json, m
                     late[rec["sample_id"]] = rec["drop_reason"]
                     continue
                 yield {
-                    "image": rec["jpeg"], "tier": rec["tier"], "height": rec["height"], "width": rec["width"],
-                    "original_width": rec["original_width"], "original_height": rec["original_height"], **meta[rec["sample_id"]],
+                    "image": rec["jpeg"],
+                    "tier": rec["tier"],
+                    "height": rec["height"],
+                    "width": rec["width"],
+                    "original_width": rec["original_width"],
+                    "original_height": rec["original_height"],
+                    **meta[rec["sample_id"]],
                 }
 
     config = MdsWriterConfig.model_validate_json(writer_cfg_json)
@@ -429,7 +559,24 @@ def _write_part(uri, version, lance_options, bucket_cfg_json, writer_cfg_json, m
     return written, late
 
 
-def _write_parallel(ds, source, todo, meta, reused, *, mds_root, options, writer_cfg, bucket_cfg, chunk_rows, scratch_dir, late_drops, workers, run_id, task_resources):
+def _write_parallel(
+    ds,
+    source,
+    todo,
+    meta,
+    reused,
+    *,
+    mds_root,
+    options,
+    writer_cfg,
+    bucket_cfg,
+    chunk_rows,
+    scratch_dir,
+    late_drops,
+    workers,
+    run_id,
+    task_resources,
+):
     """``workers`` Ray tasks encode and write; the driver writes the re-used bytes (``reused``)
     meanwhile. Returns every writer's unpublished shards; the caller publishes them."""
     # lazy: ray is a measured heavy import
@@ -442,17 +589,38 @@ def _write_parallel(ds, source, todo, meta, reused, *, mds_root, options, writer
     for k, group in enumerate(np.array_split(np.arange(todo.num_rows), workers), start=1):
         chunk = todo.take(pa.array(group, pa.int64()))
         part_meta = {sid: meta[sid] for sid in chunk.column("sample_id").to_pylist()}
-        refs.append(task.remote(
-            ds.uri, ds.version, storage_options_of(ds), bucket_cfg.model_dump_json(), writer_cfg.model_dump_json(),
-            mds_root, options, source, run_id, f"p{k}", chunk, part_meta, chunk_rows,
-        ))
+        refs.append(
+            task.remote(
+                ds.uri,
+                ds.version,
+                storage_options_of(ds),
+                bucket_cfg.model_dump_json(),
+                writer_cfg.model_dump_json(),
+                mds_root,
+                options,
+                source,
+                run_id,
+                f"p{k}",
+                chunk,
+                part_meta,
+                chunk_rows,
+            )
+        )
     try:
         parts = []
         if reused is not None:
-            parts.append(write_shards(
-                reused, mds_root=mds_root, source=source, run_id=run_id, tag="p0", config=writer_cfg,
-                storage_options=options, scratch_dir=scratch_dir,
-            ))
+            parts.append(
+                write_shards(
+                    reused,
+                    mds_root=mds_root,
+                    source=source,
+                    run_id=run_id,
+                    tag="p0",
+                    config=writer_cfg,
+                    storage_options=options,
+                    scratch_dir=scratch_dir,
+                )
+            )
         try:
             results = ray.get(refs)
         except ray.exceptions.RayTaskError as exc:
@@ -477,9 +645,19 @@ def _exports_table(source, version, made, ids, rows, drop, image_key, meta_key, 
     def add(i, tier, bucket, shard, index, reason, when):
         exported_at, run_id = when
         for name, value in (
-            ("sample_id", ids[i]), ("source", source), ("tier", tier), ("bucket", bucket), ("shard", shard),
-            ("index_in_shard", index), ("phash", phash[i]), ("drop_reason", reason), ("export_version", version),
-            ("exported_at", exported_at), ("export_run_id", run_id), ("image_key", image_key[i]), ("meta_key", meta_key[i]),
+            ("sample_id", ids[i]),
+            ("source", source),
+            ("tier", tier),
+            ("bucket", bucket),
+            ("shard", shard),
+            ("index_in_shard", index),
+            ("phash", phash[i]),
+            ("drop_reason", reason),
+            ("export_version", version),
+            ("exported_at", exported_at),
+            ("export_run_id", run_id),
+            ("image_key", image_key[i]),
+            ("meta_key", meta_key[i]),
         ):
             out[name].append(value)
 
@@ -509,4 +687,4 @@ def _same_exports(prev: pa.Table | None, new: pa.Table) -> bool:
     return prev.select(columns).sort_by("sample_id").equals(new.select(columns).sort_by("sample_id"))
 
 
-__all__: Iterable[str] = ["MAX_CAPTION_CHARS", "ExportStats", "export_source", "export_version", "prepare_rows"]
+__all__ = ["MAX_CAPTION_CHARS", "ExportStats", "export_source", "export_version", "prepare_rows"]

@@ -12,24 +12,30 @@ import pyarrow as pa
 
 from prx_data.core.filters import STATUS_OK, all_of, is_set
 from prx_data.core.lance_io import storage_options_of
+from prx_data.core.schema import LABEL_COLUMNS
+from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.models.labeling.base import LabelResult
-from prx_data.models.labeling.label_columns import label_results_table, with_label_score
-from prx_data.models.labeling.config import ClassifierConfig, FusedClassifierConfig, MINILM, MiniLMClassifierConfig, OpenAIClassifierConfig, VLLMClassifierConfig
+from prx_data.models.labeling.config import (
+    MINILM,
+    ClassifierConfig,
+    FusedClassifierConfig,
+    MiniLMClassifierConfig,
+    OpenAIClassifierConfig,
+    VLLMClassifierConfig,
+)
 from prx_data.models.labeling.factory import make_classifier, parse_classifier_config
+from prx_data.models.labeling.label_columns import label_results_table, with_label_score
 from prx_data.models.labeling.minilm import minilm_label_version
 from prx_data.models.labeling.prompt import label_prompt_version
-from prx_data.core.schema import LABEL_COLUMNS
-from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
-from prx_data.models.captioning.stage_timings import record_stage_timings
-from prx_data.stages.executors import make_processor
 from prx_data.models.labeling.vllm_ray import label_dataset_vllm
+from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
+from prx_data.stages.executors import make_processor
 
 NO_FUSED_LABEL = "no_fused_label"
 
 
 def label_identity(config: ClassifierConfig) -> tuple[str, str]:
     if isinstance(config, MiniLMClassifierConfig):
-
         return MINILM, minilm_label_version()
     if isinstance(config, OpenAIClassifierConfig):
         return config.model_id or config.server.model, label_prompt_version()
@@ -80,7 +86,6 @@ def vllm_label_processor(config: VLLMClassifierConfig) -> Processor:
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
 
-
         chunks = [{"addresses": c.column("_rowaddr").to_pylist()} for c in address_chunks(todo, config.chunk_rows)]
         if not chunks:
             return
@@ -105,7 +110,9 @@ def fused_label_processor(config: FusedClassifierConfig) -> Processor:
 
         if todo.num_rows:
             n = todo.num_rows
-            yield label_results_table(todo.column("sample_id").to_pylist(), [LabelResult(error=NO_FUSED_LABEL)] * n, config.model_id, fused_label_version())
+            yield label_results_table(
+                todo.column("sample_id").to_pylist(), [LabelResult(error=NO_FUSED_LABEL)] * n, config.model_id, fused_label_version()
+            )
 
     return run
 
@@ -129,7 +136,9 @@ def compute_labels(
     else:
         fn = functools.partial(label_rows, config.model_dump_json())
         processor = make_processor(fn, columns=["caption"], with_images=False, executor=executor, chunk_rows=chunk_rows)
-    stats = run_column_stage(table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="label_error")
+    stats = run_column_stage(
+        table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="label_error"
+    )
     stats.extra.update(zip(("label_model", "label_version"), label_identity(config)))
     return stats
 

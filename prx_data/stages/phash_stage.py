@@ -6,8 +6,8 @@ from typing import Literal
 
 import pyarrow as pa
 
-from prx_data.imaging.phash import PHASH_VERSION, phash_row
 from prx_data.core.schema import PHASH_COLUMNS
+from prx_data.imaging.phash import PHASH_VERSION, phash_row
 from prx_data.stages.column_stage import ColumnStage, StageStats, run_column_stage
 from prx_data.stages.executors import make_processor
 

@@ -38,10 +38,10 @@ from streaming.base.util import number_abbrev_to_int
 
 from prx_data.compat.streaming_internals import configure_downloads, download_stream_file, resample_kept
 from prx_data.compat.streaming_internals import reset_weights as _reset_weights
+from prx_data.core.storage import local_path, locate, try_read_bytes
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
 from prx_data.export.tree import INDEX_BASENAME, list_buckets
-from prx_data.core.storage import local_path, locate, try_read_bytes
 
 Weights = None | Mapping[str, float] | Literal["by_count"]
 
@@ -82,10 +82,7 @@ class PrxStreamingDataset(StreamingDataset):
         shard_hi = np.searchsorted(skip_ids, self.sample_offset_per_shard + self.samples_per_shard, "left")
         self.kept_per_shard = self.samples_per_shard - (shard_hi - shard_lo)
         self.kept_per_stream = np.array(
-            [
-                self.kept_per_shard[off : off + n].sum()
-                for off, n in zip(self.shard_offset_per_stream, self.shards_per_stream)
-            ],
+            [self.kept_per_shard[off : off + n].sum() for off, n in zip(self.shard_offset_per_stream, self.shards_per_stream)],
             np.int64,
         )
         if self.num_skipped:
@@ -164,9 +161,7 @@ class PrxStreamingDataset(StreamingDataset):
             return np.arange(start, end, dtype=np.int64)
         return start + np.flatnonzero(~self._skip_mask(start, end)).astype(np.int64)
 
-    def resample_streams(
-        self, epoch: int, stream_id: int | None = None
-    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    def resample_streams(self, epoch: int, stream_id: int | None = None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """StreamingDataset.resample_streams over kept samples only.
 
         Same algorithm as streaming 0.13.0's: per shard, whole repeats plus a seeded partial
@@ -350,7 +345,11 @@ def make_loader(
                 trainable.append(bucket)
         if isinstance(weights, Mapping):
             weights = {rel: value for rel, value in weights.items() if rel in {b.rel for b in trainable}}
-        chosen = build_bucket_streams(mds_root, weights, buckets=trainable, cache_dir=cache_dir, storage_options=storage_options) if trainable else []
+        chosen = (
+            build_bucket_streams(mds_root, weights, buckets=trainable, cache_dir=cache_dir, storage_options=storage_options)
+            if trainable
+            else []
+        )
     else:
         chosen = []
         for stream in streams:
@@ -364,7 +363,11 @@ def make_loader(
                 chosen.append(stream)
     if left_out:
         names = "; ".join(f"{name} ({why})" for name, why in sorted(left_out.items()))
-        warnings.warn(f"left out {len(left_out)} stream(s) that cannot train at batch size {batch_size}: {names}", UntrainableStreamsWarning, stacklevel=2)
+        warnings.warn(
+            f"left out {len(left_out)} stream(s) that cannot train at batch size {batch_size}: {names}",
+            UntrainableStreamsWarning,
+            stacklevel=2,
+        )
     if not chosen:
         raise ValueError(
             f"nothing to train on under {mds_root} at batch size {batch_size}"

@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.imaging.fingerprints import DEGENERATE_COLUMN, degenerate_mask
 from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_FINGERPRINT_TYPE, OPTOUT_MATCH_SCHEMA
 from prx_data.core.urls import URL_KEY_PREFIX, redact_url, url_key
+from prx_data.imaging.fingerprints import DEGENERATE_COLUMN, degenerate_mask
 
 RAW_COLUMNS = ["sample_id", "source", "source_key", "source_url", "status", "image_sha256", "phash", "source_url_key"]
 FINGERPRINT_SCHEMA = pa.schema([pa.field("request_id", pa.string()), *OPTOUT_FINGERPRINT_TYPE])
@@ -54,8 +54,14 @@ def raw_rows(paths: StoragePaths, sources: Iterable[str], options: dict | None =
 def raw_schema() -> pa.Schema:
     return pa.schema(
         [
-            ("sample_id", pa.string()), ("source", pa.string()), ("source_key", pa.string()), ("source_url", pa.string()),
-            ("status", pa.string()), ("image_sha256", pa.string()), ("phash", pa.int64()), ("source_url_key", pa.string()),
+            ("sample_id", pa.string()),
+            ("source", pa.string()),
+            ("source_key", pa.string()),
+            ("source_url", pa.string()),
+            ("status", pa.string()),
+            ("image_sha256", pa.string()),
+            ("phash", pa.int64()),
+            ("source_url_key", pa.string()),
             ("degenerate", pa.bool_()),
         ]
     )
@@ -70,7 +76,9 @@ def exported_rows(paths: StoragePaths, sources: Iterable[str], options: dict | N
         if ds is None:
             continue
         tables.append(ds.to_table(columns=["sample_id", "source", "shard", "index_in_shard", "phash"], filter="shard IS NOT NULL"))
-    schema = pa.schema([("sample_id", pa.string()), ("source", pa.string()), ("shard", pa.string()), ("index_in_shard", pa.int64()), ("phash", pa.int64())])
+    schema = pa.schema(
+        [("sample_id", pa.string()), ("source", pa.string()), ("shard", pa.string()), ("index_in_shard", pa.int64()), ("phash", pa.int64())]
+    )
     return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()
 
 
@@ -209,7 +217,9 @@ def match_identity(named: dict[str, pa.Table], raw: pa.Table) -> tuple[pa.Table,
         # Rows store the redacted URL and the keyed hash of the original: match the request's
         # URL by that hash; rows ingested before redaction (no hash) by the URL itself.
         keyed = corpus.filter(pc.is_valid(corpus["source_url_key"])).select(["sample_id", "source", "source_url_key"])
-        legacy = corpus.filter(pc.and_(pc.is_valid(corpus["source_url"]), pc.is_null(corpus["source_url_key"]))).select(["sample_id", "source", "source_url"])
+        legacy = corpus.filter(pc.and_(pc.is_valid(corpus["source_url"]), pc.is_null(corpus["source_url_key"]))).select(
+            ["sample_id", "source", "source_url"]
+        )
         by_key = urls.filter(pc.is_valid(urls["source_url_key"])).select(["request_id", "source_url", "source_url_key"])
         joined = [_small_join(urls.select(["request_id", "source_url"]), legacy, "source_url")]
         if by_key.num_rows:
@@ -227,12 +237,18 @@ def match_identity(named: dict[str, pa.Table], raw: pa.Table) -> tuple[pa.Table,
         # One regex pass (RE2: linear in the URL bytes) picks the rows on any listed domain;
         # only those are split into host suffixes and joined with the request names.
         listed = sorted(set(domains["domain"].to_pylist()))
-        pattern = r"^[A-Za-z][A-Za-z0-9+.\-]*://(?:[^@/?#]*@)?(?:[^/?#:]*\.)?(?:" + "|".join(_re_escape(d) for d in listed) + r")(?:[:/?#]|$)"
+        pattern = (
+            r"^[A-Za-z][A-Za-z0-9+.\-]*://(?:[^@/?#]*@)?(?:[^/?#:]*\.)?(?:" + "|".join(_re_escape(d) for d in listed) + r")(?:[:/?#]|$)"
+        )
         on_domain = corpus.filter(pc.fill_null(pc.match_substring_regex(corpus["source_url"], pattern, ignore_case=True), False))
-        suffixes = host_suffixes(on_domain).join(on_domain.select(["sample_id", "source"]), "sample_id", join_type="inner", use_threads=False)
+        suffixes = host_suffixes(on_domain).join(
+            on_domain.select(["sample_id", "source"]), "sample_id", join_type="inner", use_threads=False
+        )
         out.append(_match_rows(domains.join(suffixes, "domain", join_type="inner", use_threads=False), "domain"))
         missing = domains.join(suffixes.select(["domain"]), "domain", join_type="left anti", use_threads=False)
-        unmatched.append(pa.table({"request_id": missing["request_id"], "name": pc.binary_join_element_wise("domain ", missing["domain"], "")}))
+        unmatched.append(
+            pa.table({"request_id": missing["request_id"], "name": pc.binary_join_element_wise("domain ", missing["domain"], "")})
+        )
     empty_unmatched = pa.table({"request_id": pa.array([], pa.string()), "name": pa.array([], pa.string())})
     matches = pa.concat_tables(out) if out else OPTOUT_MATCH_SCHEMA.empty_table()
     return matches, (pa.concat_tables([u.cast(empty_unmatched.schema) for u in unmatched]) if unmatched else empty_unmatched)
@@ -247,13 +263,31 @@ def fingerprints_of_samples(matches: pa.Table, raw: pa.Table, exported: pa.Table
     pairs = matches.select(["request_id", "sample_id"])
     rows = _small_join(pairs, raw.select(["sample_id", "phash", "degenerate", "image_sha256"]), "sample_id")
     degenerate = pc.fill_null(rows["degenerate"], False)
-    parts = [pa.table({"request_id": rows["request_id"], "sample_id": rows["sample_id"], "phash": pc.if_else(degenerate, pa.scalar(None, pa.int64()), rows["phash"]), "sha256": rows["image_sha256"]})]
+    parts = [
+        pa.table(
+            {
+                "request_id": rows["request_id"],
+                "sample_id": rows["sample_id"],
+                "phash": pc.if_else(degenerate, pa.scalar(None, pa.int64()), rows["phash"]),
+                "sha256": rows["image_sha256"],
+            }
+        )
+    ]
     if exported is not None and exported.num_rows:
         flat = set(rows.filter(degenerate)["sample_id"].to_pylist())
         shipped = _small_join(pairs, exported.select(["sample_id", "phash"]), "sample_id")
         if flat:
             shipped = shipped.filter(pc.invert(pc.is_in(shipped["sample_id"], value_set=pa.array(sorted(flat), pa.string()))))
-        parts.append(pa.table({"request_id": shipped["request_id"], "sample_id": shipped["sample_id"], "phash": shipped["phash"], "sha256": pa.nulls(shipped.num_rows, pa.string())}))
+        parts.append(
+            pa.table(
+                {
+                    "request_id": shipped["request_id"],
+                    "sample_id": shipped["sample_id"],
+                    "phash": shipped["phash"],
+                    "sha256": pa.nulls(shipped.num_rows, pa.string()),
+                }
+            )
+        )
     joined = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
     n = joined.num_rows
     table = pa.table(
@@ -274,7 +308,11 @@ def unique_fingerprints(table: pa.Table) -> pa.Table:
     if table.num_rows == 0:
         return FINGERPRINT_SCHEMA.empty_table()
     grouped = table.group_by(["request_id", "phash", "sha256", "max_distance"], use_threads=False).aggregate([("origin", "min")])
-    return grouped.rename_columns(["request_id", "phash", "sha256", "max_distance", "origin"]).select(FINGERPRINT_SCHEMA.names).cast(FINGERPRINT_SCHEMA)
+    return (
+        grouped.rename_columns(["request_id", "phash", "sha256", "max_distance", "origin"])
+        .select(FINGERPRINT_SCHEMA.names)
+        .cast(FINGERPRINT_SCHEMA)
+    )
 
 
 def match_fingerprints(fps: pa.Table, hashed: pa.Table, keyed: pa.Table | None = None) -> pa.Table:
@@ -329,7 +367,15 @@ def one_match_per_sample(matches: pa.Table) -> pa.Table:
     rank = pc.if_else(pc.equal(matches["rule"], "identity"), 0, 1)
     distance = pc.fill_null(matches["distance"], 0)
     keyed = matches.append_column("_rank", rank).append_column("_distance", distance)
-    keyed = keyed.sort_by([("request_id", "ascending"), ("sample_id", "ascending"), ("_rank", "ascending"), ("_distance", "ascending"), ("matched_by", "ascending")])
+    keyed = keyed.sort_by(
+        [
+            ("request_id", "ascending"),
+            ("sample_id", "ascending"),
+            ("_rank", "ascending"),
+            ("_distance", "ascending"),
+            ("matched_by", "ascending"),
+        ]
+    )
     req = keyed["request_id"].combine_chunks()
     sid = keyed["sample_id"].combine_chunks()
     n = keyed.num_rows

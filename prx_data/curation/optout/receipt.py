@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,7 +20,7 @@ def record_build(paths: StoragePaths, skips: pa.Table, options: dict | None = No
     """Append one row per filed request to the builds table; returns the build id."""
     import lance
 
-    built_at = datetime.now(timezone.utc)
+    built_at = datetime.now(UTC)
     build_id = f"{built_at:%Y%m%dT%H%M%S}Z-{secrets.token_hex(3)}"
     audit = open_table(paths.optout_audit_table(), options)
     requests = sorted(set(audit.to_table(columns=["request_id"])["request_id"].to_pylist())) if audit is not None else []
@@ -67,9 +67,7 @@ def receipt(paths: StoragePaths, request_id: str, options: dict | None = None) -
         raise KeyError(f"no resolved opt-out request {request_id!r}: file it, then run `prx-data optout apply`")
     row = rows[0]
     matches_ds = open_table(paths.optout_samples_table(), options)
-    matches = (
-        matches_ds.to_table(filter=equals("request_id", request_id)).to_pylist() if matches_ds is not None else []
-    )
+    matches = matches_ds.to_table(filter=equals("request_id", request_id)).to_pylist() if matches_ds is not None else []
     placements: dict[str, list[dict]] = {}
     for source in sorted({m["source"] for m in matches}):
         ds = open_table(paths.exports_table(source), options)
@@ -154,7 +152,12 @@ def _builds(paths: StoragePaths, request_id: str, options: dict | None) -> dict:
     latest = rows[-1]
 
     def brief(r):
-        return {"build_id": r["build_id"], "built_at": _iso(r["built_at"]), "samples_excluded": r["samples_excluded"], "shards": len(r["shards"])}
+        return {
+            "build_id": r["build_id"],
+            "built_at": _iso(r["built_at"]),
+            "samples_excluded": r["samples_excluded"],
+            "shards": len(r["shards"]),
+        }
 
     return {"excluded_since": brief(since), "latest": brief(latest)}
 
@@ -179,16 +182,26 @@ def to_markdown(r: dict) -> str:
     builds = r["builds"]
     if builds["excluded_since"]:
         since, latest = builds["excluded_since"], builds["latest"]
-        lines.append(f"- excluded from the loader since skip-list build `{since['build_id']}` ({since['built_at']}); "
-                     f"latest build `{latest['build_id']}` excludes {latest['samples_excluded']} exported sample(s)")
+        lines.append(
+            f"- excluded from the loader since skip-list build `{since['build_id']}` ({since['built_at']}); "
+            f"latest build `{latest['build_id']}` excludes {latest['samples_excluded']} exported sample(s)"
+        )
     else:
         lines.append("- no skip-list build has been recorded since it was resolved: run `prx-data optout apply`")
     if r["samples"]:
-        lines += ["", "## Matched samples", "", "| sample | source | rule | matched by | distance | fingerprint of | shards |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Matched samples",
+            "",
+            "| sample | source | rule | matched by | distance | fingerprint of | shards |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for s in r["samples"]:
             shards = "<br>".join(f"{p['shard']} #{p['index_in_shard']}" for p in s["shards"]) or "not exported"
             distance = "" if s["distance"] is None else s["distance"]
-            lines.append(f"| {s['sample_id']} | {s['source']} | {s['rule']} | {s['matched_by']} | {distance} | {s['fingerprint_of'] or ''} | {shards} |")
+            lines.append(
+                f"| {s['sample_id']} | {s['source']} | {s['rule']} | {s['matched_by']} | {distance} | {s['fingerprint_of'] or ''} | {shards} |"
+            )
     if r["unmatched"]:
         lines += ["", f"## Unmatched ({len(r['unmatched'])})", ""] + [f"- {u}" for u in r["unmatched"][:200]]
         if len(r["unmatched"]) > 200:

@@ -18,7 +18,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -233,7 +233,7 @@ def _host(url: str) -> str:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -282,7 +282,13 @@ def _image_fingerprints(
                 problems.setdefault(request_id, []).append(f"image file {path} cannot be decoded: {exc}")
                 continue
             rows.append(
-                {"request_id": request_id, "phash": phash, "sha256": sha, "max_distance": item.request.max_hamming, "origin": f"image:{name}"}
+                {
+                    "request_id": request_id,
+                    "phash": phash,
+                    "sha256": sha,
+                    "max_distance": item.request.max_hamming,
+                    "origin": f"image:{name}",
+                }
             )
     return pa.Table.from_pylist(rows, schema=FINGERPRINT_SCHEMA), problems
 
@@ -435,7 +441,9 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
     exported = exported_rows(paths, sources, options)
     first_seen: dict[tuple[str, str], datetime] = {}
     if previous is not None and "first_effective_at" in previous.column_names:
-        for rid, fp, at in zip(previous["request_id"].to_pylist(), previous["fingerprint"].to_pylist(), previous["first_effective_at"].to_pylist()):
+        for rid, fp, at in zip(
+            previous["request_id"].to_pylist(), previous["fingerprint"].to_pylist(), previous["first_effective_at"].to_pylist()
+        ):
             first_seen[(rid, fp)] = at
     url_hash_key = load_url_key(key_uri(paths.lance_root), options)
     matches, unmatched, fingerprints, problems = resolve_all(loaded.requests, raw, exported, previous, url_hash_key)
@@ -460,7 +468,9 @@ def apply_requests(paths: StoragePaths, optout_dir: str, sources: list[str], opt
         state = f"kept: {kept[request_id][1]}" if request_id in kept else "applied"
         missing = sorted(unmatched_by.get(request_id) or [])
         named = len(r.sample_ids) + len(r.source_keys) + len(r.urls) + len(r.domains) + len(r.image_files)
-        notes = ([f"last applied version in force: {kept[request_id][1]}"] if request_id in kept else []) + list(problems.get(request_id, []))
+        notes = ([f"last applied version in force: {kept[request_id][1]}"] if request_id in kept else []) + list(
+            problems.get(request_id, [])
+        )
         if missing:
             notes.append(f"{len(missing)} of {named} names matched nothing (listed in 'unmatched')")
         matched = counts.get(request_id) or 0

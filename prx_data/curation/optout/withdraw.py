@@ -14,7 +14,7 @@ The caller then rebuilds the skip lists (``curation.refresh``), which re-admits 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -61,7 +61,7 @@ def withdraw(paths: StoragePaths, optout_dir: str, request_id: str, reason: str,
         raise KeyError(f"no opt-out request {request_id!r} is in force or filed in {folder}")
     receipt = {
         "request_id": request_id,
-        "withdrawn_at": datetime.now(timezone.utc),
+        "withdrawn_at": datetime.now(UTC),
         "reason": reason.strip(),
         "request_file": row.get("request_file") or (str(files[0]) if files else None),
         "request_json": row.get("request_json"),

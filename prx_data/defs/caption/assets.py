@@ -6,15 +6,16 @@ import statistics
 import dagster as dg
 from dagster_ray import RayResource
 
-from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
 from prx_data.defs.code_versions import captions_code_version, labels_code_version
 from prx_data.defs.conditions import PER_SOURCE
-from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, captions_pool, labels_pool
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
+from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, captions_pool, labels_pool
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
+from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.stages.caption_stage import caption_word_counts, compute_captions
+from prx_data.stages.executors import Executor
 from prx_data.stages.label_stage import compute_labels, label_counts
 
 
@@ -31,7 +32,7 @@ def _fail_clearly_when_down(kind: str, backend: str):
 
 
 class StageRunConfig(dg.Config):
-    executor: str = "ray"
+    executor: Executor = "ray"
     chunk_rows: int = 64
 
 

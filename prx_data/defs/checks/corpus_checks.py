@@ -1,12 +1,12 @@
 """Checks on the corpus-wide export: what a trainer will stream."""
 
+from typing import Any
+
 import dagster as dg
 
 from prx_data.defs.resources import StorageResource
-from prx_data.export.corpus_index import unpublished_buckets
 from prx_data.export.skiplist import REWRITE_SHARE, iter_root_sidecars
 from prx_data.export.stream_check import read_bucket, stream_buckets
-from prx_data.export.tree import list_buckets
 
 SKIP_LISTS = dg.AssetKey("skip_lists")
 # What each check means and what to do when it fails.
@@ -53,13 +53,15 @@ def skipped_share_per_stream(context: dg.AssetCheckExecutionContext, storage: St
     event = context.instance.get_latest_materialization_event(SKIP_LISTS)
     meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
     if "skipped_share_per_stream" not in meta:
-        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, description="skip_lists has no skipped_share_per_stream metadata yet")
+        return dg.AssetCheckResult(
+            passed=False, severity=dg.AssetCheckSeverity.WARN, description="skip_lists has no skipped_share_per_stream metadata yet"
+        )
     shares: dict[str, float] = meta["skipped_share_per_stream"].value
     unpublished = set(meta["unpublished_buckets"].value) if "unpublished_buckets" in meta else set()
     # Stream keys name the bucket ("768x1360" or "1024/768x1360"); unpublished ones are "tier/bucket".
     published = {b: v for b, v in shares.items() if not any(u == b or u.endswith("/" + b) for u in unpublished)}
     over = {bucket: share for bucket, share in sorted(published.items(), key=lambda kv: -kv[1]) if share > REWRITE_SHARE}
-    metadata = {
+    metadata: dict[str, Any] = {
         "streams": len(published),
         "unpublished_not_counted": len(shares) - len(published),
         "over_limit": dg.MetadataValue.json(over),

@@ -9,11 +9,11 @@ import math
 import dagster as dg
 import pyarrow.compute as pc
 
+from prx_data.core.lance_io import open_table
 from prx_data.core.reasons import reason_code
 from prx_data.defs.checks.corpus_checks import CHECKS_DOC
 from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.core.lance_io import open_table
 from prx_data.ingest.registry import CheckThresholds
 
 # Defaults; a source's spec may set its own (`checks:`), e.g. a scraped list with dead links.
@@ -49,7 +49,8 @@ def _missing(asset: str, uri: str) -> dg.AssetCheckResult:
     asset="raw_samples",
     partitions_def=sources_partitions,
     description=f"Share of rows that failed to ingest (any status but ok / opted_out) is at most "
-    f"{_DEFAULTS.max_error_share:.0%} (or the spec's checks.max_error_share)." " See " + CHECKS_DOC + ".",
+    f"{_DEFAULTS.max_error_share:.0%} (or the spec's checks.max_error_share)."
+    " See " + CHECKS_DOC + ".",
 )
 def ingest_error_share(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
@@ -71,9 +72,15 @@ def ingest_error_share(
         passed=rows > 0 and share <= max_share,
         severity=dg.AssetCheckSeverity.WARN,
         description=None if rows else "the source has no rows",
-        metadata={"rows": rows, "error_rows": errors, "error_share": round(share, 4), "max_share": max_share,
-                  "rows_by_status": dg.MetadataValue.json(dict(sorted(counts.items()))),
-                  "examples": dg.MetadataValue.json(examples), "table": dg.MetadataValue.path(uri)},
+        metadata={
+            "rows": rows,
+            "error_rows": errors,
+            "error_share": round(share, 4),
+            "max_share": max_share,
+            "rows_by_status": dg.MetadataValue.json(dict(sorted(counts.items()))),
+            "examples": dg.MetadataValue.json(examples),
+            "table": dg.MetadataValue.path(uri),
+        },
     )
 
 
@@ -81,7 +88,8 @@ def ingest_error_share(
     asset="raw_samples",
     partitions_def=sources_partitions,
     description="Fragments at most ceil(rows / rows_per_fragment) + 1: appends leave small "
-    "fragments, and a table of many small fragments scans slowly until it is compacted." " See " + CHECKS_DOC + ".",
+    "fragments, and a table of many small fragments scans slowly until it is compacted."
+    " See " + CHECKS_DOC + ".",
 )
 def fragment_count(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     uri = storage.paths.raw_table(context.partition_key)
@@ -102,7 +110,8 @@ def fragment_count(context: dg.AssetCheckExecutionContext, storage: StorageResou
     asset="captions",
     partitions_def=sources_partitions,
     description=f"At least {_DEFAULTS.min_caption_coverage:.0%} of usable rows have a caption (or the "
-    "spec's checks.min_caption_coverage)." " See " + CHECKS_DOC + ".",
+    "spec's checks.min_caption_coverage)."
+    " See " + CHECKS_DOC + ".",
 )
 def caption_coverage(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
@@ -118,15 +127,21 @@ def caption_coverage(
     errors = [reason_code(e) for e in usable.column("caption_error").to_pylist() if e]
     by_error = {e: errors.count(e) for e in sorted(set(errors))}
     uncaptioned = [
-        (key, error) for key, caption, error in zip(*(usable.column(c).to_pylist() for c in ("source_key", "caption", "caption_error")))
+        (key, error)
+        for key, caption, error in zip(*(usable.column(c).to_pylist() for c in ("source_key", "caption", "caption_error")))
         if caption is None
     ][:_EXAMPLES]
     return dg.AssetCheckResult(
         passed=coverage >= min_coverage,
         severity=dg.AssetCheckSeverity.WARN,
-        metadata={"usable_rows": usable.num_rows, "captioned": captioned, "coverage": round(coverage, 4),
-                  "min_coverage": min_coverage, "uncaptioned_by_error": dg.MetadataValue.json(by_error),
-                  "examples": dg.MetadataValue.json({key: error or "no caption" for key, error in uncaptioned})},
+        metadata={
+            "usable_rows": usable.num_rows,
+            "captioned": captioned,
+            "coverage": round(coverage, 4),
+            "min_coverage": min_coverage,
+            "uncaptioned_by_error": dg.MetadataValue.json(by_error),
+            "examples": dg.MetadataValue.json({key: error or "no caption" for key, error in uncaptioned}),
+        },
     )
 
 
@@ -135,7 +150,8 @@ def caption_coverage(
     partitions_def=sources_partitions,
     description=f"At most {_DEFAULTS.max_caption_length_outliers:.0%} of captions are shorter than "
     f"{CAPTION_WORDS[0]} or longer than {CAPTION_WORDS[1]} words (or the spec's "
-    "checks.max_caption_length_outliers)." " See " + CHECKS_DOC + ".",
+    "checks.max_caption_length_outliers)."
+    " See " + CHECKS_DOC + ".",
 )
 def caption_length(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
@@ -172,7 +188,8 @@ def caption_length(
     asset="mds_shards",
     partitions_def=sources_partitions,
     description="Every usable row of the source is in the exports table exactly once, either "
-    "exported (a shard and index) or with a drop reason, and nothing else is." " See " + CHECKS_DOC + ".",
+    "exported (a shard and index) or with a drop reason, and nothing else is."
+    " See " + CHECKS_DOC + ".",
 )
 def usable_rows_accounted(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     source = context.partition_key
@@ -196,8 +213,13 @@ def usable_rows_accounted(context: dg.AssetCheckExecutionContext, storage: Stora
     missing = sorted(usable - seen.keys())
     unknown = sorted(seen.keys() - usable)
     repeated = sorted(sid for sid, n in seen.items() if n > 1)
-    problems = {"missing": missing, "not_usable_but_listed": unknown, "listed_twice": repeated,
-                "neither_exported_nor_dropped": neither, "exported_and_dropped": both}
+    problems = {
+        "missing": missing,
+        "not_usable_but_listed": unknown,
+        "listed_twice": repeated,
+        "neither_exported_nor_dropped": neither,
+        "exported_and_dropped": both,
+    }
     return dg.AssetCheckResult(
         passed=not any(problems.values()),
         severity=dg.AssetCheckSeverity.ERROR,

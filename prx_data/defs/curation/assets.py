@@ -4,14 +4,14 @@ import dataclasses
 
 import dagster as dg
 
-from prx_data.defs.failures import fail_fast
-from prx_data.defs.ingest.retire import receipts, receipts_markdown
-from prx_data.defs.conditions import CORPUS_SETTLED
-from prx_data.defs.export.resources import ExportResource
-from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.curation.refresh import write_data_card
 from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
 from prx_data.curation.optout.requests import apply_requests
+from prx_data.curation.refresh import write_data_card
+from prx_data.defs.conditions import CORPUS_SETTLED
+from prx_data.defs.export.resources import ExportResource
+from prx_data.defs.failures import fail_fast
+from prx_data.defs.ingest.retire import receipts, receipts_markdown
+from prx_data.defs.resources import SourceRegistryResource, StorageResource
 
 
 @dg.asset(
@@ -32,9 +32,7 @@ from prx_data.curation.optout.requests import apply_requests
     "and all their perceptual copies) to samples for skip_lists, and keeps an audit table.",
 )
 @fail_fast
-def optout_requests(
-    context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
-) -> dg.MaterializeResult:
+def optout_requests(context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource) -> dg.MaterializeResult:
     sources = sorted(registry.load().sources)
     report = apply_requests(storage.paths, registry.optout_dir, sources, storage.options)
     for error in report.errors:
@@ -64,7 +62,7 @@ def optout_requests(
             "per_request": dg.MetadataValue.json({r["request_id"]: r["matched_samples"] for r in audit}),
             "shards_touched": dg.MetadataValue.json({r["request_id"]: r["shards_touched"] for r in audit}),
             "audit_table": dg.MetadataValue.path(storage.paths.optout_audit_table()),
-        }
+        },
     )
 
 
@@ -96,7 +94,10 @@ def table_maintenance(
             "fragments_after": sum(r.fragments_after for r in reports),
             "compacted": sum(r.compacted for r in reports),
             "per_table": dg.MetadataValue.json(
-                {r.uri.removeprefix(storage.lance_root): {"fragments": [r.fragments_before, r.fragments_after], "indexes": r.indexes} for r in reports}
+                {
+                    r.uri.removeprefix(storage.lance_root): {"fragments": [r.fragments_before, r.fragments_after], "indexes": r.indexes}
+                    for r in reports
+                }
             ),
         }
     )

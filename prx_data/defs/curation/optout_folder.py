@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from prx_data.defs.resources import SourceRegistryResource
 from prx_data.curation.optout.requests import folder_version, load_requests
+from prx_data.defs.resources import SourceRegistryResource
 
 OPTOUT_FOLDER = dg.AssetKey("optout_folder")
 
@@ -67,9 +67,7 @@ def observed_optout_version(instance: dg.DagsterInstance) -> str | None:
     records = instance.fetch_observations(OPTOUT_FOLDER, limit=1).records
     if not records or records[0].asset_observation is None:
         return None
-    return records[0].asset_observation.tags.get("dagster/data_version") or (
-        records[0].asset_observation.data_version
-    )
+    return records[0].asset_observation.tags.get("dagster/data_version") or (records[0].asset_observation.data_version)
 
 
 def record_optout_folder(instance: dg.DagsterInstance, folder: str) -> None:

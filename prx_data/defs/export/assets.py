@@ -3,23 +3,24 @@
 import dagster as dg
 from dagster_ray import RayResource
 
-from prx_data.defs.failures import fail_fast
-from prx_data.defs.export.resources import ExportResource
+from prx_data.core.settings import get_settings
+from prx_data.curation.fold import FoldPolicy
+from prx_data.curation.refresh import rebuild_skip_lists
 from prx_data.defs.code_versions import export_code_version
 from prx_data.defs.conditions import CORPUS_SETTLED, PER_SOURCE
-from prx_data.defs.policies import TRANSIENT_RETRY
+from prx_data.defs.export.resources import ExportResource
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
+from prx_data.defs.policies import TRANSIENT_RETRY
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.curation.refresh import rebuild_skip_lists
 from prx_data.export.corpus_index import merge_all
-from prx_data.curation.fold import FoldPolicy
-from prx_data.core.settings import get_settings
+from prx_data.stages.executors import Executor
 from prx_data.stages.export_stage import export_source
 
 
 class ExportRunConfig(dg.Config):
-    executor: str = "ray"
+    executor: Executor = "ray"
     chunk_rows: int = 32
     # Ray tasks that each encode a share of the rows and write their own shards (1: one writer
     # in the run process); each writes straight into the MDS root, so they may run on any node
@@ -87,7 +88,13 @@ def mds_shards(
             # Where this source's shards are, one folder per bucket.
             "shard_folders": dg.MetadataValue.table(
                 records=[
-                    dg.TableRecord({"bucket": bucket, "samples": int(stats.per_bucket[bucket]), "folder": f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/"})
+                    dg.TableRecord(
+                        {
+                            "bucket": bucket,
+                            "samples": int(stats.per_bucket[bucket]),
+                            "folder": f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/",
+                        }
+                    )
                     for bucket in sorted(stats.per_bucket)
                 ],
                 schema=dg.TableSchema(columns=[dg.TableColumn("bucket"), dg.TableColumn("samples", "int"), dg.TableColumn("folder")]),
@@ -116,7 +123,9 @@ def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) ->
             "samples": sum(m.num_samples for m in merged),
             "shards": sum(m.num_shards for m in merged),
             "indexes_rewritten": sum(m.written for m in merged),
-            "samples_per_bucket": dg.MetadataValue.json({m.bucket_dir.removeprefix(storage.mds_root).strip("/"): m.num_samples for m in merged}),
+            "samples_per_bucket": dg.MetadataValue.json(
+                {m.bucket_dir.removeprefix(storage.mds_root).strip("/"): m.num_samples for m in merged}
+            ),
             **publication_metadata(storage.mds_root, merged, min_samples),
         }
     )
@@ -176,9 +185,7 @@ def skip_lists(
     unpublished = {m.bucket_dir.rstrip("/") for m in merged if not m.published}
     for stream in streams:
         if stream["rewrite_recommended"] and not any(d.endswith("/" + stream["bucket"]) for d in unpublished):
-            context.log.warning(
-                f"stream {stream['bucket']}: {stream['share']:.1%} of samples skipped (> 10%): consider rewriting it"
-            )
+            context.log.warning(f"stream {stream['bucket']}: {stream['share']:.1%} of samples skipped (> 10%): consider rewriting it")
     return dg.MaterializeResult(
         metadata={
             "exported_samples": rebuilt.exports.num_rows,

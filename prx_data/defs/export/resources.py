@@ -21,7 +21,7 @@ class ExportResource(dg.ConfigurableResource):
     exclude_labels: list[str] = Field(default_factory=lambda: ["nsfw", "text"])
     require_caption: bool = True
     # Longer captions drop their sample as ``caption_too_long`` (stages.export_stage).
-    max_caption_chars: int = Field(20_000, ge=1)
+    max_caption_chars: int = Field(default=20_000, ge=1)
 
     def bucket_config(self) -> BucketConfig:
         return BucketConfig(

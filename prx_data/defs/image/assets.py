@@ -3,19 +3,20 @@
 import dagster as dg
 from dagster_ray import RayResource
 
-from prx_data.defs.failures import fail_fast
 from prx_data.defs.conditions import PER_SOURCE
-from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
+from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import StorageResource
 from prx_data.imaging.phash import PHASH_VERSION
+from prx_data.stages.executors import Executor
 from prx_data.stages.phash_stage import compute_phashes
 
 
 class PhashConfig(dg.Config):
     chunk_rows: int = 256
-    executor: str = "ray"
+    executor: Executor = "ray"
 
 
 @dg.asset(
@@ -28,8 +29,7 @@ class PhashConfig(dg.Config):
     automation_condition=PER_SOURCE,
     retry_policy=TRANSIENT_RETRY,
     op_tags=SOURCE_TABLE_WRITER_TAG,
-    description="Adds phash, phash_version, phash_error to the source's table; rows already "
-    "hashed with the current version are skipped.",
+    description="Adds phash, phash_version, phash_error to the source's table; rows already hashed with the current version are skipped.",
 )
 @fail_fast
 def phashes(context: dg.AssetExecutionContext, config: PhashConfig, storage: StorageResource, ray: RayResource) -> dg.MaterializeResult:

@@ -3,14 +3,14 @@
 import dagster as dg
 
 from prx_data.core.ids import printable
-from prx_data.defs.failures import fail_fast
+from prx_data.curation.optout.requests import ingest_matcher
 from prx_data.defs.conditions import PER_SOURCE
-from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
+from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
+from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.readers import SourceUnavailable
-from prx_data.curation.optout.requests import ingest_matcher
 
 # Bump when ingest semantics change (schema, probe rules), so the UI shows partitions as stale.
 INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typed records, structural truncation
@@ -28,9 +28,7 @@ INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typ
     description="The source's items in the common schema: one row per item, with a status.",
 )
 @fail_fast
-def raw_samples(
-    context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
-) -> dg.MaterializeResult:
+def raw_samples(context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource) -> dg.MaterializeResult:
     reg = registry.load()
     try:
         source = reg.get(context.partition_key)

@@ -88,7 +88,11 @@ source_registry = dg.AssetSpec(
 )
 
 
-@dg.asset_check(asset=SOURCE_REGISTRY, name=CHECK_NAME, description="Every source spec and opt-out request parses and validates; a failing check lists each bad file with its message.")
+@dg.asset_check(
+    asset=SOURCE_REGISTRY,
+    name=CHECK_NAME,
+    description="Every source spec and opt-out request parses and validates; a failing check lists each bad file with its message.",
+)
 def specs_and_requests_valid(registry: SourceRegistryResource) -> dg.AssetCheckResult:
     reg = registry.load()
     problems = registry_problems(reg, registry.optout_dir)

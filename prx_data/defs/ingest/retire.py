@@ -22,7 +22,7 @@ import json
 import os
 import posixpath
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
 
@@ -46,7 +46,7 @@ class Receipt:
 
 
 def stamp(now: datetime | None = None) -> str:
-    return (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    return (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _move(src: Location, dst: Location) -> None:
@@ -118,5 +118,7 @@ def receipts_markdown(items: list[Receipt]) -> str:
     lines = ["", "## Retired sources", "", "| source | retired (UTC) | samples taken out of training | reason |", "|---|---|---|---|"]
     lines += [f"| {r.source} | {r.retired_at} | {r.samples_moved} | {r.reason} |" for r in items]
     lines.append("")
-    lines.append(f"Their shards and exports tables are kept under `{RETIRED_MDS}/` and `{RETIRED_LANCE}/` (see docs/ui.md#retiring-a-source).")
+    lines.append(
+        f"Their shards and exports tables are kept under `{RETIRED_MDS}/` and `{RETIRED_LANCE}/` (see docs/ui.md#retiring-a-source)."
+    )
     return "\n".join(lines) + "\n"

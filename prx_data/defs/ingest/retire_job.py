@@ -1,14 +1,13 @@
 """The ``retire_source`` job: what the registry sensor launches when a spec is removed (and what
 ``prx-data sources remove`` runs directly). Policy: ``prx_data/defs/ingest/retire.py``."""
 
-
 import dagster as dg
 
 from prx_data.core.settings import get_settings
 from prx_data.defs.failures import fail_fast
-from prx_data.defs.partitions import sources_partitions
-from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.defs.ingest.retire import archive_source
+from prx_data.defs.partitions import SOURCES_PARTITION
+from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.export.corpus_index import merge_all
 
 CORPUS_INDEX = dg.AssetKey("corpus_index")
@@ -22,8 +21,11 @@ class RetireConfig(dg.Config):
 
 # The op is "retire" and the job "retire_source": an op named like its job makes the code
 # location fail to load (Dagster sees two definitions named retire_source).
-@dg.op(name="retire", description="Moves the source's export out of the training tree (kept under _retired/), "
-       "rebuilds the merged bucket indexes without it, and removes its partition.")
+@dg.op(
+    name="retire",
+    description="Moves the source's export out of the training tree (kept under _retired/), "
+    "rebuilds the merged bucket indexes without it, and removes its partition.",
+)
 @fail_fast
 def retire_source(context: dg.OpExecutionContext, config: RetireConfig, storage: StorageResource, registry: SourceRegistryResource) -> None:
     if config.source in registry.load().sources:
@@ -34,17 +36,27 @@ def retire_source(context: dg.OpExecutionContext, config: RetireConfig, storage:
     merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
     # The merged indexes are corpus_index's output: recording it lets automation refresh the
     # skip lists and the data card (with the receipt) as after any other change of the tree.
-    context.log_event(dg.AssetMaterialization(CORPUS_INDEX, description=f"rebuilt without retired source {config.source!r}", metadata={
-        "buckets": len(merged),
-        "samples": sum(m.num_samples for m in merged),
-        "retired_source": config.source,
-    }))
-    if context.instance.has_dynamic_partition(sources_partitions.name, config.source):
-        context.instance.delete_dynamic_partition(sources_partitions.name, config.source)
+    context.log_event(
+        dg.AssetMaterialization(
+            CORPUS_INDEX,
+            description=f"rebuilt without retired source {config.source!r}",
+            metadata={
+                "buckets": len(merged),
+                "samples": sum(m.num_samples for m in merged),
+                "retired_source": config.source,
+            },
+        )
+    )
+    if context.instance.has_dynamic_partition(SOURCES_PARTITION, config.source):
+        context.instance.delete_dynamic_partition(SOURCES_PARTITION, config.source)
     moved = "\n".join(f"- `{a}` → `{b}`" for a, b in receipt.moved.items()) or "- nothing was exported"
     context.log.info(f"retired {config.source}: {receipt.samples_moved} sample(s) out of training\n{moved}")
 
 
-@dg.job(name="retire_source", tags={"prx/kind": "retire"}, description="Retire a source whose spec was removed: keep its data, take it out of training and of the partition set.")
+@dg.job(
+    name="retire_source",
+    tags={"prx/kind": "retire"},
+    description="Retire a source whose spec was removed: keep its data, take it out of training and of the partition set.",
+)
 def retire_source_job():
     retire_source()

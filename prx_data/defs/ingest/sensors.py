@@ -17,11 +17,11 @@ from pathlib import Path
 import dagster as dg
 
 from prx_data.core.ids import printable
-from prx_data.defs.jobs import source_pipeline_job
-from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, sources_partitions
 from prx_data.defs.ingest.registry_status import problems_digest, problems_evaluation, problems_summary, registry_problems
 from prx_data.defs.ingest.retire import receipts
 from prx_data.defs.ingest.retire_job import RETIRE_TAG, retire_source_job
+from prx_data.defs.jobs import source_pipeline_job
+from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, SOURCES_PARTITION, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.root_check import wide_root_warning
 
@@ -32,9 +32,7 @@ RAW_SAMPLES = dg.AssetKey("raw_samples")
 
 def ingested_fingerprint(instance: dg.DagsterInstance, source: str) -> str | None:
     """The spec fingerprint recorded by the latest raw_samples materialization of ``source``."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=RAW_SAMPLES, asset_partitions=[source]), limit=1
-    ).records
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=RAW_SAMPLES, asset_partitions=[source]), limit=1).records
     if not records or records[0].asset_materialization is None:
         return None
     value = records[0].asset_materialization.metadata.get("spec_fingerprint")
@@ -83,7 +81,7 @@ def readd_request(name: str, fingerprint: str) -> dg.RunRequest:
 def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource, storage: StorageResource):
     reg = registry.load()
     problems = registry_problems(reg, registry.optout_dir)
-    known = set(context.instance.get_dynamic_partitions(sources_partitions.name))
+    known = set(context.instance.get_dynamic_partitions(SOURCES_PARTITION))
     state = _load_cursor(context.cursor)
     if state.get("problems") != problems_digest(problems):
         # Once per change, not every 30 s: the skip reason and the check say it on every tick.
@@ -130,7 +128,9 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
     cursor = json.dumps({"seen": seen, "problems": digest}, sort_keys=True)
     if not run_requests and not new_partitions:
         if problems:
-            skip = dg.SkipReason(f"{problems_summary(problems)} (listed by the source_registry check; the other {len(reg.sources)} source(s) go on)")
+            skip = dg.SkipReason(
+                f"{problems_summary(problems)} (listed by the source_registry check; the other {len(reg.sources)} source(s) go on)"
+            )
         else:
             skip = dg.SkipReason(f"{len(reg.sources)} source(s), none new, changed or removed")
         # Keep what this tick learnt from the tables, so later ticks compare with the cursor only.
@@ -143,4 +143,3 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
         cursor=cursor,
         asset_events=events,
     )
-

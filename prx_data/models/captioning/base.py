@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 # ``source_caption``; ``sample_id`` is carried through by the callers, not by the backends.
 CaptionRow = Mapping[str, Any]
 
+
 class CaptionErrorCode:
     """Reason codes written to ``caption_error`` (optionally ``"<code>: <detail>"``)."""
 
@@ -85,7 +86,7 @@ class BaseCaptioner(ABC):
     def caption_images(self, images: Sequence[bytes | None]) -> list[CaptionResult]:
         return self.caption_batch([{"image": image} for image in images])
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract: most backends hold nothing
         """Release clients or models; the default holds nothing."""
 
     def __enter__(self):

@@ -10,13 +10,11 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from prx_data.core.schema import CAPTION_COLUMNS
 from prx_data.models.captioning.base import CaptionResult
 from prx_data.models.derived_columns import CAPTION, DerivedColumns
-from prx_data.core.schema import CAPTION_COLUMNS
 
-CAPTION_TABLE_SCHEMA = pa.schema(
-    [pa.field("sample_id", pa.string(), nullable=False), *CAPTION_COLUMNS]
-)
+CAPTION_TABLE_SCHEMA = pa.schema([pa.field("sample_id", pa.string(), nullable=False), *CAPTION_COLUMNS])
 
 
 def results_table(
@@ -44,9 +42,7 @@ def results_table(
     )
 
 
-def caption_results_table(
-    sample_ids: Sequence[str], results: Sequence[CaptionResult], model_id: str, prompt_version: str
-) -> pa.Table:
+def caption_results_table(sample_ids: Sequence[str], results: Sequence[CaptionResult], model_id: str, prompt_version: str) -> pa.Table:
     return results_table(
         CAPTION, CAPTION_TABLE_SCHEMA, sample_ids, [r.caption for r in results], [r.error for r in results], model_id, prompt_version
     )

@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from prx_data.core.reasons import with_detail
+from prx_data.core.retry import Retryable, RetryPolicy, is_retryable_error, is_retryable_status
 from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.models.captioning.base import CaptionErrorCode as E
-from prx_data.core.reasons import with_detail
-from prx_data.core.retry import RetryPolicy, Retryable, is_retryable_error, is_retryable_status
 
 _CONFIG_STATUS = frozenset({401, 403, 404})
 
@@ -152,8 +152,7 @@ class ChatCompletionsClient:
             raise Retryable.from_response(response)
         if status in _CONFIG_STATUS:
             raise BackendUnavailable(
-                f"{self.config.completions_url} answered HTTP {status} "
-                f"({_error_message(response)}): check base_url, api_key and model"
+                f"{self.config.completions_url} answered HTTP {status} ({_error_message(response)}): check base_url, api_key and model"
             )
         if status >= 400:
             detail = f"{status} {_error_message(response)}"

@@ -37,7 +37,6 @@ def make_captioner(config: dict[str, Any] | CaptionerConfig) -> BaseCaptioner:
     real runs should use (see :class:`prx_data.models.captioning.vllm_ray.VLLMCaptioner`)."""
     config = parse_captioner_config(config)
     if isinstance(config, SourceCaptionerConfig):
-
         return SourceCaptioner()
     if isinstance(config, OpenAICaptionerConfig):
         # lazy: pulls in pyarrow, numpy

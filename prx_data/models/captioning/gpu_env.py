@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from importlib import resources
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,8 +42,7 @@ class WorkerEnv(BaseModel):
     mode: Literal["none", "python", "image", "pip"] = "none"
     python: str | None = Field(None, description="mode 'python': the environment's interpreter")
     requirements_path: str | None = Field(
-        None, description="mode 'pip': requirements file; defaults to the packaged copy of "
-        "deployments/gpu-worker/requirements.txt"
+        None, description="mode 'pip': requirements file; defaults to the packaged copy of deployments/gpu-worker/requirements.txt"
     )
     image_uri: str | None = None
     # A custom Ray resource the nodes holding the environment advertise (e.g. rayStartParams

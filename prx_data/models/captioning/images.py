@@ -28,7 +28,7 @@ class ImageBudget(BaseModel):
     jpeg_quality: int = Field(90, ge=1, le=100)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "ImageBudget":
+    def _ordered(self) -> ImageBudget:
         if self.min_pixels > self.max_pixels:
             raise ValueError("min_pixels must not exceed max_pixels")
         if self.min_pixels < self.multiple * self.multiple:
@@ -85,9 +85,7 @@ def to_rgb_on_white(image: Image.Image) -> Image.Image:
     """RGB with transparent areas composited on white. A plain ``convert("RGB")`` drops the
     alpha channel, so a transparent background becomes whatever colour the hidden pixels hold
     (usually black), and the VLM describes a black background that is not there."""
-    has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
-        image.mode == "P" and "transparency" in image.info
-    )
+    has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (image.mode == "P" and "transparency" in image.info)
     if not has_alpha:
         return image.convert("RGB")
     rgba = image.convert("RGBA")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.core.reasons import with_detail
+from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.models.captioning.base import CaptionResult
 
 # Openings of a refusal. Matched only at the start, because a real caption may quote such
@@ -68,9 +68,7 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
-def judge_caption(
-    raw: str | None, *, finish_reason: str | None = None, guards: CaptionGuards | None = None
-) -> CaptionResult:
+def judge_caption(raw: str | None, *, finish_reason: str | None = None, guards: CaptionGuards | None = None) -> CaptionResult:
     """Judge one generated caption.
 
     ``finish_reason`` is the engine's ("stop", "length", ...); ``"length"`` means the
@@ -102,4 +100,3 @@ def judge_source_caption(raw: str | None) -> CaptionResult:
     if not text:
         return CaptionResult(error=E.EMPTY)
     return CaptionResult(caption=text)
-

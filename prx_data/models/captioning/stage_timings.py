@@ -24,7 +24,7 @@ def summarize(stats: str) -> str:
     return "\n".join(line.strip() for line in stats.splitlines() if line.strip().startswith(_KEPT))
 
 
-def record_stage_timings(ds: "ray.data.Dataset", label: str) -> None:
+def record_stage_timings(ds: ray.data.Dataset, label: str) -> None:
     path = os.environ.get(TIMINGS_VAR)
     if not path:
         return

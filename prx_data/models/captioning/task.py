@@ -6,8 +6,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.core.reasons import with_detail
+from prx_data.core.schema import LABELS
+from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.models.captioning.config import CaptionSampling, VLLMCaptionerConfig
 from prx_data.models.captioning.images import ImageBudget, image_data_url
 from prx_data.models.captioning.prompt import (
@@ -19,9 +20,8 @@ from prx_data.models.captioning.prompt import (
     fused_system_prompt,
 )
 from prx_data.models.captioning.quality import CaptionGuards, judge_caption
-from prx_data.models.derived_columns import CAPTION, LABEL
 from prx_data.models.captioning.vlm import Judged, PrepError, VLMRequest, VLMTask
-from prx_data.core.schema import LABELS
+from prx_data.models.derived_columns import CAPTION, LABEL
 
 
 def fused_label_version() -> str:
@@ -65,7 +65,7 @@ class CaptionTask(VLMTask):
         self._budget_for = budget_for
 
     @classmethod
-    def from_config(cls, cfg: VLLMCaptionerConfig) -> "CaptionTask":
+    def from_config(cls, cfg: VLLMCaptionerConfig) -> CaptionTask:
         if cfg.fused_label:
             return FusedCaptionLabelTask.from_config(cfg)
         return cls(cfg.model_id, sampling=cfg.sampling, image=cfg.image, guards=cfg.guards, budget_for=cfg.budget_for)
@@ -85,7 +85,9 @@ class CaptionTask(VLMTask):
         return VLMRequest(caption_messages(url, self.system(), USER_PROMPT), sampling_params(self.sampling, **self.extra_sampling()))
 
     def placeholder(self) -> VLMRequest:
-        return VLMRequest(caption_messages(None, self.system(), "."), sampling_params(self.sampling, **{**self.extra_sampling(), "max_tokens": 1}))
+        return VLMRequest(
+            caption_messages(None, self.system(), "."), sampling_params(self.sampling, **{**self.extra_sampling(), "max_tokens": 1})
+        )
 
     def judge(self, text: str | None, finish_reason: str | None) -> Judged:
         result = judge_caption(text, finish_reason=finish_reason, guards=self.guards)
@@ -105,7 +107,7 @@ class FusedCaptionLabelTask(CaptionTask):
         self.version = fused_prompt_version()
 
     @classmethod
-    def from_config(cls, cfg: VLLMCaptionerConfig) -> "FusedCaptionLabelTask":
+    def from_config(cls, cfg: VLLMCaptionerConfig) -> FusedCaptionLabelTask:
         return cls(cfg.model_id, sampling=cfg.sampling, image=cfg.image, guards=cfg.guards, budget_for=cfg.budget_for)
 
     def system(self) -> str:

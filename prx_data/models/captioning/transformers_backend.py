@@ -55,9 +55,7 @@ class TransformersCaptioner(BaseCaptioner):
         processor = AutoProcessor.from_pretrained(cfg.model_path, local_files_only=True)
         # Left padding: generation appends after the last position of every row.
         processor.tokenizer.padding_side = "left"
-        model = AutoModelForImageTextToText.from_pretrained(
-            cfg.model_path, dtype=cfg.dtype, local_files_only=True
-        )
+        model = AutoModelForImageTextToText.from_pretrained(cfg.model_path, dtype=cfg.dtype, local_files_only=True)
         self._processor = processor
         # transformers types .to through functools.wraps(Module.to), as if the model were its
         # first argument: its stub is wrong, the call is right.
@@ -66,9 +64,7 @@ class TransformersCaptioner(BaseCaptioner):
     def render_prompt(self, image: Any = None) -> str:
         """The exact text the model sees (with the image placeholder tokens)."""
         self._load()
-        return self._processor.apply_chat_template(
-            hf_messages(image), tokenize=False, add_generation_prompt=True
-        )
+        return self._processor.apply_chat_template(hf_messages(image), tokenize=False, add_generation_prompt=True)
 
     def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
         results: list[CaptionResult | None] = [None] * len(rows)
@@ -101,10 +97,7 @@ class TransformersCaptioner(BaseCaptioner):
 
     def _generate(self, images: list[Any]) -> list[CaptionResult]:
         guards = self.config.guards
-        return [
-            judge_caption(text, finish_reason=finish, guards=guards)
-            for text, finish in self.generate_raw(images)
-        ]
+        return [judge_caption(text, finish_reason=finish, guards=guards) for text, finish in self.generate_raw(images)]
 
     def generate_raw(self, images: list[Any]) -> list[tuple[str, str]]:
         """(text, finish_reason) per prepared PIL image, before the quality guards."""
@@ -113,15 +106,8 @@ class TransformersCaptioner(BaseCaptioner):
         self._load()
         cfg = self.config
         processor, model = self._processor, self._model
-        texts = [
-            processor.apply_chat_template(
-                hf_messages(im), tokenize=False, add_generation_prompt=True
-            )
-            for im in images
-        ]
-        inputs = processor(
-            text=texts, images=[[im] for im in images], padding=True, return_tensors="pt"
-        ).to(model.device)
+        texts = [processor.apply_chat_template(hf_messages(im), tokenize=False, add_generation_prompt=True) for im in images]
+        inputs = processor(text=texts, images=[[im] for im in images], padding=True, return_tensors="pt").to(model.device)
         sampling = cfg.sampling
         kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "do_sample": cfg.do_sample}
         if cfg.do_sample:

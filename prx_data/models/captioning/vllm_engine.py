@@ -115,8 +115,11 @@ def processor_config(cfg: VLLMStageConfig, *, engine: dict[str, Any], multimodal
         runtime_env=stage_runtime_env(cfg),
         # Parses the image parts of the messages into vLLM multimodal data (Ray 2.60 name).
         prepare_multimodal_stage={"enabled": multimodal, **cpu_stage},
-        chat_template_stage={"enabled": True, **text_stage,
-                             **({"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {})},
+        chat_template_stage={
+            "enabled": True,
+            **text_stage,
+            **({"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {}),
+        },
         tokenize_stage={"enabled": True, **text_stage},
         # vLLM returns the text with the tokens: a detokenize pass would redo it on the CPU.
         detokenize_stage={"enabled": False},
@@ -159,8 +162,15 @@ def finalize(row: dict[str, Any], *, task: VLMTask) -> dict[str, Any]:
     return {k: row.get(k) for k in task.output_keys}
 
 
-def build_processor(task: VLMTask, cfg: VLLMStageConfig, *, engine: dict[str, Any], multimodal: bool,
-                    max_tokens: int, chat_template_kwargs: dict | None = None):
+def build_processor(
+    task: VLMTask,
+    cfg: VLLMStageConfig,
+    *,
+    engine: dict[str, Any],
+    multimodal: bool,
+    max_tokens: int,
+    chat_template_kwargs: dict | None = None,
+):
     """A ``ray.data.llm`` Processor for ``task``; call it on a dataset of input rows."""
     from ray.data.llm import build_processor as ray_build_processor
 
@@ -180,7 +190,7 @@ def build_processor(task: VLMTask, cfg: VLLMStageConfig, *, engine: dict[str, An
     return processor
 
 
-def run_task(ds: "ray.data.Dataset", task: VLMTask, cfg: VLLMStageConfig, **build: Any) -> "ray.data.Dataset":
+def run_task(ds: ray.data.Dataset, task: VLMTask, cfg: VLLMStageConfig, **build: Any) -> ray.data.Dataset:
     """Lazily run ``task`` over ``ds``; nothing runs until the result is consumed."""
     processor = build_processor(task, cfg, **build)
     return processor(ds).map(functools.partial(finalize, task=task), num_cpus=cfg.cpu_stage_num_cpus)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from prx_data.models.captioning import vllm_engine
 from prx_data.core.reasons import with_detail
+from prx_data.models.captioning import vllm_engine
 from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow
 from prx_data.models.captioning.base import CaptionErrorCode as E
 from prx_data.models.captioning.config import VLLMCaptionerConfig
-from prx_data.models.captioning.task import CaptionTask
 from prx_data.models.captioning.fp8_vision import keep_vision_bf16
+from prx_data.models.captioning.task import CaptionTask
 
 if TYPE_CHECKING:
     import ray.data
@@ -38,7 +38,7 @@ def caption_engine_kwargs(cfg: VLLMCaptionerConfig) -> dict[str, Any]:
     return keep_vision_bf16(kwargs) if cfg.vision_bf16 else kwargs
 
 
-def caption_dataset_vllm(ds: "ray.data.Dataset", cfg: VLLMCaptionerConfig) -> "ray.data.Dataset":
+def caption_dataset_vllm(ds: ray.data.Dataset, cfg: VLLMCaptionerConfig) -> ray.data.Dataset:
     """Lazily caption ``ds``; nothing runs until the result is consumed or written."""
     return vllm_engine.run_task(
         ds,
@@ -67,7 +67,7 @@ class VLLMCaptioner(BaseCaptioner):
     def prompt_version(self) -> str:
         return self._prompt_version
 
-    def caption_dataset(self, ds: "ray.data.Dataset") -> "ray.data.Dataset":
+    def caption_dataset(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         return caption_dataset_vllm(ds, self.config)
 
     def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:

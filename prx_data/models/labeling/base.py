@@ -61,7 +61,7 @@ class BaseClassifier(ABC):
     @abstractmethod
     def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract: most backends hold nothing
         """Release clients or models; the default holds nothing."""
 
     def __enter__(self):

@@ -31,15 +31,11 @@ def make_classifier(config: dict[str, Any] | ClassifierConfig) -> BaseClassifier
     ``label_dataset(ds)``, the streaming path real runs should use."""
     config = parse_classifier_config(config)
     if isinstance(config, MiniLMClassifierConfig):
-
         return MiniLMClassifier(config)
     if isinstance(config, OpenAIClassifierConfig):
-
         return OpenAIClassifier(config)
     if isinstance(config, VLLMClassifierConfig):
-
         return VLLMClassifier(config)
     if getattr(config, "backend", None) == "fused":
-        raise TypeError("the 'fused' label backend runs no model: the captioner writes the labels "
-                        "(VLLMCaptionerConfig.fused_label)")
+        raise TypeError("the 'fused' label backend runs no model: the captioner writes the labels (VLLMCaptionerConfig.fused_label)")
     raise TypeError(f"unknown classifier config {type(config).__name__}")

@@ -43,9 +43,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prx_data.core.schema import LABELS
 from prx_data.models.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.models.labeling.config import MINILM, MiniLMClassifierConfig
-from prx_data.core.schema import LABELS
 
 PROTOTYPES: dict[str, tuple[str, ...]] = {
     "visual": (
@@ -111,22 +111,93 @@ assert set(PROTOTYPES) == set(LABELS)
 # Words a caption of a text-heavy image can hardly avoid. Counted once each, so one sign or
 # one logo in a photo adds little.
 TEXT_CUES: tuple[str, ...] = (
-    r"screenshots?", r"screen capture", r"slides?", r"presentation", r"documents?", r"scanned",
-    r"paragraphs?", r"bullet(?: points?|ed)?", r"spreadsheets?", r"headings?", r"headlines?",
-    r"subheadings?", r"fonts?", r"typed", r"typewritten", r"printed text", r"text", r"handwritten",
-    r"handwriting", r"invoice", r"receipt", r"charts?", r"diagram", r"infographic", r"interface",
-    r"toolbar", r"sidebar", r"search bar", r"website", r"browser", r"web page", r"terminal",
-    r"code editor", r"lines of code", r"line numbers", r"numbered", r"labeled", r"sentences?",
-    r"footer", r"text fields?", r"checkboxes", r"columns of", r"rows and columns", r"bold",
-    r"serif", r"sans-serif", r"capital letters", r"legible", r"readable",
+    r"screenshots?",
+    r"screen capture",
+    r"slides?",
+    r"presentation",
+    r"documents?",
+    r"scanned",
+    r"paragraphs?",
+    r"bullet(?: points?|ed)?",
+    r"spreadsheets?",
+    r"headings?",
+    r"headlines?",
+    r"subheadings?",
+    r"fonts?",
+    r"typed",
+    r"typewritten",
+    r"printed text",
+    r"text",
+    r"handwritten",
+    r"handwriting",
+    r"invoice",
+    r"receipt",
+    r"charts?",
+    r"diagram",
+    r"infographic",
+    r"interface",
+    r"toolbar",
+    r"sidebar",
+    r"search bar",
+    r"website",
+    r"browser",
+    r"web page",
+    r"terminal",
+    r"code editor",
+    r"lines of code",
+    r"line numbers",
+    r"numbered",
+    r"labeled",
+    r"sentences?",
+    r"footer",
+    r"text fields?",
+    r"checkboxes",
+    r"columns of",
+    r"rows and columns",
+    r"bold",
+    r"serif",
+    r"sans-serif",
+    r"capital letters",
+    r"legible",
+    r"readable",
 )
 NSFW_CUES: tuple[str, ...] = (
-    r"nude", r"nudity", r"naked", r"unclothed", r"genitals?", r"genitalia", r"penis", r"vagina",
-    r"vulva", r"labia", r"clitoral", r"testicles", r"pubic", r"nipples?", r"(?:bare|exposed) breasts?",
-    r"breasts? (?:are |is )?(?:exposed|bare|uncovered)", r"topless", r"sex", r"sexual(?:ly)?",
-    r"intercourse", r"penetrat\w*", r"erect(?:ion)?", r"pornograph\w*", r"explicit", r"masturbat\w*",
-    r"oral sex", r"orgasm", r"ejaculat\w*", r"semen", r"erotic", r"striptease", r"sex toy", r"vibrator",
-    r"orgy", r"fetish\w*", r"bondage",
+    r"nude",
+    r"nudity",
+    r"naked",
+    r"unclothed",
+    r"genitals?",
+    r"genitalia",
+    r"penis",
+    r"vagina",
+    r"vulva",
+    r"labia",
+    r"clitoral",
+    r"testicles",
+    r"pubic",
+    r"nipples?",
+    r"(?:bare|exposed) breasts?",
+    r"breasts? (?:are |is )?(?:exposed|bare|uncovered)",
+    r"topless",
+    r"sex",
+    r"sexual(?:ly)?",
+    r"intercourse",
+    r"penetrat\w*",
+    r"erect(?:ion)?",
+    r"pornograph\w*",
+    r"explicit",
+    r"masturbat\w*",
+    r"oral sex",
+    r"orgasm",
+    r"ejaculat\w*",
+    r"semen",
+    r"erotic",
+    r"striptease",
+    r"sex toy",
+    r"vibrator",
+    r"orgy",
+    r"fetish\w*",
+    r"bondage",
 )
 _TEXT_RE = re.compile(r"\b(?:" + "|".join(TEXT_CUES) + r")\b", re.IGNORECASE)
 _NSFW_RE = re.compile(r"\b(?:" + "|".join(NSFW_CUES) + r")\b", re.IGNORECASE)
@@ -146,9 +217,17 @@ _ORDER = ("nsfw", "text")
 @functools.cache
 def minilm_label_version() -> str:
     """Everything that decides the answers is the version: a change relabels stale rows."""
-    decided_by = {"prototypes": PROTOTYPES, "text_cues": TEXT_CUES, "nsfw_cues": NSFW_CUES, "top_k": TOP_K,
-                  "cue_cap": CUE_CAP, "weights": WEIGHTS, "threshold": THRESHOLD}
+    decided_by = {
+        "prototypes": PROTOTYPES,
+        "text_cues": TEXT_CUES,
+        "nsfw_cues": NSFW_CUES,
+        "top_k": TOP_K,
+        "cue_cap": CUE_CAP,
+        "weights": WEIGHTS,
+        "threshold": THRESHOLD,
+    }
     return "minilm-" + hashlib.sha256(json.dumps(decided_by, sort_keys=True).encode()).hexdigest()[:12]
+
 
 _MAX_TOKENS = 256  # the checkpoint's max_seq_length
 
@@ -207,8 +286,7 @@ class MiniLMClassifier(BaseClassifier):
 
     def __getstate__(self) -> dict:
         # Ship the config, not the weights: each Ray worker loads the model once itself.
-        return {**self.__dict__, "_model": None, "_tokenizer": None, "_prototypes": None,
-                "_label_of_row": []}
+        return {**self.__dict__, "_model": None, "_tokenizer": None, "_prototypes": None, "_label_of_row": []}
 
     def _load(self) -> None:
         if self._model is not None:
@@ -281,4 +359,3 @@ class MiniLMClassifier(BaseClassifier):
                 label, score, _ = decide(sim, cue_counts(text))
                 results[i] = LabelResult(label=label, score=round(score, 4))
         return results  # type: ignore[return-value]
-

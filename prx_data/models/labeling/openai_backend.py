@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from prx_data.core.schema import LABELS
 from prx_data.models.captioning.chat_http import LazyChatClient
 from prx_data.models.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.models.labeling.config import OpenAIClassifierConfig
 from prx_data.models.labeling.prompt import label_prompt_version
 from prx_data.models.labeling.task import LabelTask
-from prx_data.core.schema import LABELS
 
 
 def constraint_body(config: OpenAIClassifierConfig) -> dict[str, Any]:

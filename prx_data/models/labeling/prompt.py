@@ -15,8 +15,7 @@ from prx_data.models.label_rules import LABEL_RULES
 
 SYSTEM_PROMPT = (
     "You sort the captions of a text-to-image training set. You read only the caption of an "
-    "image, never the image itself. Answer with exactly one word: visual, text or nsfw.\n\n"
-    + LABEL_RULES
+    "image, never the image itself. Answer with exactly one word: visual, text or nsfw.\n\n" + LABEL_RULES
 )
 
 USER_TEMPLATE = "Caption: {caption}\n\nLabel:"

@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from prx_data.core.reasons import with_detail
-from prx_data.models.derived_columns import LABEL
+from prx_data.core.schema import LABELS
 from prx_data.models.captioning.vlm import Judged, PrepError, VLMRequest, VLMTask
+from prx_data.models.derived_columns import LABEL
 from prx_data.models.labeling.base import LabelErrorCode
 from prx_data.models.labeling.prompt import label_messages, label_prompt_version, parse_label
-from prx_data.core.schema import LABELS
 
 # Qwen3 thinks before answering unless told not to; the template then writes an empty think
 # block, so the answer starts at once and fits in a few tokens.

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from prx_data.models.captioning import vllm_engine
 from prx_data.core.reasons import with_detail
+from prx_data.models.captioning import vllm_engine
 from prx_data.models.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
 from prx_data.models.labeling.config import VLLMClassifierConfig
 from prx_data.models.labeling.prompt import label_prompt_version
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import ray.data
 
 
-def label_dataset_vllm(ds: "ray.data.Dataset", cfg: VLLMClassifierConfig) -> "ray.data.Dataset":
+def label_dataset_vllm(ds: ray.data.Dataset, cfg: VLLMClassifierConfig) -> ray.data.Dataset:
     """Lazily label ``ds`` (rows with ``sample_id`` and ``caption``)."""
     return vllm_engine.run_task(
         ds,
@@ -47,7 +47,7 @@ class VLLMClassifier(BaseClassifier):
         self.config = config
         self.model_id = config.model_id
 
-    def label_dataset(self, ds: "ray.data.Dataset") -> "ray.data.Dataset":
+    def label_dataset(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         return label_dataset_vllm(ds, self.config)
 
     def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
