@@ -16,6 +16,7 @@ groups, never with ``ray stop`` (which stops every Ray on the machine).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -28,6 +29,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 ISOLATED = "prx_isolated"
 # What the test asks of its tasks (and of nothing else): any positive share of the resource.
@@ -88,6 +91,7 @@ class Cluster:
     head: subprocess.Popen
     workers: list[subprocess.Popen] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
+    keep: dict[str, str] = field(default_factory=dict)  # code folders under /tmp the nodes still see
 
     def log_tail(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
@@ -109,6 +113,9 @@ class Cluster:
         for proc in [*self.workers, self.head]:
             _stop_group(proc, signal.SIGTERM)
         shutil.rmtree(self.temp, ignore_errors=True)
+        for mount_point in self.keep.values():  # empty on the host: the binds were the nodes' own
+            with contextlib.suppress(OSError):
+                os.rmdir(mount_point)
 
 
 def _stop_group(proc: subprocess.Popen, sig: int) -> None:
@@ -134,6 +141,25 @@ def _wait_for(predicate, what: str, cluster: Cluster, timeout_s: float) -> None:
             return
         time.sleep(0.5)
     raise RuntimeError(f"timed out after {timeout_s:.0f}s waiting for {what}:\n{cluster.log_tail()}")
+
+
+def _code_under_tmp() -> dict[str, str]:
+    """What a node must still see when its /tmp is replaced: the repository and this Python's
+    environment, when they live under /tmp (CI may clone there). Each gets a mount point outside
+    /tmp to be carried across: {path under /tmp: mount point}."""
+    paths = sorted({str(p) for p in (REPO, Path(sys.prefix).resolve()) if str(p).startswith("/tmp/")})
+    outer = [p for p in paths if not any(p != q and p.startswith(q + "/") for q in paths)]
+    return {p: tempfile.mkdtemp(prefix="prx-keep-", dir="/dev/shm") for p in outer}
+
+
+def _private_tmp_keeping(keep: dict[str, str]) -> str:
+    """Shell steps, run inside the node's mount namespace: an empty tmpfs on /tmp, with only the
+    code folders of ``keep`` bound back at their own paths (never pytest's folders)."""
+    steps = [f"mount --bind {shlex.quote(p)} {shlex.quote(m)}" for p, m in keep.items()]
+    steps.append("mount -t tmpfs tmpfs /tmp")
+    for p, m in keep.items():
+        steps += [f"mkdir -p {shlex.quote(p)}", f"mount --bind {shlex.quote(m)} {shlex.quote(p)}"]
+    return " && ".join(steps)
 
 
 def start_cluster(
@@ -164,7 +190,7 @@ def start_cluster(
     ]
     with open(head_log, "wb") as out:
         head = subprocess.Popen(head_cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=node_env)
-    cluster = Cluster(address=f"127.0.0.1:{port}", temp=temp, head=head, logs=[head_log])
+    cluster = Cluster(address=f"127.0.0.1:{port}", temp=temp, head=head, logs=[head_log], keep=_code_under_tmp())
     try:
         _wait_for(lambda: b"Ray runtime started" in head_log.read_bytes(), "the head", cluster, timeout_s)
         for k in range(n_workers):
@@ -175,7 +201,7 @@ def start_cluster(
             ]
             # The node's own empty /tmp: Ray's session folder, the workers' temp files and
             # sockets live there, and the driver's /tmp (and tmp_path) is out of sight.
-            script = f"mount -t tmpfs tmpfs /tmp && exec {shlex.join(start)}"
+            script = f"{_private_tmp_keeping(cluster.keep)} && exec {shlex.join(start)}"
             log = logs / f"worker{k}.log"
             with open(log, "wb") as out:
                 proc = subprocess.Popen(
