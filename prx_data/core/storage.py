@@ -76,10 +76,11 @@ OPTION_ENV = {
 SECRET_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 
 
-def storage_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The ``storage_options`` of an environment (``PRX_S3_ENDPOINT``, ``AWS_*``)."""
-    options = {option: env[var] for option, var in OPTION_ENV.items() if env.get(var)}
-    if env.get("PRX_S3_ENDPOINT", "").startswith("http://"):
+def storage_options_from_env(env: Mapping[str, str], names: Mapping[str, str] = OPTION_ENV) -> dict[str, str]:
+    """The ``storage_options`` of an environment. ``names``: the variable each option is read
+    from (default ``PRX_S3_ENDPOINT``, ``AWS_*``; a source's storage profile names others)."""
+    options = {option: env[var] for option, var in names.items() if env.get(var)}
+    if options.get("aws_endpoint", "").startswith("http://"):
         options["allow_http"] = "true"
     return options
 

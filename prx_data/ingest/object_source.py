@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from prx_data.core.schema import Status
-from prx_data.core.storage import Location, access_problem, locate
+from prx_data.core.storage import Location, access_problem, locate, storage_options_from_env
 from prx_data.ingest.items import SourceUnavailable
 from prx_data.ingest.registry import SourceSpec, StorageProfile
 
@@ -48,21 +48,20 @@ def source_storage_options(spec: SourceSpec, defaults: Mapping[str, str] | None,
     missing = [name for name in profile.variables() if not env.get(name)]
     if missing:
         raise SourceAccessError(f"source {spec.name!r}: storage profile names unset environment variable(s) {missing}")
-    options: dict[str, str] = {}
-    for attr, option in (
-        ("endpoint_env", "aws_endpoint"),
-        ("access_key_id_env", "aws_access_key_id"),
-        ("secret_access_key_env", "aws_secret_access_key"),
-        ("session_token_env", "aws_session_token"),
-        ("region_env", "aws_region"),
-    ):
-        name = getattr(profile, attr)
-        if name:
-            options[option] = env[name]
+    names = {
+        option: name
+        for attr, option in (
+            ("endpoint_env", "aws_endpoint"),
+            ("access_key_id_env", "aws_access_key_id"),
+            ("secret_access_key_env", "aws_secret_access_key"),
+            ("session_token_env", "aws_session_token"),
+            ("region_env", "aws_region"),
+        )
+        if (name := getattr(profile, attr))
+    }
+    options = storage_options_from_env(env, names)
     if profile.region and "aws_region" not in options:
         options["aws_region"] = profile.region
-    if options.get("aws_endpoint", "").startswith("http://"):
-        options["allow_http"] = "true"
     return options
 
 
