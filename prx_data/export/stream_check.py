@@ -7,29 +7,14 @@ trainer builds, so this is the test that the export is streamable: local folder 
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
 
-from prx_data.core.storage import local_path, streaming_env
+from prx_data.core.storage import local_path
 from prx_data.export.corpus_index import unpublished_buckets
 from prx_data.export.tree import BucketRef, list_buckets, list_sources
 
 MDS_COLUMNS = {"image", "caption", "sample_id"}
-
-
-@contextlib.contextmanager
-def streaming_credentials(storage_options: Mapping[str, str] | None) -> Iterator[None]:
-    """streaming reaches S3 through its own boto3 client, which reads the endpoint and keys from
-    the environment, not from the storage options Lance takes; set what is unset, for the block."""
-    added = {k: v for k, v in streaming_env(storage_options).items() if not os.environ.get(k)}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
 
 
 def stream_buckets(mds_root: str, storage_options: dict | None = None) -> list[BucketRef]:
@@ -63,8 +48,11 @@ def read_bucket(bucket_dir: str, storage_options: dict | None = None, attempts: 
 
 
 def _read_bucket_once(bucket_dir: str, storage_options: dict | None) -> int:
-    from streaming import StreamingDataset
+    from streaming import Stream, StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
+
+    # lazy: imports streaming's top level (torch), like the two imports above
+    from prx_data.compat.streaming_internals import configure_downloads
 
     clean_stale_shared_memory()
     with contextlib.ExitStack() as stack:
@@ -72,9 +60,11 @@ def _read_bucket_once(bucket_dir: str, storage_options: dict | None) -> int:
         if folder is not None:  # streaming reads a local bucket in place
             ds = StreamingDataset(local=folder, shuffle=False, batch_size=1)
         else:
-            stack.enter_context(streaming_credentials(storage_options))
+            # The stream's downloads use these options, as the training loader's do; nothing
+            # is read from (or set in) this process's environment.
             cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="prx-stream-check-"))
-            ds = StreamingDataset(remote=bucket_dir, local=cache, shuffle=False, batch_size=1)
+            stream = configure_downloads(Stream(remote=bucket_dir, local=cache), storage_options)
+            ds = StreamingDataset(streams=[stream], shuffle=False, batch_size=1)
         try:
             n = ds.num_samples
             if n == 0:
