@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import socket
 import subprocess
@@ -46,7 +45,7 @@ from prx_data.app.process_session import (
 )
 
 # Both live in core (ingest joins the command's Ray through them) and are used here.
-from prx_data.core.quiet import quiet_ray_env
+from prx_data.core.ray_auth import head_env, write_token
 from prx_data.core.ray_tasks import ADDRESS_VAR
 
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
@@ -67,30 +66,6 @@ def listening(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
-
-
-def head_env(token_path: str) -> dict[str, str]:
-    """What the head and every process that talks to it need: token auth on, the token by path,
-    the node address kept on loopback, no usage-stats prompt."""
-    return {
-        **quiet_ray_env(),
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": token_path,
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    }
-
-
-def _write_token() -> str:
-    # Its own folder: Ray makes its temp folder world-writable (0777, measured), so the token
-    # cannot live there.
-    folder = tempfile.mkdtemp(prefix="prx-ray-auth-", dir="/tmp" if os.path.isdir("/tmp") else None)  # 0700
-    path = os.path.join(folder, "auth_token")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, secrets.token_urlsafe(32).encode())
-    finally:
-        os.close(fd)
-    return path
 
 
 @dataclass
@@ -193,7 +168,7 @@ def start_head(num_cpus: int | None = None, records_dir: Path | None = None) -> 
     port = free_port()
     # A short path: Ray's unix socket paths must stay under ~107 bytes. mkdtemp makes it 0700.
     temp = tempfile.mkdtemp(prefix="prx-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    token_path = _write_token()
+    token_path = write_token()
     env = head_env(token_path)
     cleanup = os.pathsep.join((temp, os.path.dirname(token_path)))
     cmd = [

@@ -19,6 +19,7 @@ def quiet_known_warnings() -> None:
 
 
 def quiet_ray_env() -> dict[str, str]:
-    """Environment for a loopback Ray and the processes that talk to it: no auth tokens, no
-    usage-stats prompt, no dashboard metrics exporter warnings."""
-    return {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    """Environment for a Ray and the processes that talk to it: no usage-stats prompt, no uv
+    runtime-env hook. Auth is left to the cluster's own settings (``core.ray_auth`` for the Rays
+    this project starts)."""
+    return {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}

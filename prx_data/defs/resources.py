@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -9,11 +10,12 @@ from typing import Any
 import dagster as dg
 from dagster_ray import LocalRay, RayResource
 from dagster_ray.configs import RayDataExecutionOptions
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from prx_data.core.locking import LockPolicy
 from prx_data.core.locking import configure as configure_locks
 from prx_data.core.paths import StoragePaths
+from prx_data.core.ray_auth import in_process_ray_auth
 from prx_data.core.settings import Settings, get_settings
 from prx_data.core.storage import OPTION_ENV
 from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
@@ -94,11 +96,21 @@ class RunLocalRay(LocalRay):
     steps. Used only when no Ray address is set (plain ``dagster dev``); ``prx-data run``,
     ``demo`` and ``ui`` keep one local Ray for all their runs and connect to it instead."""
 
+    _auth: contextlib.ExitStack | None = PrivateAttr(default=None)
+
     def connect(self, context):
-        # Listening on loopback only (_node_ip_address below), so Ray 2.60's token auth guards
-        # nothing here and would only print its notice on every run.
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        # A token of its own and loopback only, as for the command's head (core.ray_auth).
+        self._auth = contextlib.ExitStack()
+        self._auth.enter_context(in_process_ray_auth())
         return super().connect(context)
+
+    def cleanup(self, context, exception):
+        try:
+            super().cleanup(context, exception)
+        finally:
+            if self._auth is not None:
+                self._auth.close()
+                self._auth = None
 
 
 _LOCAL_RAY_INIT = {

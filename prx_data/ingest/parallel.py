@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prx_data.core.quiet import quiet_ray_env
+from prx_data.core.ray_auth import in_process_ray_auth
 from prx_data.core.ray_tasks import ADDRESS_VAR, bounded
 from prx_data.ingest.changes import UnitJob, UnitResult, process_unit
 from prx_data.ingest.units import Unit
@@ -48,11 +49,13 @@ def _ray(workers: int):
 
     os.environ.update({k: v for k, v in quiet_ray_env().items() if k not in os.environ})
     options: dict[str, Any] = dict(ignore_reinit_error=True, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    if address:
-        ray.init(address=address, **options)
-    else:
-        ray.init(num_cpus=workers, _node_ip_address="127.0.0.1", **options)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()  # only this process's connection (or the Ray it started)
+    with contextlib.ExitStack() as stack:
+        if address:
+            ray.init(address=address, **options)
+        else:
+            stack.enter_context(in_process_ray_auth())  # a Ray of its own: token auth, loopback
+            ray.init(num_cpus=workers, _node_ip_address="127.0.0.1", **options)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()  # only this process's connection (or the Ray it started)
