@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     # from a PRX_STORAGE_OPTIONS variable.
     storage_options: dict[str, str] = Field(default_factory=dict)
     ray_address: str | None = None
+    # Custom Ray resources every CPU task of the pipeline asks for (ingest units, phash, caption
+    # and label chunks, the vLLM stages' image/caption reads, export writers), as a JSON object:
+    # PRX_RAY_TASK_RESOURCES='{"cpu_pool": 0.01}' places that work only on nodes started with
+    # the resource (a KubeRay worker group's rayStartParams resources). Empty: anywhere.
+    ray_task_resources: dict[str, float] = Field(default_factory=dict)
     # Cluster profile only (deployments/): Dagster's PostgreSQL (the same URL the deployment's
     # dagster.yaml reads), the RayCluster spec a run gets when no PRX_RAY_ADDRESS is set, and
     # whether the code location checks its services when it loads (cluster.check_cluster_startup).
@@ -150,6 +155,10 @@ class Settings(BaseSettings):
                 raise ValueError("PRX_POSTGRES_URL must be a postgresql+psycopg2:// (or postgresql://) URL")
         if self.ray_address:
             _check_ray_address(self.ray_address)
+        if self.ray_task_resources:
+            bad = {k: v for k, v in self.ray_task_resources.items() if v <= 0}
+            if bad:
+                raise ValueError(f"PRX_RAY_TASK_RESOURCES: every amount must be positive (a share of a node's resource), got {bad}")
         return self
 
 

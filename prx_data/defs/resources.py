@@ -91,6 +91,17 @@ class SourceRegistryResource(dg.ConfigurableResource):
         return load_registry(self.sources_dir)
 
 
+class RayTasksResource(dg.ConfigurableResource):
+    """Where the pipeline's Ray tasks may run: the custom node resources each CPU task asks for
+    (PRX_RAY_TASK_RESOURCES), passed to every stage that submits Ray work. Empty: any node."""
+
+    task_resources: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def resources(self) -> dict[str, float] | None:
+        return dict(self.task_resources) or None
+
+
 class RunLocalRay(LocalRay):
     """Ray started inside the run's process and stopped when the run ends, shared by the run's
     steps. Used only when no Ray address is set (plain ``dagster dev``); ``prx-data run``,
@@ -160,6 +171,7 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
         ),
         "registry": SourceRegistryResource(sources_dir=settings.sources_dir, optout_dir=settings.optout_dir),
         "ray": ray,
+        "ray_tasks": RayTasksResource(task_resources=settings.ray_task_resources),
     }
 
 

@@ -149,12 +149,14 @@ def ingest_source(
     workers: int | None = None,
     spill_rows: int | None = None,
     source_storage_options: dict | None = None,
+    task_resources: dict[str, float] | None = None,
 ) -> IngestStats:
     """``run_id`` (e.g. Dagster's ``context.run_id``) goes to ``ingest_run_id`` on every row this
     run writes, so lineage names the run that made each row. ``workers`` overrides the spec's
     ``workers`` (input units read at once; 1 reads them in this process, more as Ray tasks).
     An object-store source is reached with its spec's ``storage`` profile, else with
-    ``source_storage_options``, else with ``storage_options`` (the roots' settings)."""
+    ``source_storage_options``, else with ``storage_options`` (the roots' settings).
+    ``task_resources``: custom Ray resources each unit task asks for (PRX_RAY_TASK_RESOURCES)."""
     started = time.perf_counter()
     stats = IngestStats(source=source.name)
     spec = source.spec
@@ -195,7 +197,7 @@ def ingest_source(
     seen = SeenIds(**({"spill_rows": spill_rows} if spill_rows else {}))
     spill = _Spill(metadata_schema(schema))
     try:
-        results = _run(job, source, workers, seen, spill)
+        results = _run(job, source, workers, seen, spill, task_resources)
         for result in results.values():
             stats.absorb(result.stats)
         if stats.seen == 0 and existing_rows and not spec.allow_empty:
@@ -235,7 +237,9 @@ def ingest_source(
     return stats
 
 
-def _run(job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, spill: _Spill) -> dict[int, UnitResult]:
+def _run(
+    job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, spill: _Spill, task_resources: dict[str, float] | None
+) -> dict[int, UnitResult]:
     """Every unit's result; a unit holding a key that an earlier unit holds is redone with that
     position skipped (rare: duplicated keys across files), so the first occurrence wins."""
     results: dict[int, UnitResult] = {}
@@ -247,7 +251,9 @@ def _run(job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, sp
             spill.add(result.metadata, result.unit, attempt)
         result.metadata = None
 
-    for result in run_units(job, ((unit, frozenset()) for unit in list_units(source, storage_options=job.source_options)), workers):
+    for result in run_units(
+        job, ((unit, frozenset()) for unit in list_units(source, storage_options=job.source_options)), workers, task_resources
+    ):
         seen.add(result.seen)
         result.seen = None
         keep(result, 0)
@@ -258,7 +264,7 @@ def _run(job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, sp
             for unit in list_units(source, storage_options=job.source_options)
             if unit.index in duplicates
         )
-        for result in run_units(job, redo, workers):
+        for result in run_units(job, redo, workers, task_resources):
             result.seen = None
             keep(result, 1)
     return results

@@ -15,25 +15,28 @@ from typing import Any
 
 from prx_data.core.quiet import quiet_ray_env
 from prx_data.core.ray_auth import in_process_ray_auth
-from prx_data.core.ray_tasks import ADDRESS_VAR, bounded
+from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, task_options
 from prx_data.ingest.changes import UnitJob, UnitResult, process_unit
 from prx_data.ingest.units import Unit
 
 UnitWork = tuple[Unit, frozenset[int]]
 
 
-def run_units(job: UnitJob, units: Iterable[UnitWork], workers: int) -> Iterator[UnitResult]:
+def run_units(
+    job: UnitJob, units: Iterable[UnitWork], workers: int, task_resources: dict[str, float] | None = None
+) -> Iterator[UnitResult]:
+    """``task_resources``: custom Ray resources each unit task asks for (where it may run)."""
     if workers <= 1:
         for unit, skip in units:
             yield process_unit(job, unit, skip)
         return
     with _ray(workers) as ray:
-        yield from _on_ray(ray, job, iter(units), workers)
+        yield from _on_ray(ray, job, iter(units), workers, task_resources)
 
 
-def _on_ray(ray, job: UnitJob, units: Iterator[UnitWork], workers: int) -> Iterator[UnitResult]:
+def _on_ray(ray, job: UnitJob, units: Iterator[UnitWork], workers: int, task_resources: dict[str, float] | None) -> Iterator[UnitResult]:
     # A retried task writes fresh fragments; the failed attempt's are never committed.
-    task = ray.remote(num_cpus=1, max_retries=1)(process_unit)
+    task = ray.remote(**task_options(num_cpus=1, max_retries=1, resources=task_resources))(process_unit)
     job_ref = ray.put(job)
     yield from bounded(ray, lambda work: task.remote(job_ref, *work), units, workers)
 

@@ -107,9 +107,9 @@ def _read_chunk(item: dict, *, uri: str, version: int, options: dict | None) -> 
     return [{"sample_id": sid, "image": img, "source": src} for sid, img, src in zip(item["sample_ids"], images, sources)]
 
 
-def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Processor:
-    """Rows -> Ray Data (read images on CPU workers) -> vLLM replicas -> result batches of
-    ``staging_rows`` (one staging fragment each)."""
+def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256, task_resources: dict[str, float] | None = None) -> Processor:
+    """Rows -> Ray Data (read images on CPU workers, which ask for ``task_resources``) -> vLLM
+    replicas -> result batches of ``staging_rows`` (one staging fragment each)."""
 
     def run(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
         import ray.data
@@ -123,6 +123,7 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256) -> Proces
         rows = ray.data.from_items(chunks).flat_map(
             functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
+            **({"resources": dict(task_resources)} if task_resources else {}),
         )
         out = caption_dataset_vllm(rows, config)
         yield from out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow")
@@ -140,15 +141,25 @@ def compute_captions(
     storage_options: dict | None = None,
     progress=None,
     run_id: str | None = None,
+    task_resources: dict[str, float] | None = None,
 ) -> StageStats:
+    """``task_resources``: custom Ray resources the stage's CPU tasks ask for (the chunk tasks,
+    or the vLLM path's table reads; the engine follows its own ``worker_env.node_resource``)."""
     config = parse_captioner_config(config)
     stage = caption_stage(config)
     if isinstance(config, VLLMCaptionerConfig):
-        processor = vllm_processor(config, chunk_rows)
+        processor = vllm_processor(config, chunk_rows, task_resources)
     else:
         fn = functools.partial(caption_rows, config.model_dump_json())
         needs_image = not isinstance(config, SourceCaptionerConfig)
-        processor = make_processor(fn, columns=["source_caption"], with_images=needs_image, executor=executor, chunk_rows=chunk_rows)
+        processor = make_processor(
+            fn,
+            columns=["source_caption"],
+            with_images=needs_image,
+            executor=executor,
+            chunk_rows=chunk_rows,
+            task_resources=task_resources,
+        )
     stats = run_column_stage(
         table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="caption_error"
     )

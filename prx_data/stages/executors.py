@@ -13,7 +13,7 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.lance_io import storage_options_of
-from prx_data.core.ray_tasks import bounded
+from prx_data.core.ray_tasks import bounded, task_options
 from prx_data.stages.column_stage import Processor, address_chunks, read_images, read_rows
 
 # Where a column stage runs its chunks: Ray tasks, or this process (tests, small sources).
@@ -41,7 +41,11 @@ def make_processor(
     chunk_rows: int = 256,
     num_cpus: float = 1,
     max_in_flight: int | None = None,
+    task_resources: dict[str, float] | None = None,
 ) -> Processor:
+    """``task_resources``: custom Ray resources each chunk task asks for, so the work runs only
+    on nodes that offer them (PRX_RAY_TASK_RESOURCES)."""
+    options_of_task = task_options(num_cpus=num_cpus, max_retries=2, resources=task_resources)  # checked before any work
     column_names = list(columns)
 
     def local(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
@@ -54,7 +58,7 @@ def make_processor(
 
         if not ray.is_initialized():
             raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource")
-        remote = ray.remote(num_cpus=num_cpus, max_retries=2)(_run_chunk)
+        remote = ray.remote(**options_of_task)(_run_chunk)
         options = storage_options_of(ds)
         fn_ref = ray.put(fn)
         limit = max_in_flight or max(2, int(ray.available_resources().get("CPU", 1) / num_cpus) * 2)

@@ -79,7 +79,7 @@ def _read_captions(item: dict, *, uri: str, version: int, options: dict | None) 
     return read_rows(ds, item["addresses"], ["sample_id", "caption"]).to_pylist()
 
 
-def vllm_label_processor(config: VLLMClassifierConfig) -> Processor:
+def vllm_label_processor(config: VLLMClassifierConfig, task_resources: dict[str, float] | None = None) -> Processor:
     """Pending captions stream to the engine in chunks of ``chunk_rows`` read on Ray workers
     (never all in one driver block); results come back ``staging_rows`` at a time."""
 
@@ -92,6 +92,7 @@ def vllm_label_processor(config: VLLMClassifierConfig) -> Processor:
         rows = ray.data.from_items(chunks).flat_map(
             functools.partial(_read_captions, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
+            **({"resources": dict(task_resources)} if task_resources else {}),
         )
         out = label_dataset_vllm(rows, config)
         for batch in out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
@@ -126,16 +127,26 @@ def compute_labels(
     storage_options: dict | None = None,
     progress=None,
     run_id: str | None = None,
+    task_resources: dict[str, float] | None = None,
 ) -> StageStats:
+    """``task_resources``: custom Ray resources the stage's CPU tasks ask for (the chunk tasks,
+    or the vLLM path's table reads; the engine follows its own ``worker_env.node_resource``)."""
     config = parse_classifier_config(config)
     stage = label_stage(config)
     if isinstance(config, VLLMClassifierConfig):
-        processor = vllm_label_processor(config)
+        processor = vllm_label_processor(config, task_resources)
     elif isinstance(config, FusedClassifierConfig):
         processor = fused_label_processor(config)
     else:
         fn = functools.partial(label_rows, config.model_dump_json())
-        processor = make_processor(fn, columns=["caption"], with_images=False, executor=executor, chunk_rows=chunk_rows)
+        processor = make_processor(
+            fn,
+            columns=["caption"],
+            with_images=False,
+            executor=executor,
+            chunk_rows=chunk_rows,
+            task_resources=task_resources,
+        )
     stats = run_column_stage(
         table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="label_error"
     )

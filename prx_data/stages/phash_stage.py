@@ -37,8 +37,10 @@ def compute_phashes(
     storage_options: dict | None = None,
     progress=None,
     run_id: str | None = None,
+    task_resources: dict[str, float] | None = None,
 ) -> StageStats:
-    processor = make_processor(hash_rows, executor=executor, chunk_rows=chunk_rows)
+    """``task_resources``: custom Ray resources each hashing task asks for (PRX_RAY_TASK_RESOURCES)."""
+    processor = make_processor(hash_rows, executor=executor, chunk_rows=chunk_rows, task_resources=task_resources)
     return run_column_stage(
         table_uri, PHASH_STAGE, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="phash_error"
     )

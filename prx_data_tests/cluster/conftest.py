@@ -20,7 +20,8 @@ def shared_ray_head():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Cluster:
-    """A head with no CPUs plus two isolated one-CPU worker nodes; a driver connected to it."""
+    """A head with one CPU and no custom resource, plus two isolated one-CPU worker nodes that
+    offer ``ISOLATED``; a driver connected to it."""
     import ray
 
     if ray.is_initialized():

@@ -1,13 +1,15 @@
 """A Ray cluster of isolated nodes on one machine: what a KubeRay cluster looks like to a task.
 
-A head that offers no CPUs (so no task runs beside the driver) and worker nodes, each started
-inside its own mount namespace with an empty private ``/tmp``
+A head (the driver's machine: it offers CPUs but not the custom resource ``ISOLATED``) and
+worker nodes, each started inside its own mount namespace with an empty private ``/tmp``
 (``unshare --mount --propagation private`` + ``mount -t tmpfs``; needs root on Linux, which CI
 has). A worker node sees the repository and the shared folders it is told about, but neither
 the driver's temp folders (pytest's ``tmp_path`` is under ``/tmp``) nor the other nodes':
 a task that opens a path only the driver can see fails, as it would on a second machine.
-Every node offers the custom resource ``ISOLATED``, so a task can also be pinned to them
-explicitly (``export_source(task_resources=...)``).
+Every worker node offers the custom resource ``ISOLATED`` and the head does not, so work lands
+on the isolated nodes only when it asks for the resource: PRX_RAY_TASK_RESOURCES
+(``TASK_RESOURCES_VAR``) for the pipeline, as a KubeRay worker group's custom resource would.
+``Cluster.head_task_names`` tells which Ray tasks ran on the head (from its workers' logs).
 
 Ray's ports: the GCS, the client server and every agent port are free loopback ports picked
 here (nothing collides with another Ray on the machine); the nodes are stopped by their process
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -35,6 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 ISOLATED = "prx_isolated"
 # What the test asks of its tasks (and of nothing else): any positive share of the resource.
 TASK_RESOURCES = {ISOLATED: 0.01}
+TASK_RESOURCES_VAR = {"PRX_RAY_TASK_RESOURCES": json.dumps(TASK_RESOURCES)}
+# Ray's worker processes write this marker and the task's name to their log when a task starts.
+_TASK_MARKER = re.compile(r":task_name:([A-Za-z0-9_.]+)")
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 
 
@@ -64,8 +70,12 @@ def _ray_bin() -> str:
 
 
 NODE_PORT_FLAGS = (
-    "--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-    "--runtime-env-agent-port", "--metrics-export-port",
+    "--node-manager-port",
+    "--object-manager-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+    "--metrics-export-port",
 )
 
 
@@ -95,6 +105,14 @@ class Cluster:
 
     def log_tail(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
+
+    def head_task_names(self) -> set[str]:
+        """The names of the Ray tasks that ran on the head (its worker processes' logs live in
+        the head's session folder, on the driver's disk; the worker nodes' are out of sight)."""
+        names: set[str] = set()
+        for log in Path(self.temp).glob("session_*/logs/worker-*"):
+            names.update(_TASK_MARKER.findall(log.read_text(errors="replace")))
+        return names
 
     def kill_worker(self, k: int) -> None:
         """A lost node: its whole process tree (raylet, workers) killed at once."""
@@ -166,11 +184,12 @@ def start_cluster(
     n_workers: int = 2,
     cpus_per_worker: int = 1,
     *,
+    head_cpus: int = 1,
     env: dict[str, str] | None = None,
     log_dir: str | None = None,
     timeout_s: float = 120.0,
 ) -> Cluster:
-    """Start a head (0 CPUs) and ``n_workers`` isolated worker nodes (``connect_and_wait`` then
+    """Start a head (``head_cpus``, no ``ISOLATED``) and ``n_workers`` isolated worker nodes (``connect_and_wait`` then
     joins them as the driver and waits until every node is up).
 
     ``env``: extra variables for every node's processes (the tasks inherit them), e.g. the
@@ -184,8 +203,16 @@ def start_cluster(
     node_env = {**os.environ, **RAY_ENV, **(env or {})}
     head_log = logs / "head.log"
     head_cmd = [
-        ray, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=0",
-        "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}",
+        ray,
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        f"--num-cpus={head_cpus}",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp}",
         *_node_ports("--ray-client-server-port"),
     ]
     with open(head_log, "wb") as out:
@@ -195,8 +222,14 @@ def start_cluster(
         _wait_for(lambda: b"Ray runtime started" in head_log.read_bytes(), "the head", cluster, timeout_s)
         for k in range(n_workers):
             start = [
-                ray, "start", f"--address={cluster.address}", "--block", "--node-ip-address=127.0.0.1",
-                f"--num-cpus={cpus_per_worker}", f"--resources={json.dumps({ISOLATED: 1})}", "--disable-usage-stats",
+                ray,
+                "start",
+                f"--address={cluster.address}",
+                "--block",
+                "--node-ip-address=127.0.0.1",
+                f"--num-cpus={cpus_per_worker}",
+                f"--resources={json.dumps({ISOLATED: 1})}",
+                "--disable-usage-stats",
                 *_node_ports(),
             ]
             # The node's own empty /tmp: Ray's session folder, the workers' temp files and
@@ -206,7 +239,10 @@ def start_cluster(
             with open(log, "wb") as out:
                 proc = subprocess.Popen(
                     ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=node_env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=node_env,
                 )
             cluster.workers.append(proc)
             cluster.logs.append(log)

@@ -18,8 +18,19 @@ from prx_data.core.storage import glob_files, locate, read_bytes
 # The source's table columns that must match: everything the stages derive from the bytes and
 # the spec (timestamps and run ids differ between any two runs).
 ROW_COLUMNS = (
-    "sample_id", "source_key", "status", "error", "image_sha256", "width", "height", "source_caption",
-    "caption", "phash", "label", "license", "source_url",
+    "sample_id",
+    "source_key",
+    "status",
+    "error",
+    "image_sha256",
+    "width",
+    "height",
+    "source_caption",
+    "caption",
+    "phash",
+    "label",
+    "license",
+    "source_url",
 )
 
 
@@ -41,12 +52,8 @@ def run_chain(
     executor: str,
     workers: int,
     write_workers: int,
-    task_resources: dict | None = None,
 ) -> None:
-    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.curation.optout.requests import ingest_matcher
-    from prx_data.export.corpus_index import merge_all
-    from prx_data.imaging.buckets import BucketConfig
     from prx_data.ingest.ingest import ingest_source
     from prx_data.stages.caption_stage import compute_captions
     from prx_data.stages.export_stage import export_source
@@ -60,9 +67,57 @@ def run_chain(
     compute_captions(uri, {"backend": "source"}, executor=executor, storage_options=options)
     compute_labels(uri, {"backend": "minilm"}, executor=executor, storage_options=options)
     export_source(
-        uri, name, mds_root=paths.mds_root, exports_uri=paths.exports_table(name), executor=executor,
-        storage_options=options, write_workers=write_workers, task_resources=task_resources,
+        uri,
+        name,
+        mds_root=paths.mds_root,
+        exports_uri=paths.exports_table(name),
+        executor=executor,
+        storage_options=options,
+        write_workers=write_workers,
     )
+    _corpus_steps(name, paths, options)
+
+
+def run_source_job(source, spec_dir: str, paths: StoragePaths, env: dict[str, str], *, optout_dir: str, write_workers: int) -> None:
+    """The per-source chain through Dagster's own job (``source_pipeline``) as a deployment runs
+    it: settings from ``env`` (PRX_* and the S3 variables; the caller sets them in os.environ),
+    resources built by ``defs/``, then the corpus steps as plain calls (they submit no Ray task).
+    ``spec_dir`` gets the source's YAML, as PRX_SOURCES_DIR."""
+    import dagster as dg
+    import yaml
+
+    from prx_data.core.settings import get_settings
+    from prx_data.defs.build import build_defs
+    from prx_data.defs.partitions import sources_partitions
+
+    name = source.spec.name
+    with open(os.path.join(spec_dir, f"{name}.yaml"), "w") as handle:
+        yaml.safe_dump(source.spec.model_dump(mode="json", exclude_defaults=True), handle)
+    get_settings.cache_clear()
+    try:
+        settings = get_settings()
+        assert settings.lance_root == paths.lance_root and settings.optout_dir == optout_dir, "the caller set the environment"
+        job = build_defs().resolve_job_def("source_pipeline")
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions(sources_partitions.name, [name])
+            result = job.execute_in_process(
+                instance=instance,
+                partition_key=name,
+                raise_on_error=False,
+                run_config={"ops": {"mds_shards": {"config": {"write_workers": write_workers}}}},
+            )
+            failures = [e.message for e in result.all_events if e.is_failure]
+            assert result.success, failures
+    finally:
+        get_settings.cache_clear()
+    _corpus_steps(name, paths, settings.storage_options or None)
+
+
+def _corpus_steps(name: str, paths: StoragePaths, options: dict | None) -> None:
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
+    from prx_data.export.corpus_index import merge_all
+    from prx_data.imaging.buckets import BucketConfig
+
     merge_all(paths.mds_root, options, gc_min_age_s=0)
     _, skips = compute_skips(paths, {name: 0}, bucket_cfg=BucketConfig(), options=options)
     write_skip_lists(paths.mds_root, skips, options, paths=paths)
@@ -102,5 +157,7 @@ def outcome(source: str, paths: StoragePaths, options: dict | None) -> Outcome:
                 with open(os.path.join(local, rel)) as handle:
                     merged[rel.rsplit("/", 1)[0]] = sum(s["samples"] for s in json.load(handle)["shards"])
     _, skips = compute_skips(paths, {source: 0}, bucket_cfg=BucketConfig(), options=options)
-    pairs = {(r["sample_id"], r["reason"]) for r in skips.select(["sample_id", "reason"]).to_pylist()} if isinstance(skips, pa.Table) else set()
+    pairs = (
+        {(r["sample_id"], r["reason"]) for r in skips.select(["sample_id", "reason"]).to_pylist()} if isinstance(skips, pa.Table) else set()
+    )
     return Outcome(rows=rows, exported=exported, placements=placements, skips=pairs, merged=merged)

@@ -18,3 +18,15 @@ def test_resources_reach_the_options_and_bad_ones_are_refused() -> None:
         parse_task_resources('["pool"]')
     with pytest.raises(ValueError):
         parse_task_resources("{pool: 1")  # not JSON
+
+
+def test_the_setting_reaches_the_dagster_resource_and_bad_values_are_refused_by_name() -> None:
+    from prx_data.core.settings import load_settings
+    from prx_data.defs.resources import build_resources
+
+    env = {"PRX_DATA_ROOT": "/nonexistent/prx", "PRX_RAY_TASK_RESOURCES": '{"cpu_pool": 0.01}'}
+    assert build_resources(load_settings(env))["ray_tasks"].resources == {"cpu_pool": 0.01}
+    assert build_resources(load_settings({"PRX_DATA_ROOT": "/nonexistent/prx"}))["ray_tasks"].resources is None
+    for bad in ('{"cpu_pool": 0}', '["cpu_pool"]', '{"cpu_pool": "x"}'):
+        with pytest.raises(ValueError, match="PRX_RAY_TASK_RESOURCES"):
+            load_settings({**env, "PRX_RAY_TASK_RESOURCES": bad})

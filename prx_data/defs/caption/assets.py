@@ -12,7 +12,7 @@ from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, captions_pool, labels_pool
 from prx_data.defs.progress import ProgressLogger
-from prx_data.defs.resources import StorageResource
+from prx_data.defs.resources import RayTasksResource, StorageResource
 from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.stages.caption_stage import caption_word_counts, compute_captions
 from prx_data.stages.executors import Executor
@@ -42,6 +42,7 @@ def captions(
     storage: StorageResource,
     captioner: CaptionerResource,
     ray: RayResource,
+    ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
     uri = storage.paths.raw_table(context.partition_key)
     backend = captioner.config()
@@ -62,6 +63,7 @@ def captions(
             storage_options=storage.options,
             progress=ProgressLogger(context.log, "captioned"),
             run_id=context.run_id,
+            task_resources=ray_tasks.resources,
         )
     words = caption_word_counts(uri, storage.options)
     return dg.MaterializeResult(
@@ -86,6 +88,7 @@ def caption_labels(
     storage: StorageResource,
     classifier: ClassifierResource,
     ray: RayResource,
+    ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
     uri = storage.paths.raw_table(context.partition_key)
     backend = classifier.config()
@@ -98,6 +101,7 @@ def caption_labels(
             storage_options=storage.options,
             progress=ProgressLogger(context.log, "labelled"),
             run_id=context.run_id,
+            task_resources=ray_tasks.resources,
         )
     return dg.MaterializeResult(
         metadata={

@@ -13,7 +13,7 @@ from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import TRANSIENT_RETRY
 from prx_data.defs.progress import ProgressLogger
-from prx_data.defs.resources import SourceRegistryResource, StorageResource
+from prx_data.defs.resources import RayTasksResource, SourceRegistryResource, StorageResource
 from prx_data.export.corpus_index import merge_all
 from prx_data.stages.executors import Executor
 from prx_data.stages.export_stage import export_source
@@ -50,6 +50,7 @@ def mds_shards(
     storage: StorageResource,
     export: ExportResource,
     ray: RayResource,
+    ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
     source = context.partition_key
     stats = export_source(
@@ -62,6 +63,7 @@ def mds_shards(
         executor=config.executor,
         chunk_rows=config.chunk_rows,
         write_workers=config.write_workers,
+        task_resources=ray_tasks.resources,
         run_id=context.run_id,
         require_caption=export.require_caption,
         max_caption_chars=export.max_caption_chars,

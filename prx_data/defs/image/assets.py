@@ -8,7 +8,7 @@ from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.progress import ProgressLogger
-from prx_data.defs.resources import StorageResource
+from prx_data.defs.resources import RayTasksResource, StorageResource
 from prx_data.imaging.phash import PHASH_VERSION
 from prx_data.stages.executors import Executor
 from prx_data.stages.phash_stage import compute_phashes
@@ -32,7 +32,9 @@ class PhashConfig(dg.Config):
     description="Adds phash, phash_version, phash_error to the source's table; rows already hashed with the current version are skipped.",
 )
 @fail_fast
-def phashes(context: dg.AssetExecutionContext, config: PhashConfig, storage: StorageResource, ray: RayResource) -> dg.MaterializeResult:
+def phashes(
+    context: dg.AssetExecutionContext, config: PhashConfig, storage: StorageResource, ray: RayResource, ray_tasks: RayTasksResource
+) -> dg.MaterializeResult:
     uri = storage.paths.raw_table(context.partition_key)
     stats = compute_phashes(
         uri,
@@ -41,6 +43,7 @@ def phashes(context: dg.AssetExecutionContext, config: PhashConfig, storage: Sto
         storage_options=storage.options,
         progress=ProgressLogger(context.log, "hashed"),
         run_id=context.run_id,
+        task_resources=ray_tasks.resources,
     )
     return dg.MaterializeResult(
         metadata={

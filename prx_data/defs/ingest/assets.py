@@ -8,7 +8,7 @@ from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
-from prx_data.defs.resources import SourceRegistryResource, StorageResource
+from prx_data.defs.resources import RayTasksResource, SourceRegistryResource, StorageResource
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.readers import SourceUnavailable
 
@@ -28,7 +28,9 @@ INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typ
     description="The source's items in the common schema: one row per item, with a status.",
 )
 @fail_fast
-def raw_samples(context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource) -> dg.MaterializeResult:
+def raw_samples(
+    context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, ray_tasks: RayTasksResource
+) -> dg.MaterializeResult:
     reg = registry.load()
     try:
         source = reg.get(context.partition_key)
@@ -44,6 +46,7 @@ def raw_samples(context: dg.AssetExecutionContext, storage: StorageResource, reg
             storage_options=storage.options,
             optout=ingest_matcher(registry.optout_dir),
             run_id=context.run_id,
+            task_resources=ray_tasks.resources,
         )
     except SourceUnavailable as exc:
         # fail_fast decides from the cause: a missing table fails once, a network error retries.
