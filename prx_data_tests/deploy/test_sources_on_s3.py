@@ -36,13 +36,14 @@ def ray_two_cpus():
     """One Ray for the module's `workers: 2` runs (ingest reuses a Ray the process has)."""
     import ray
 
-    from prx_data.core.quiet import quiet_ray_env
-    import os
+    from prx_data.core.ray_auth import in_process_ray_auth
 
-    os.environ.update({k: v for k, v in quiet_ray_env().items() if k not in os.environ})
-    ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with in_process_ray_auth():
+        ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, configure_logging=False, log_to_driver=False)
+        try:
+            yield
+        finally:
+            ray.shutdown()
 
 
 # Trees: writer(folder, version, ctx) fills ``folder`` with version 0 or 1 of a source ---------
