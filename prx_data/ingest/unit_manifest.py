@@ -124,7 +124,10 @@ class ChangePlan:
 
     def lance_signature(self, location: str) -> str | None:
         try:
-            return f"lance-version:{lance.dataset(location, storage_options=self.source_options or None).version}"
+            ds = lance.dataset(location, storage_options=self.source_options or None)
+            # The version alone repeats when a table is deleted and written again: add its time.
+            latest = max(ds.versions(), key=lambda v: v["version"])
+            return f"lance-version:{ds.version}:{latest['timestamp']}"
         except (OSError, ValueError):
             return None  # the reader reports it
 
