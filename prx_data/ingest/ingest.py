@@ -38,7 +38,7 @@ from prx_data.core.locking import locks_table
 from prx_data.core.paths import unit_manifest_uri
 from prx_data.core.schema import PHASH_COLUMNS, raw_schema
 from prx_data.core.urls import key_uri_for_table, load_url_key
-from prx_data.ingest.changes import REPLACED_SCHEMA, UnitJob, UnitResult
+from prx_data.ingest.changes import REPLACED_SCHEMA, SEEN_SCHEMA, UnitJob, UnitResult
 from prx_data.ingest.object_source import source_storage_options as source_storage_options_of
 from prx_data.ingest.parallel import run_units
 from prx_data.ingest.readers import SourceUnavailable
@@ -296,7 +296,7 @@ def _run(
             firsts[result.unit] = result.seen
         result.seen = None
         keep(result, 0)
-    for table in kept_seen(manifest_uri, job.storage_options, kept):
+    for table in kept_seen(manifest_uri, job.storage_options, kept, SEEN_SCHEMA):
         # A kept object's rows count as seen: not removed, and its keys still win or lose.
         seen.add(table)
         stats.seen += table.num_rows

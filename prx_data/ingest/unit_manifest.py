@@ -150,10 +150,9 @@ def load_plan(
     return ChangePlan(source, fingerprint, previous, source_options)
 
 
-def kept_seen(manifest_uri: str, options: dict | None, kept: dict[str, int]) -> Iterable[pa.Table]:
-    """(sample_id, unit, pos) of the kept objects' rows, as their last read found them."""
-    from prx_data.ingest.changes import SEEN_SCHEMA
-
+def kept_seen(manifest_uri: str, options: dict | None, kept: dict[str, int], seen_schema: pa.Schema) -> Iterable[pa.Table]:
+    """(sample_id, unit, pos) of the kept objects' rows, as their last read found them, in
+    ``seen_schema`` (changes.SEEN_SCHEMA: passed in, as changes imports this module's users)."""
     ds = open_table(manifest_uri, options)
     if ds is None or not kept:
         return
@@ -166,7 +165,7 @@ def kept_seen(manifest_uri: str, options: dict | None, kept: dict[str, int]) -> 
         bases = [kept[o] for o in batch.column("object").to_pylist()]
         units = pa.array([b + (p if b != KEPT_FOLDER_UNIT else 0) for b, n, ps in zip(bases, lengths, batch.column("pieces").to_pylist()) for p in ps], pa.int64())
         yield pa.table(
-            [pc.list_flatten(batch.column("ids")), units, pc.list_flatten(batch.column("positions"))], schema=SEEN_SCHEMA
+            [pc.list_flatten(batch.column("ids")), units, pc.list_flatten(batch.column("positions"))], schema=seen_schema
         )
 
 
