@@ -13,6 +13,12 @@ def join(root: str, *parts: str) -> str:
     return posixpath.join(root.rstrip("/"), *parts)
 
 
+def unit_manifest_uri(table_uri: str) -> str:
+    """``.../sources/<source>.lance`` -> ``.../sources/<source>.units.lance``: which input
+    objects the table holds, by signature (``prx_data.ingest.unit_manifest``)."""
+    return f"{table_uri.rstrip('/').removesuffix('.lance')}.units.lance"
+
+
 def superseded_uri(exports_uri: str) -> str:
     """``.../exports/<source>.lance`` -> ``.../exports/<source>.superseded.lance``."""
     return f"{exports_uri.rstrip('/').removesuffix('.lance')}.superseded.lance"
@@ -30,6 +36,10 @@ class StoragePaths:
     # Lance tables -------------------------------------------------------------------------
     def raw_table(self, source: str) -> str:
         return join(self.lance_root, "sources", f"{source}.lance")
+
+    def unit_manifest(self, source: str) -> str:
+        """Beside the source's table: the signature of every input object it was read from."""
+        return unit_manifest_uri(self.raw_table(source))
 
     def exports_table(self, source: str) -> str:
         """Where each sample of a source landed in MDS, or why it was dropped."""

@@ -35,9 +35,10 @@ import pyarrow.compute as pc
 from prx_data.compat.lance_rows import delete_in_fragment
 from prx_data.core.lance_io import ensure_columns, open_table, storage_options_of
 from prx_data.core.locking import locks_table
+from prx_data.core.paths import unit_manifest_uri
 from prx_data.core.schema import PHASH_COLUMNS, raw_schema
 from prx_data.core.urls import key_uri_for_table, load_url_key
-from prx_data.ingest.changes import REPLACED_SCHEMA, UnitJob, UnitResult
+from prx_data.ingest.changes import REPLACED_SCHEMA, SEEN_SCHEMA, UnitJob, UnitResult
 from prx_data.ingest.object_source import source_storage_options as source_storage_options_of
 from prx_data.ingest.parallel import run_units
 from prx_data.ingest.readers import SourceUnavailable
@@ -49,7 +50,8 @@ from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import t
     metadata_schema,
 )
 from prx_data.ingest.seen import SeenIds
-from prx_data.ingest.units import list_units
+from prx_data.ingest.unit_manifest import PIECES, ChangePlan, Kept, ManifestRows, kept_seen, load_plan, run_fingerprint
+from prx_data.ingest.units import Unit, list_units
 
 
 class EmptySource(SourceUnavailable):
@@ -150,13 +152,16 @@ def ingest_source(
     spill_rows: int | None = None,
     source_storage_options: dict | None = None,
     task_resources: dict[str, float] | None = None,
+    reread_unchanged: bool = False,
 ) -> IngestStats:
     """``run_id`` (e.g. Dagster's ``context.run_id``) goes to ``ingest_run_id`` on every row this
     run writes, so lineage names the run that made each row. ``workers`` overrides the spec's
     ``workers`` (input units read at once; 1 reads them in this process, more as Ray tasks).
     An object-store source is reached with its spec's ``storage`` profile, else with
     ``source_storage_options``, else with ``storage_options`` (the roots' settings).
-    ``task_resources``: custom Ray resources each unit task asks for (PRX_RAY_TASK_RESOURCES)."""
+    ``task_resources``: custom Ray resources each unit task asks for (PRX_RAY_TASK_RESOURCES).
+    Objects whose signature matches the unit manifest (``unit_manifest.py``) are not opened;
+    ``reread_unchanged`` (or the spec's) opens every object, and rewrites the manifest."""
     started = time.perf_counter()
     stats = IngestStats(source=source.name)
     spec = source.spec
@@ -194,10 +199,17 @@ def ingest_source(
         source_options=source_options,
         url_hash_key=load_url_key(key_uri_for_table(uri), options, create=True),
     )
+    manifest_uri = unit_manifest_uri(uri)
+    fingerprint = run_fingerprint(source, optout)
+    plan = load_plan(manifest_uri, options, source, source_options, fingerprint) if fingerprint else None
+    if plan is not None and (ds is None or reread_unchanged or spec.reread_unchanged):
+        # No table to keep rows in, or told to distrust signatures: open every object.
+        plan = ChangePlan(source, plan.fingerprint, {}, source_options)
     seen = SeenIds(**({"spill_rows": spill_rows} if spill_rows else {}))
     spill = _Spill(metadata_schema(schema))
+    recorded = ManifestRows(fingerprint) if fingerprint else None
     try:
-        results = _run(job, source, workers, seen, spill, task_resources)
+        results, kept, involved = _run(job, source, workers, seen, spill, plan, recorded, manifest_uri, stats, task_resources)
         for result in results.values():
             stats.absorb(result.stats)
         if stats.seen == 0 and existing_rows and not spec.allow_empty:
@@ -224,9 +236,14 @@ def ingest_source(
             superseded = {(unit, 0) for unit, r in results.items() if r.attempt > 0}
             ds.merge_insert("sample_id").when_matched_update_all().execute(spill.reader(superseded))
             ds = lance.dataset(uri, storage_options=options)
+        if recorded is not None:
+            # Only now: a run killed before this point leaves its objects unrecorded (read again).
+            recorded.commit(manifest_uri, options, kept, involved, ds.version, run_id)
     finally:
         spill.close()
         seen.close()
+        if recorded is not None:
+            recorded.close()
     wrote = ds.version != job.version
     ds = _compact_if_fragmented(ds, rows_per_fragment)
     ds = _index_ids(ds, refresh=wrote)
@@ -238,11 +255,34 @@ def ingest_source(
 
 
 def _run(
-    job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, spill: _Spill, task_resources: dict[str, float] | None
-) -> dict[int, UnitResult]:
-    """Every unit's result; a unit holding a key that an earlier unit holds is redone with that
-    position skipped (rare: duplicated keys across files), so the first occurrence wins."""
+    job: UnitJob,
+    source: RegisteredSource,
+    workers: int,
+    seen: SeenIds,
+    spill: _Spill,
+    plan: ChangePlan | None,
+    recorded: ManifestRows | None,
+    manifest_uri: str,
+    stats: IngestStats,
+    task_resources: dict[str, float] | None,
+) -> tuple[dict[int, UnitResult], dict[str, int], set[str]]:
+    """Every unit's result, the kept objects (object -> unit index) and the objects a
+    duplicated key involved (left out of the manifest: read again next run).
+
+    A unit holding a key that an earlier unit holds is redone with that position skipped (rare:
+    duplicated keys across files), so the first occurrence wins; a kept object involved is then
+    read too."""
     results: dict[int, UnitResult] = {}
+    kept: dict[str, int] = {}
+    units: dict[int, Unit] = {}
+
+    def opened(listing):
+        for item in listing:
+            if isinstance(item, Kept):
+                kept[item.object] = item.index
+                continue
+            units[item.index] = item
+            yield item, frozenset()
 
     def keep(result: UnitResult, attempt: int) -> None:
         result.attempt = attempt
@@ -251,23 +291,43 @@ def _run(
             spill.add(result.metadata, result.unit, attempt)
         result.metadata = None
 
-    for result in run_units(
-        job, ((unit, frozenset()) for unit in list_units(source, storage_options=job.source_options)), workers, task_resources
-    ):
+    firsts: dict[int, pa.Table] = {}
+    for result in run_units(job, opened(list_units(source, storage_options=job.source_options, plan=plan)), workers, task_resources):
         seen.add(result.seen)
+        if recorded is not None:
+            firsts[result.unit] = result.seen
         result.seen = None
         keep(result, 0)
+    for table in kept_seen(manifest_uri, job.storage_options, kept, SEEN_SCHEMA):
+        # A kept object's rows count as seen: not removed, and its keys still win or lose.
+        seen.add(table)
+        stats.seen += table.num_rows
+        stats.unchanged += table.num_rows
+    stats.objects_unchanged = len(kept)
     duplicates = seen.duplicates()
+    involved: set[str] = set()
     if duplicates:
+        by_index = {index: obj for obj, index in kept.items()}
+        for index in duplicates:
+            unit = units.get(index)
+            if unit is not None:
+                involved.update(o for o, _ in unit.objects)
+            elif index - index % PIECES in by_index:
+                involved.add(by_index[index - index % PIECES])
+        relist = plan.with_forced(involved) if plan is not None else None
         redo = (
             (unit, frozenset(duplicates[unit.index]))
-            for unit in list_units(source, storage_options=job.source_options)
-            if unit.index in duplicates
+            for unit in list_units(source, storage_options=job.source_options, plan=relist)
+            if isinstance(unit, Unit) and unit.index in duplicates
         )
         for result in run_units(job, redo, workers, task_resources):
             result.seen = None
             keep(result, 1)
-    return results
+    if recorded is not None:
+        for index, first in firsts.items():
+            unit, result = units[index], results[index]
+            recorded.add_unit(unit, first, dict(result.stats.rows_by_status), result.stats.file_errors)
+    return results, kept, involved
 
 
 def _commit(

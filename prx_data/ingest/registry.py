@@ -190,6 +190,12 @@ class SourceSpec(BaseModel):
         "at once at ingest. 1 reads them one after another in the run's process; more runs them "
         "as Ray tasks on the run's Ray, one CPU each.",
     )
+    reread_unchanged: bool = Field(
+        False,
+        description="Open every input object on every run, even those whose signature (ETag and "
+        "size on S3, size and mtime on disk) matches the last run's: for stores whose mtimes "
+        "cannot be trusted. Default: only added and edited objects are read.",
+    )
     enabled: bool = True
     description: str | None = None
     checks: CheckThresholds = Field(default_factory=CheckThresholds)
@@ -250,8 +256,8 @@ class RegisteredSource:
     @property
     def fingerprint(self) -> str:
         """Changes whenever the spec's meaning changes; drives re-runs from the sensor."""
-        # Check thresholds change what is judged, and workers how fast: no re-run for them.
-        payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks", "workers"}), sort_keys=True)
+        # Check thresholds change what is judged, workers and reread_unchanged how: no re-run for them.
+        payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks", "workers", "reread_unchanged"}), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     @property

@@ -53,6 +53,7 @@ class IngestStats:
     warnings: list[str] = field(default_factory=list)
     units: int = 0
     workers: int = 1
+    objects_unchanged: int = 0  # input objects not opened: same signature as when last read
 
     def absorb(self, part: IngestStats) -> None:
         """Add one unit's counts to the run's."""
@@ -85,6 +86,7 @@ class IngestStats:
             "fragments": self.fragments,
             "lance_version": self.version,
             "input_units": self.units,
+            "objects_unchanged": self.objects_unchanged,
             "workers": self.workers,
             "seconds": round(self.seconds, 3),
         }

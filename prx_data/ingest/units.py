@@ -25,6 +25,7 @@ from prx_data.ingest import readers
 from prx_data.ingest.contained import AnyRoot, open_contained
 from prx_data.ingest.items import RawItem
 from prx_data.ingest.registry import RegisteredSource
+from prx_data.ingest.unit_manifest import KEPT_FOLDER_UNIT, PIECES, ChangePlan, Kept
 
 FOLDER_BATCH = 512
 PARQUET_UNIT_ROWS = 8192
@@ -43,6 +44,9 @@ class Unit:
     first_row: int = 0  # Parquet: rows before the first row group; JSONL: lines before the range
     byte_range: tuple[int, int] | None = None  # JSONL: the piece of the file, [start, end)
     label: str = field(default="", compare=False)
+    # (object, signature) it reads, for the unit manifest: one per entry of an image-folder batch
+    # (aligned with ``entries``), the file otherwise; signature None when it could not be taken.
+    objects: tuple[tuple[str, str | None], ...] = field(default=(), compare=False)
 
 
 # Roots made in this process, by source: a worker reading many units of one object-store source
@@ -80,9 +84,12 @@ def list_units(
     parquet_rows: int | None = None,
     storage_options: dict | None = None,
     jsonl_lines: int | None = None,
-) -> Iterator[Unit]:
+    plan: ChangePlan | None = None,
+) -> Iterator[Unit | Kept]:
     """The source's units in reading order; raises SourceUnavailable as the readers do.
-    ``storage_options`` reach an object-store location (see ``object_source``)."""
+    ``storage_options`` reach an object-store location (see ``object_source``). With a ``plan``,
+    an object whose signature is unchanged is yielded as ``Kept`` and never opened (a JSONL
+    file is not scanned for line runs, a Parquet footer is not read)."""
     folder_batch = folder_batch or FOLDER_BATCH
     parquet_rows = parquet_rows or PARQUET_UNIT_ROWS
     jsonl_lines = jsonl_lines or JSONL_UNIT_LINES
@@ -92,37 +99,57 @@ def list_units(
         ctx = readers.image_folder_context(source.spec, location, _root(source, storage_options), storage_options)
         batch: list[tuple[str, str | None]] = []
         index = 0
+        objects: list[tuple[str, str | None]] = []
         for path, unlistable in readers.walk_image_folder(ctx):
+            if plan is not None:
+                sig = None if unlistable else plan.folder_signature(path)
+                if plan.unchanged(str(path), sig):
+                    yield Kept(KEPT_FOLDER_UNIT, str(path))
+                    continue
+                objects.append((str(path), sig))
             batch.append((str(path), unlistable))
             if len(batch) >= folder_batch:
-                yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..")
-                index, batch = index + 1, []
+                yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(objects))
+                index, batch, objects = index + 1, [], []
         if batch:
-            yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..")
+            yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(objects))
         return
     if shape == "lance":
-        yield Unit(0, shape, file=str(location), label=str(location))
+        objects = ()
+        if plan is not None:
+            sig = plan.lance_signature(str(location))
+            if plan.unchanged(str(location), sig):
+                yield Kept(0, str(location))
+                return
+            objects = ((str(location), sig),)
+        yield Unit(0, shape, file=str(location), label=str(location), objects=objects)
         return
     suffixes = {"parquet": (".parquet",), "jsonl": (".jsonl", ".json"), "webdataset": (".tar",)}[shape]
     root = _root(source, storage_options)
     files = readers._files(location, suffixes, root)
     parquet_ctx = _context(source, storage_options) if shape == "parquet" else None
-    index = 0
-    for file in files:
+    for ordinal, file in enumerate(files):
+        index = ordinal * PIECES
+        objects: tuple[tuple[str, str | None], ...] = ()
+        if plan is not None:
+            sig = plan.signature(file)
+            if plan.unchanged(str(file), sig):
+                yield Kept(index, str(file))
+                continue
+            objects = ((str(file), sig),)
         if shape == "jsonl":
             ranges = _line_runs(file, root, jsonl_lines)
             if ranges:
                 for start, end, before in ranges:
-                    yield Unit(index, shape, file=str(file), byte_range=(start, end), first_row=before, label=f"{file}:{before + 1}")
+                    yield Unit(index, shape, file=str(file), byte_range=(start, end), first_row=before, label=f"{file}:{before + 1}", objects=objects)
                     index += 1
                 continue
         pieces = _row_group_runs(parquet_ctx, file, parquet_rows) if parquet_ctx is not None else None
         if not pieces:
-            yield Unit(index, shape, file=str(file), label=str(file))
-            index += 1
+            yield Unit(index, shape, file=str(file), label=str(file), objects=objects)
             continue
         for groups, first_row in pieces:
-            yield Unit(index, shape, file=str(file), row_groups=groups, first_row=first_row, label=f"{file}#{groups[0]}")
+            yield Unit(index, shape, file=str(file), row_groups=groups, first_row=first_row, label=f"{file}#{groups[0]}", objects=objects)
             index += 1
 
 

@@ -316,3 +316,76 @@ def test_globs_match_the_same_objects_as_files(pattern, tmp_path: Path, s3_serve
     uri = f"s3://{s3_bucket}/{PREFIX}/{pattern}"
     remote = [str(p).removeprefix(f"{s3_bucket}/{PREFIX}/") for p in _files(uri, (".tar",), make_root(spec, uri, None, s3_server.options()))]
     assert remote == local and local
+
+
+# Change detection by object signature -------------------------------------------------------------
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_rerun_opens_only_added_and_edited_objects(where, tmp_path: Path, s3_server, s3_bucket, ray_two_cpus, monkeypatch):
+    """Signatures (ETag on S3, size+mtime on disk) decide which objects a re-run opens; kept
+    objects' rows stay, edited ones are replaced, removed ones deleted, and a run killed between
+    the table commit and the manifest write loses nothing (its objects are read again)."""
+    from prx_data.ingest import unit_manifest
+
+    options, client = s3_server.options(), s3_server.client()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(6):
+        (tree / f"{i}.jpg").write_bytes(_jpeg(i))
+    (tree / "0.txt").write_text("caption zero")
+    prefix = f"rerun-{where}"
+    if where == "s3":
+        src = source("src", f"s3://{s3_bucket}/{prefix}", dict(shape="image_folder", location=""), tmp_path)
+        uri, opts, workers = f"s3://{s3_bucket}/lance/{prefix}.lance", options, 2
+    else:
+        src = source("src", str(tree), dict(shape="image_folder", location=""), tmp_path)
+        uri, opts, workers = str(tmp_path / "t.lance"), None, 1
+
+    def sync():
+        if where == "s3":
+            mirror(tree, client, s3_bucket, prefix)
+
+    def run(**kw):
+        return ingest_source(src, uri, workers=workers, storage_options=opts, **kw)
+
+    sync()
+    first = run()
+    assert (first.new, first.objects_unchanged) == (6, 0)
+
+    (tree / "6.jpg").write_bytes(_jpeg(6))  # added
+    sync()
+    added = run()
+    assert (added.objects_unchanged, added.units, added.new, added.unchanged, added.removed) == (6, 1, 1, 6, 0)
+    assert len(rows(uri, opts)) == 7
+
+    before = {r[1]: r[2] for r in rows(uri, opts)}
+    (tree / "1.jpg").write_bytes(_jpeg(101))  # edited: same key, new bytes
+    (tree / "0.txt").write_text("caption edited")  # a sidecar edit re-reads its image's entry
+    (tree / "2.jpg").unlink()  # removed
+    if where == "local":
+        import os
+
+        os.utime(tree / "0.txt", ns=(1, 2))  # a different mtime, whatever the clock's resolution
+    sync()
+    edited = run()
+    after = {r[1]: r for r in rows(uri, opts)}
+    assert edited.objects_unchanged == 4 and edited.updated == 1 and edited.metadata_updated == 1 and edited.removed == 1
+    assert "2.jpg" not in after and after["1.jpg"][2] != before["1.jpg"] and after["0.jpg"][4] == "caption edited"
+
+    # Killed after the table commit, before the manifest write: the added object is read again.
+    (tree / "7.jpg").write_bytes(_jpeg(7))
+    sync()
+    real_commit = unit_manifest.ManifestRows.commit
+
+    def killed(self, *a, **kw):
+        raise KeyboardInterrupt("killed before the manifest write")
+
+    monkeypatch.setattr(unit_manifest.ManifestRows, "commit", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    monkeypatch.setattr(unit_manifest.ManifestRows, "commit", real_commit)
+    again = run()
+    assert (again.objects_unchanged, again.units, again.unchanged, again.new) == (6, 1, 7, 0)
+    assert len(rows(uri, opts)) == 7 and {r[3] for r in rows(uri, opts)} == {"ok"}
+
+    forced = run(reread_unchanged=True)
+    assert (forced.objects_unchanged, forced.unchanged, forced.new) == (0, 7, 0)
