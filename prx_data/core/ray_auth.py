@@ -58,7 +58,7 @@ def head_env(token_path: str) -> dict[str, str]:
 def _refresh_loaded_ray() -> None:
     """Make an already imported Ray see the current environment (its own tests do the same)."""
     if "ray._raylet" in sys.modules:
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()

@@ -396,7 +396,7 @@ def object_signatures(uri: str, storage_options: Mapping[str, str] | None = None
         client = boto3.client("s3", **s3_credentials(storage_options).boto3_kwargs())
         bucket, _, key = loc.path.partition("/")
         found: dict[str, str] = {}
-        for prefix in ([key + "/", key] if key else [""]):
+        for prefix in [key + "/", key] if key else [""]:
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 for obj in page.get("Contents", ()):
                     if prefix == key and obj["Key"] != key:
@@ -406,7 +406,11 @@ def object_signatures(uri: str, storage_options: Mapping[str, str] | None = None
                 break
         return found
     info = loc.fs.get_file_info(loc.path)
-    infos = [info] if info.type == pafs.FileType.File else loc.fs.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True, recursive=True))
+    infos = (
+        [info]
+        if info.type == pafs.FileType.File
+        else loc.fs.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True, recursive=True))
+    )
     return {i.path: f"{i.size}:{i.mtime_ns}" for i in infos if i.type == pafs.FileType.File}
 
 

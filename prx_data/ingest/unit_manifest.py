@@ -44,9 +44,7 @@ PIECES = 1 << 20
 # Kept image-folder entries: their keys are relative paths, unique, so their order never matters.
 KEPT_FOLDER_UNIT = 1 << 62
 # Outcomes that depend on something other than the object's bytes: read again next run.
-RETRY_STATUSES = frozenset(
-    {Status.DOWNLOAD_FAILED.value, Status.UNREADABLE.value, Status.MISSING.value, Status.REFUSED_ADDRESS.value}
-)
+RETRY_STATUSES = frozenset({Status.DOWNLOAD_FAILED.value, Status.UNREADABLE.value, Status.MISSING.value, Status.REFUSED_ADDRESS.value})
 
 SCHEMA = pa.schema(
     [
@@ -79,9 +77,10 @@ def run_fingerprint(source: RegisteredSource, optout) -> str | None:
         return None
     requests = ""
     if optout is not None:
-        requests = getattr(optout, "fingerprint", None)
-        if requests is None:
+        fingerprint = getattr(optout, "fingerprint", None)
+        if fingerprint is None:
             return None
+        requests = fingerprint
     payload = f"{MANIFEST_CODE_VERSION}|{source.fingerprint}|{requests}"
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
@@ -163,10 +162,11 @@ def kept_seen(manifest_uri: str, options: dict | None, kept: dict[str, int], see
             continue
         lengths = pc.list_value_length(batch.column("ids")).to_pylist()
         bases = [kept[o] for o in batch.column("object").to_pylist()]
-        units = pa.array([b + (p if b != KEPT_FOLDER_UNIT else 0) for b, n, ps in zip(bases, lengths, batch.column("pieces").to_pylist()) for p in ps], pa.int64())
-        yield pa.table(
-            [pc.list_flatten(batch.column("ids")), units, pc.list_flatten(batch.column("positions"))], schema=seen_schema
+        units = pa.array(
+            [b + (p if b != KEPT_FOLDER_UNIT else 0) for b, n, ps in zip(bases, lengths, batch.column("pieces").to_pylist()) for p in ps],
+            pa.int64(),
         )
+        yield pa.table([pc.list_flatten(batch.column("ids")), units, pc.list_flatten(batch.column("positions"))], schema=seen_schema)
 
 
 class ManifestRows:

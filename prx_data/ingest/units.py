@@ -99,23 +99,23 @@ def list_units(
         ctx = readers.image_folder_context(source.spec, location, _root(source, storage_options), storage_options)
         batch: list[tuple[str, str | None]] = []
         index = 0
-        objects: list[tuple[str, str | None]] = []
+        listed: list[tuple[str, str | None]] = []
         for path, unlistable in readers.walk_image_folder(ctx):
             if plan is not None:
                 sig = None if unlistable else plan.folder_signature(path)
                 if plan.unchanged(str(path), sig):
                     yield Kept(KEPT_FOLDER_UNIT, str(path))
                     continue
-                objects.append((str(path), sig))
+                listed.append((str(path), sig))
             batch.append((str(path), unlistable))
             if len(batch) >= folder_batch:
-                yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(objects))
-                index, batch, objects = index + 1, [], []
+                yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(listed))
+                index, batch, listed = index + 1, [], []
         if batch:
-            yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(objects))
+            yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(listed))
         return
+    objects: tuple[tuple[str, str | None], ...] = ()
     if shape == "lance":
-        objects = ()
         if plan is not None:
             sig = plan.lance_signature(str(location))
             if plan.unchanged(str(location), sig):
@@ -130,7 +130,7 @@ def list_units(
     parquet_ctx = _context(source, storage_options) if shape == "parquet" else None
     for ordinal, file in enumerate(files):
         index = ordinal * PIECES
-        objects: tuple[tuple[str, str | None], ...] = ()
+        objects = ()
         if plan is not None:
             sig = plan.signature(file)
             if plan.unchanged(str(file), sig):
@@ -141,7 +141,15 @@ def list_units(
             ranges = _line_runs(file, root, jsonl_lines)
             if ranges:
                 for start, end, before in ranges:
-                    yield Unit(index, shape, file=str(file), byte_range=(start, end), first_row=before, label=f"{file}:{before + 1}", objects=objects)
+                    yield Unit(
+                        index,
+                        shape,
+                        file=str(file),
+                        byte_range=(start, end),
+                        first_row=before,
+                        label=f"{file}:{before + 1}",
+                        objects=objects,
+                    )
                     index += 1
                 continue
         pieces = _row_group_runs(parquet_ctx, file, parquet_rows) if parquet_ctx is not None else None

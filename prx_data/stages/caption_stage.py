@@ -123,7 +123,7 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256, task_reso
         rows = ray.data.from_items(chunks).flat_map(
             functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
-            **({"resources": dict(task_resources)} if task_resources else {}),
+            resources=dict(task_resources) if task_resources else None,
         )
         out = caption_dataset_vllm(rows, config)
         yield from out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow")

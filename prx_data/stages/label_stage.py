@@ -92,7 +92,7 @@ def vllm_label_processor(config: VLLMClassifierConfig, task_resources: dict[str,
         rows = ray.data.from_items(chunks).flat_map(
             functools.partial(_read_captions, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
-            **({"resources": dict(task_resources)} if task_resources else {}),
+            resources=dict(task_resources) if task_resources else None,
         )
         out = label_dataset_vllm(rows, config)
         for batch in out.iter_batches(batch_size=config.staging_rows, batch_format="pyarrow"):
