@@ -199,6 +199,9 @@ class ManifestRows:
         else:
             obj, sig = objects[0]
             rows = [(obj, sig, list(zip(ids, positions)), unit.index % PIECES)] if sig is not None else []
+        # A name that is not valid UTF-8 cannot be stored as a Lance string: such an object (one
+        # invalid_record row) stays unrecorded and is simply read again next run.
+        rows = [r for r in rows if _storable(r[0])]
         if not rows:
             return
         table = pa.table(
@@ -270,3 +273,11 @@ def _merge_pieces(table: pa.Table) -> pa.Table:
         for name in ("ids", "pieces", "positions"):
             into[name].extend(row[name])
     return pa.Table.from_pylist(list(merged.values()), schema=SCHEMA)
+
+
+def _storable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
