@@ -35,7 +35,9 @@ def repository_origin(workspace: Path, defs: dg.Definitions, location_name: str 
         origins = [o for o in origins if o.location_name == location_name]
     if len(origins) != 1:
         names = ", ".join(o.location_name for o in origins) or "none"
-        raise ValueError(f"{workspace} must declare exactly one code location{f' named {location_name!r}' if location_name else ''}; found: {names}")
+        raise ValueError(
+            f"{workspace} must declare exactly one code location{f' named {location_name!r}' if location_name else ''}; found: {names}"
+        )
     return RemoteRepositoryOrigin(code_location_origin=origins[0], repository_name=defs.get_repository_def().name)
 
 
