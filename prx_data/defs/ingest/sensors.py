@@ -129,7 +129,9 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
         seen.pop(name, None)
         if name not in never_ingested:
             run_requests.append(retire_request(name, len(receipts(storage.mds_root, storage.options, source=name))))
-    partition_requests = [sources_partitions.build_add_request(new_partitions)] if new_partitions else []
+    partition_requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
+    if new_partitions:
+        partition_requests.append(sources_partitions.build_add_request(new_partitions))
     if never_ingested:
         partition_requests.append(sources_partitions.build_delete_request(never_ingested))
     digest = problems_digest(problems)
