@@ -229,7 +229,8 @@ def test_a_bad_spec_shows_on_the_check_and_a_removed_source_retires(ui, data_roo
     (data_root / "sources" / f"{SOURCE}.yaml").unlink()
     with dg.DagsterInstance.get() as instance:
         _wait_for(lambda: SOURCE not in instance.get_dynamic_partitions(sources_partitions.name), 300, "the partition to be retired")
-        (run,) = instance.get_runs(dg.RunsFilter(job_name="retire_source"))
+        # The op deletes the partition as its last act; the run's end is recorded just after.
+        (run,) = _wait_for(lambda: [r for r in instance.get_runs(dg.RunsFilter(job_name="retire_source")) if r.is_finished], 60, "the retire run to end")
         assert run.status == dg.DagsterRunStatus.SUCCESS
         # No run retry re-launched the configuration error meanwhile (dagster.yaml allows 2).
         assert not instance.get_runs(dg.RunsFilter(tags={"dagster/parent_run_id": ghost.run_id}))
