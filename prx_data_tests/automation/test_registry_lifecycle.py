@@ -191,6 +191,7 @@ def test_sources_remove_retires_from_the_terminal(data_root, tmp_path, monkeypat
         assert instance.get_dynamic_partitions(sources_partitions.name) == ["b"]
         (run,) = instance.get_runs(dg.RunsFilter(job_name="retire_source"))
         assert run.tags["prx/launched_by"] == "cli"
+        assert run.remote_job_origin.location_name == "prx_data"  # a run of the UI's location
     assert [r.source for r in receipts(get_settings().mds_root)] == ["a"]
     assert main(["sources", "remove", "nope", "--root", str(data_root)]) == 2
 
