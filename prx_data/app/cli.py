@@ -183,9 +183,9 @@ def _run_everything(args: argparse.Namespace) -> int:
             with open_instance(sources) as instance:
                 ray_head.wait()
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
-                outcome = materialize_sources(defs, instance, plan.to_run)
+                outcome = materialize_sources(defs, instance, plan.to_run, _workspace_file())
                 if plan.corpus_needed(outcome):
-                    corpus_ok = materialize_corpus(defs, instance)
+                    corpus_ok = materialize_corpus(defs, instance, _workspace_file())
                 else:
                     print("[corpus] inputs unchanged since the last corpus run: skipped")
         # After the corpus assets, which may write the sources' tables (the fold policy): the
@@ -203,6 +203,14 @@ def _run_everything(args: argparse.Namespace) -> int:
         print(f"FAILED: {', '.join(failed) or 'corpus assets'}")
         return 1
     return 0
+
+
+def _workspace_file() -> Path:
+    """The workspace `prx-data ui` serves (package data): the CLI's runs are recorded as runs of
+    its code location's jobs, so the UI lists them with its own (Overview timeline included)."""
+    from importlib.resources import files
+
+    return Path(str(files("prx_data.app") / "resources" / "workspace.yaml"))
 
 
 def _ray_records_dir() -> Path:
@@ -266,7 +274,8 @@ def _remove_source(registry, name: str | None) -> int:
     from datetime import datetime
 
     from prx_data.defs.build import build_defs
-    from prx_data.defs.orchestrate import open_instance
+    from prx_data.defs.named_runs import execute_named_job, repository_origin
+    from prx_data.defs.orchestrate import CLI_TAGS, open_instance
 
     if not name or name not in registry.sources:
         print(f"no valid source spec named {name!r}; registered: {', '.join(sorted(registry.sources)) or 'none'}")
@@ -277,11 +286,13 @@ def _remove_source(registry, name: str | None) -> int:
     spec.rename(aside)
     print(f"spec moved to {aside}")
     with open_instance([]) as instance:
-        job = build_defs().resolve_job_def("retire_source")
-        result = job.execute_in_process(
-            instance=instance,
-            raise_on_error=False,
-            tags={"prx/retire": name, "prx/launched_by": "cli"},
+        defs = build_defs()
+        result = execute_named_job(
+            defs,
+            "retire_source",
+            instance,
+            repository_origin(_workspace_file(), defs),
+            tags={"prx/retire": name, **CLI_TAGS},
             run_config={"ops": {"retire": {"config": {"source": name, "reason": "prx-data sources remove"}}}},
         )
     print(

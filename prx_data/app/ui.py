@@ -20,6 +20,7 @@ from pathlib import Path
 
 import prx_data
 from prx_data.app.local_ray import RECORDS_DIR, free_port, listening, shared_local_ray, stop_process_group
+from prx_data.defs.asset_groups import lineage_path
 
 # The folder prx_data was imported from (a checkout or site-packages): the UI's code server
 # gets it first on its PYTHONPATH so it loads the same prx_data as the CLI that started it.
@@ -122,7 +123,10 @@ def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host:
             print(f"  DAGSTER_HOME={dagster_home}")
             print(f"  Ray: {ray_address or 'one per run'}")
             if wait_for_port(process, port, host):
-                address = f"  open http://{host}:{port}   (Enter prints this again; Ctrl-C stops it)"
+                address = (
+                    f"  lineage, every group open: http://{host}:{port}{lineage_path()}\n"
+                    f"  open http://{host}:{port}   (Enter prints this again; Ctrl-C stops it)"
+                )
                 print(address, flush=True)
                 repeat_address_on_request(address)
             elif process.poll() is not None:

@@ -81,6 +81,11 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     # One run per source partition holding its whole chain, listed per source in the runs
     # view, rather than a backfill whenever a tick requests more than one partition.
     emit_backfills=False,
+    # Dagster 1.13 launches asset-level automation as the implicit asset job (`__ASSET_JOB`,
+    # "Jobless asset materializations" in the UI); only job-level conditions launch a named
+    # job, and those run the whole job, not the stale part of a chain (docs/ui.md). The tag
+    # says how these runs started, beside the CLI's and the sensor's.
+    run_tags={"prx/launched_by": "automation"},
     description="Runs each source's chain when it is new, its upstream changed or its code "
     "version changed, and the corpus-wide assets once the per-source work has settled.",
 )

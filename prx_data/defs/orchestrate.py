@@ -4,10 +4,12 @@ Dagster instance of ``DAGSTER_HOME``."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import dagster as dg
 
 from prx_data.defs.conditions import show_automation_on
+from prx_data.defs.named_runs import execute_named_job, repository_origin
 from prx_data.defs.partitions import SOURCES_PARTITION
 
 # Step lifecycle events are noise on a terminal; the asset bodies log what matters at INFO.
@@ -46,16 +48,19 @@ def materialize_sources(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
     sources: Iterable[str],
+    workspace: Path,
     log: Callable[[str], None] = print,
 ) -> dict[str, bool]:
-    """Run the per-source chain for each source; one failing source does not stop the others."""
+    """Run the per-source chain for each source, each a ``source_pipeline`` run of the code
+    location ``workspace`` declares (listed with the UI's runs); one failing source does not stop
+    the others."""
     sources = list(sources)
     ensure_partitions(instance, sources)
-    job = defs.resolve_job_def("source_pipeline")
+    origin = repository_origin(workspace, defs)
     outcome = {}
     for source in sources:
         log(f"[{source}] materializing the per-source chain ...")
-        result = job.execute_in_process(instance=instance, partition_key=source, raise_on_error=False, run_config=QUIET, tags=CLI_TAGS)
+        result = execute_named_job(defs, "source_pipeline", instance, origin, partition_key=source, run_config=QUIET, tags=CLI_TAGS)
         outcome[source] = result.success
         if not result.success:
             for event in result.all_events:
@@ -65,7 +70,7 @@ def materialize_sources(
     return outcome
 
 
-def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> bool:
+def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, workspace: Path, log: Callable[[str], None] = print) -> bool:
     job = defs.resolve_job_def("corpus")
     if not job.asset_layer.executable_asset_keys:
         return True
@@ -78,7 +83,7 @@ def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, log: 
         raise ValueError("the corpus job needs the 'registry' resource (SourceRegistryResource) in the Definitions")
     record_optout_folder(instance, registry.optout_dir)
     log("[corpus] materializing corpus-wide assets ...")
-    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET, tags=CLI_TAGS)
+    result = execute_named_job(defs, "corpus", instance, repository_origin(workspace, defs), run_config=QUIET, tags=CLI_TAGS)
     return result.success
 
 

@@ -28,6 +28,23 @@ def _run_count(home) -> int:
         return len(instance.get_run_records())
 
 
+def _assert_named_runs_of_the_code_location(home) -> None:
+    """The CLI's runs are runs of the workspace's jobs (the Overview timeline groups runs by this
+    origin and drops runs without one), tagged as the CLI's, and no daemon retries them."""
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = instance.get_runs()
+    assert sorted(r.job_name for r in runs) == ["corpus", "source_pipeline"]
+    for run in runs:
+        origin = run.remote_job_origin
+        assert origin is not None and origin.location_name == "prx_data", run.job_name
+        assert origin.repository_origin.repository_name == "__repository__" and origin.job_name == run.job_name
+        assert run.job_code_origin is not None and run.job_code_origin.job_name == run.job_name
+        assert run.tags["prx/launched_by"] == "cli" and run.tags["dagster/max_retries"] == "0"
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+    (source_run,) = [r for r in runs if r.job_name == "source_pipeline"]
+    assert source_run.tags["dagster/partition"] == "photos"
+
+
 def test_no_change_run_launches_nothing_and_changes_run(tmp_path, monkeypatch):
     root = tiny_root(tmp_path / "data")
     home = tmp_path / "dagster_home"
@@ -36,6 +53,7 @@ def test_no_change_run_launches_nothing_and_changes_run(tmp_path, monkeypatch):
     code, out = _run(root)
     assert code == 0, out
     assert "[photos] materializing" in out and "[corpus] materializing" in out
+    _assert_named_runs_of_the_code_location(home)
     runs = _run_count(home)
 
     def no_ray(*_a, **_k):

@@ -113,7 +113,11 @@ def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, name: st
     result = sensor(context)
     if isinstance(result, dg.SensorResult):
         for request in result.dynamic_partitions_requests or []:
-            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+            if isinstance(request, dg.DeleteDynamicPartitionsRequest):
+                for key in request.partition_keys:
+                    instance.delete_dynamic_partition(request.partitions_def_name, key)
+            else:
+                instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
         for event in result.asset_events or []:
             instance.report_runless_asset_event(event)
     return result

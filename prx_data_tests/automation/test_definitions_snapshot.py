@@ -95,6 +95,17 @@ def test_the_snapshot_sees_a_change(prx_defs):
     assert len(changed["assets"]) >= 10 and changed["checks"] and changed["sensors"]
 
 
+def test_the_lineage_link_opens_every_group_and_automation_runs_say_so(prx_defs):
+    """`prx-data ui`'s Lineage link names every group the graph has (a new group would open
+    collapsed), and the automation sensor tags its runs as the CLI and the registry sensor do."""
+    from prx_data.defs.asset_groups import ASSET_GROUPS, lineage_path
+
+    graph = prx_defs.resolve_asset_graph()
+    assert {graph.get(k).group_name for k in graph.get_all_asset_keys()} == set(ASSET_GROUPS)
+    assert all(f"global@global:{g}" in lineage_path() for g in ASSET_GROUPS)
+    assert prx_defs.resolve_sensor_def("prx_automation").run_tags == {"prx/launched_by": "automation"}
+
+
 if __name__ == "__main__":
     import os
     import tempfile

@@ -104,6 +104,18 @@ def test_a_broken_spec_is_not_a_removal(data_root, prx_defs, instance):
     assert instance.get_dynamic_partitions(sources_partitions.name) == ["a"]
 
 
+def test_a_partition_typed_in_the_ui_without_a_spec_is_dropped_without_a_retirement(data_root, prx_defs, instance):
+    """The UI's "Add partition" cannot be hidden: a typo's partition has no spec and no data, so
+    the next tick deletes it (no retire run, no receipt); a source that ingested is retired."""
+    write_folder_source(data_root, "a", 1)
+    first = evaluate_sensor(prx_defs, instance, SENSOR, None)
+    instance.add_dynamic_partitions(sources_partitions.name, ["aa"])
+    tick = evaluate_sensor(prx_defs, instance, SENSOR, first.cursor)
+    assert isinstance(tick, dg.SensorResult) and not tick.run_requests
+    assert instance.get_dynamic_partitions(sources_partitions.name) == ["a"]
+    assert not receipts(get_settings().mds_root)
+
+
 def test_bad_specs_and_requests_are_listed_by_the_check_and_skip_the_tick(data_root, prx_defs, instance):
     write_folder_source(data_root, "good", 1)
     (data_root / "sources" / "typo.yaml").write_text("name: typo\nshape: image_foldr\nlocation: x\n")
@@ -179,6 +191,7 @@ def test_sources_remove_retires_from_the_terminal(data_root, tmp_path, monkeypat
         assert instance.get_dynamic_partitions(sources_partitions.name) == ["b"]
         (run,) = instance.get_runs(dg.RunsFilter(job_name="retire_source"))
         assert run.tags["prx/launched_by"] == "cli"
+        assert run.remote_job_origin.location_name == "prx_data"  # a run of the UI's location
     assert [r.source for r in receipts(get_settings().mds_root)] == ["a"]
     assert main(["sources", "remove", "nope", "--root", str(data_root)]) == 2
 

@@ -1,6 +1,9 @@
 """`prx-data ui` in a real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright):
-after `prx-data run`, the command opens the Dagster UI on that data with no argument, the asset
-graph shows, one source's chain launched by clicking runs to success, and Ctrl-C stops it all.
+after `prx-data run`, the command opens the Dagster UI on that data with no argument, the CLI's
+runs are on the Overview timeline, every check is green, the Lineage link opens every group, the
+asset graph shows, one source's chain launched by clicking runs to success, and Ctrl-C stops it
+all. With the daemon on: a bad spec shows on its check, a configuration error fails once with its
+message first, and a removed source retires.
 
 Skipped only when the browser or Playwright is not installed."""
 
@@ -89,14 +92,62 @@ def _run_launched_from_the_ui(partition: str, timeout_s: float = 120) -> str:
     raise AssertionError("no run was launched from the UI")
 
 
+def _graphql(url: str, query: str) -> dict:
+    """A query to the running webserver (loopback), as the UI's own pages send them."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(url + "/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        body = json.loads(response.read())
+    assert "errors" not in body, body
+    return body["data"]
+
+
+# The fields the Overview timeline reads (RunTimelineFragment): it drops a run whose
+# repositoryOrigin is null and groups the others by location, repository and job.
+TIMELINE_RUNS = "{ runsOrError { ... on Runs { results { runId pipelineName tags { key value } repositoryOrigin { repositoryName repositoryLocationName } } } } }"
+CHECKS = ("{ assetNodes { assetKey { path } assetChecksOrError { ... on AssetChecks { checks { name "
+          "executionForLatestMaterialization { status evaluation { severity } } } } } } }")
+
+
+def check_counts(url: str) -> dict[str, int]:
+    """Every asset check's latest outcome: passed / failed / warn (failed at WARN severity) / other."""
+    counts = {"passed": 0, "failed": 0, "warn": 0, "other": 0}
+    for node in _graphql(url, CHECKS)["assetNodes"]:
+        for check in (node["assetChecksOrError"] or {}).get("checks", []):
+            execution = check["executionForLatestMaterialization"]
+            status = execution["status"] if execution else "NONE"
+            if status == "SUCCEEDED":
+                counts["passed"] += 1
+            elif status == "FAILED":
+                counts["warn" if (execution["evaluation"] or {}).get("severity") == "WARN" else "failed"] += 1
+            else:
+                counts["other"] += 1
+    return counts
+
+
 def test_ui_opens_on_the_last_run_and_runs_a_chain_from_a_click(ui, data_root):
     url, process, log = ui
     text = log.read_text()
     assert f"Dagster UI on {data_root}" in text and str(data_root) in text  # the last run's data
+    # One timeline: the runs `prx-data run` made are runs of the code location's jobs.
+    cli_runs = [r for r in _graphql(url, TIMELINE_RUNS)["runsOrError"]["results"] if {"key": "prx/launched_by", "value": "cli"} in r["tags"]]
+    assert sorted(r["pipelineName"] for r in cli_runs) == ["corpus", "source_pipeline"]
+    assert all(r["repositoryOrigin"] == {"repositoryName": "__repository__", "repositoryLocationName": "prx_data"} for r in cli_runs), cli_runs
+    # Healthy demo data: every check that ran passed.
+    counts = check_counts(url)
+    assert counts["passed"] >= 5 and counts["failed"] == counts["warn"] == 0, counts
+    lineage = re.search(r"lineage, every group open: (\S+)", text).group(1)
     with playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.set_default_timeout(120_000)
+        page.goto(url + "/overview/activity/timeline")
+        page.get_by_text("corpus", exact=True).first.wait_for()  # only the CLI ran the corpus job
+        page.goto(lineage)  # asset nodes drawn, not collapsed group boxes
+        for asset in ("raw_samples", "caption_labels", "mds_shards", "corpus_report"):
+            page.get_by_text(asset, exact=True).first.wait_for()
         page.goto(url + "/locations/prx_data/jobs/source_pipeline")
         page.get_by_role("button", name="Materialize all…").wait_for()
         # The asset graph of the chain, drawn by group (collapsed), with its five assets.
@@ -146,6 +197,10 @@ def test_a_bad_spec_shows_on_the_check_and_a_removed_source_retires(ui, data_roo
 
     url, process, log = ui
     (data_root / "sources" / "typo.yaml").write_text("name: typo\nshape: image_foldr\nlocation: x\n")
+    # A valid spec pointing at a table that is not there: a configuration error, failed once.
+    (data_root / "sources" / "ghost.yaml").write_text(
+        f"name: ghost\nshape: lance\nlocation: {data_root / 'nowhere.lance'}\nlicense: cc0\nfields: {{key: id, image: image, caption: text}}\n"
+    )
     key = dg.AssetCheckKey(dg.AssetKey("source_registry"), "specs_and_requests_valid")
     with dg.DagsterInstance.get() as instance:
         _wait_for(lambda: (r := instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key))
@@ -157,11 +212,26 @@ def test_a_bad_spec_shows_on_the_check_and_a_removed_source_retires(ui, data_roo
         page.goto(url + "/assets/source_registry?view=checks")
         page.get_by_text("specs_and_requests_valid").first.wait_for()
         page.get_by_text("typo.yaml").first.wait_for()  # the bad file is named on the page
+
+        with dg.DagsterInstance.get() as instance:
+            ghost = _wait_for(lambda: [r for r in instance.get_runs(dg.RunsFilter(tags={"dagster/partition": "ghost"}))
+                                       if r.status == dg.DagsterRunStatus.FAILURE], 300, "the ghost source's run to fail")[0]
+            failures = [e for e in instance.all_logs(ghost.run_id) if e.dagster_event and e.dagster_event.event_type_value in ("STEP_FAILURE", "STEP_UP_FOR_RETRY")]
+        assert [e.dagster_event.event_type_value for e in failures] == ["STEP_FAILURE"]  # one attempt
+        error = failures[0].dagster_event.step_failure_data.error
+        assert "nowhere.lance" in error.message.splitlines()[0] and "not found" in error.message and ".rs:" not in error.message
+        assert error.cause is None  # "View full message" opens on the message, no chained stack
+        page.goto(f"{url}/runs/{ghost.run_id}")
+        page.get_by_text("nowhere.lance").first.wait_for()
+        assert ".rs:" not in page.inner_text("body")
         browser.close()
 
     (data_root / "sources" / f"{SOURCE}.yaml").unlink()
     with dg.DagsterInstance.get() as instance:
         _wait_for(lambda: SOURCE not in instance.get_dynamic_partitions(sources_partitions.name), 300, "the partition to be retired")
-        (run,) = instance.get_runs(dg.RunsFilter(job_name="retire_source"))
+        # The op deletes the partition as its last act; the run's end is recorded just after.
+        (run,) = _wait_for(lambda: [r for r in instance.get_runs(dg.RunsFilter(job_name="retire_source")) if r.is_finished], 60, "the retire run to end")
         assert run.status == dg.DagsterRunStatus.SUCCESS
+        # No run retry re-launched the configuration error meanwhile (dagster.yaml allows 2).
+        assert not instance.get_runs(dg.RunsFilter(tags={"dagster/parent_run_id": ghost.run_id}))
     assert list((data_root / "mds" / "_retired" / SOURCE).glob("*/receipt.json"))

@@ -119,14 +119,25 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
     # convention), and the source keeps its last good tables and export.
     broken = {Path(p.file).stem for p in problems if p.kind == "source spec"}
     removed = sorted(name for name in known if name not in reg.sources and name not in broken)
-    if removed:
-        for name in removed:
-            seen.pop(name, None)
+    # A partition that never ingested anything has nothing to archive: typically a name typed
+    # into the UI's "Add partition" (which Dagster's UI cannot hide, docs/ui.md). It is dropped
+    # on this tick, with no retire run and no receipt on the data card.
+    never_ingested = [name for name in removed if ingested_fingerprint(context.instance, name) is None]
+    for name in never_ingested:
+        context.log.warning(printable(f"partition {name!r} has no spec and was never ingested: removed"))
+    for name in removed:
+        seen.pop(name, None)
+        if name not in never_ingested:
             run_requests.append(retire_request(name, len(receipts(storage.mds_root, storage.options, source=name))))
+    partition_requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
+    if new_partitions:
+        partition_requests.append(sources_partitions.build_add_request(new_partitions))
+    if never_ingested:
+        partition_requests.append(sources_partitions.build_delete_request(never_ingested))
     digest = problems_digest(problems)
     events = [problems_evaluation(problems, len(reg.sources))] if state.get("problems") != digest else []
     cursor = json.dumps({"seen": seen, "problems": digest}, sort_keys=True)
-    if not run_requests and not new_partitions:
+    if not run_requests and not partition_requests:
         if problems:
             skip = dg.SkipReason(
                 f"{problems_summary(problems)} (listed by the source_registry check; the other {len(reg.sources)} source(s) go on)"
@@ -139,7 +150,7 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
         return dg.SensorResult(skip_reason=skip, cursor=cursor, asset_events=events)
     return dg.SensorResult(
         run_requests=run_requests,
-        dynamic_partitions_requests=[sources_partitions.build_add_request(new_partitions)] if new_partitions else [],
+        dynamic_partitions_requests=partition_requests,
         cursor=cursor,
         asset_events=events,
     )
