@@ -183,7 +183,8 @@ def _run_everything(args: argparse.Namespace) -> int:
             with open_instance(sources) as instance:
                 ray_head.wait()
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
-                outcome = materialize_sources(defs, instance, plan.to_run, _workspace_file())
+                force = getattr(args, "force", False)
+                outcome = materialize_sources(defs, instance, plan.to_run, _workspace_file(), reread_unchanged=force)
                 if plan.corpus_needed(outcome):
                     corpus_ok = materialize_corpus(defs, instance, _workspace_file())
                 else:
@@ -491,13 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--root", default=str(Path("data") / "demo"), help="default: ./data/demo")
     demo.add_argument("--fresh", action="store_true", help="delete the demo data first")
     demo.add_argument("--source", action="append", help="only these sources")
-    demo.add_argument("--force", action="store_true", help="run every source even when its inputs are unchanged")
+    demo.add_argument("--force", action="store_true", help="run every source even when its inputs are unchanged, opening every object")
     demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser("run", help="run the whole pipeline on the configured registry")
     run.add_argument("--root", help="data root (default: $PRX_DATA_ROOT or ./data)")
     run.add_argument("--source", action="append", help="only these sources")
-    run.add_argument("--force", action="store_true", help="run every source even when its inputs are unchanged")
+    run.add_argument("--force", action="store_true", help="run every source even when its inputs are unchanged, opening every object")
     run.set_defaults(func=cmd_run)
 
     ui = sub.add_parser("ui", help="the Dagster UI on the data of the last demo / run (Ctrl-C stops it)")

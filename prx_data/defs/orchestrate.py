@@ -50,17 +50,19 @@ def materialize_sources(
     sources: Iterable[str],
     workspace: Path,
     log: Callable[[str], None] = print,
+    reread_unchanged: bool = False,
 ) -> dict[str, bool]:
     """Run the per-source chain for each source, each a ``source_pipeline`` run of the code
     location ``workspace`` declares (listed with the UI's runs); one failing source does not stop
-    the others."""
+    the others. ``reread_unchanged`` opens every object of each source (``--force``)."""
     sources = list(sources)
     ensure_partitions(instance, sources)
     origin = repository_origin(workspace, defs)
     outcome = {}
     for source in sources:
         log(f"[{source}] materializing the per-source chain ...")
-        result = execute_named_job(defs, "source_pipeline", instance, origin, partition_key=source, run_config=QUIET, tags=CLI_TAGS)
+        run_config = {**QUIET, "ops": {"raw_samples": {"config": {"reread_unchanged": True}}}} if reread_unchanged else QUIET
+        result = execute_named_job(defs, "source_pipeline", instance, origin, partition_key=source, run_config=run_config, tags=CLI_TAGS)
         outcome[source] = result.success
         if not result.success:
             for event in result.all_events:

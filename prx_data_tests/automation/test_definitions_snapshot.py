@@ -121,3 +121,25 @@ if __name__ == "__main__":
     old = _graph_block(page)
     ARCHITECTURE.write_text(page.replace(f"```mermaid\n{old}\n```", f"```mermaid\n{mermaid(defs)}\n```", 1))
     print(f"wrote {SNAPSHOT} and the graph in {ARCHITECTURE}")
+
+
+def test_force_reaches_ingest_as_a_full_reread(prx_defs, monkeypatch):
+    """`prx-data run --force` (and the launchpad) hand raw_samples `reread_unchanged`; a config the
+    job did not accept would fail every forced run at launch."""
+    import prx_data.defs.orchestrate as orchestrate
+
+    captured: dict = {}
+
+    def fake_execute(defs, job_name, instance, origin, **kwargs):
+        captured.update(kwargs)
+        return type("R", (), {"success": True, "all_events": []})()
+
+    monkeypatch.setattr(orchestrate, "execute_named_job", fake_execute)
+    monkeypatch.setattr(orchestrate, "ensure_partitions", lambda instance, sources: None)
+    monkeypatch.setattr(orchestrate, "repository_origin", lambda workspace, defs: None)
+    orchestrate.materialize_sources(prx_defs, None, ["photos"], Path("workspace.yaml"), log=lambda _m: None, reread_unchanged=True)
+    job = prx_defs.resolve_job_def("source_pipeline")
+    resolved = dg.validate_run_config(job, captured["run_config"])
+    assert resolved["ops"]["raw_samples"]["config"]["reread_unchanged"] is True
+    orchestrate.materialize_sources(prx_defs, None, ["photos"], Path("workspace.yaml"), log=lambda _m: None)
+    assert dg.validate_run_config(job, captured["run_config"])["ops"]["raw_samples"]["config"]["reread_unchanged"] is False

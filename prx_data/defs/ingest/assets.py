@@ -1,6 +1,7 @@
 """raw_samples: one Lance table per source, in the common schema."""
 
 import dagster as dg
+from pydantic import Field
 
 from prx_data.core.ids import printable
 from prx_data.curation.optout.requests import ingest_matcher
@@ -16,6 +17,14 @@ from prx_data.ingest.readers import SourceUnavailable
 INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typed records, structural truncation
 
 
+class RawSamplesConfig(dg.Config):
+    reread_unchanged: bool = Field(
+        default=False,
+        description="Open every object of the source, not only those whose ETag/size/mtime changed since the "
+        "last run (prx_data/ingest/unit_manifest.py); for stores whose signatures cannot be trusted.",
+    )
+
+
 @dg.asset(
     partitions_def=sources_partitions,
     group_name="ingest",
@@ -29,7 +38,11 @@ INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typ
 )
 @fail_fast
 def raw_samples(
-    context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, ray_tasks: RayTasksResource
+    context: dg.AssetExecutionContext,
+    config: RawSamplesConfig,
+    storage: StorageResource,
+    registry: SourceRegistryResource,
+    ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
     reg = registry.load()
     try:
@@ -47,6 +60,7 @@ def raw_samples(
             optout=ingest_matcher(registry.optout_dir),
             run_id=context.run_id,
             task_resources=ray_tasks.resources,
+            reread_unchanged=config.reread_unchanged,
         )
     except SourceUnavailable as exc:
         # fail_fast decides from the cause: a missing table fails once, a network error retries.
