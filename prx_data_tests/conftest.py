@@ -3,7 +3,11 @@ partitions through the real job."""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 import dagster as dg
@@ -14,6 +18,52 @@ pytest_plugins = ["prx_data_tests.storage_parity"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+
+class _SerializedShmPrefix(importlib.abc.MetaPathFinder):
+    """streaming names a dataset's shared memory by the first free number on the machine, found
+    and then created without a lock: two test workers (pytest-xdist) opening datasets at the
+    same moment can pick the same number, and one gets FileExistsError. The bucket check retries
+    that (export/stream_check.py); tests open datasets everywhere, so here the choice is serialized across this machine's test processes by a file lock, installed when
+    streaming's dataset module is first imported (importing streaming costs seconds: never here).
+    Safe in tests only: a torch.distributed job holding the lock across a barrier would hang."""
+
+    NAME = "streaming.base.dataset"
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.NAME:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            _serialize_prefix(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _serialize_prefix(module) -> None:
+    import filelock
+
+    lock = filelock.FileLock(os.path.join(tempfile.gettempdir(), "prx-tests-streaming-shm.lock"))
+    choose = module.get_shm_prefix
+
+    def get_shm_prefix(*args, **kwargs):
+        with lock:
+            return choose(*args, **kwargs)
+
+    module.get_shm_prefix = get_shm_prefix
+
+
+sys.meta_path.insert(0, _SerializedShmPrefix())
 
 
 def pin_fixture_publication(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,8 +147,12 @@ def shared_ray_head(tmp_path_factory):
     port = _free_port()
     # --block keeps the head in the foreground; its own process group is stopped as a whole at
     # the end, so nothing else's Ray on this machine is touched (unlike `ray stop`).
+    from prx_data_tests.cluster.multinode import _node_ports
+
+    # Every port its own free one (the client server's default is 10001): the suite runs in
+    # parallel workers (pytest-xdist), each with its own shared head.
     cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
-           "--disable-usage-stats", f"--temp-dir={temp}"]
+           "--disable-usage-stats", f"--temp-dir={temp}", *_node_ports("--ray-client-server-port")]
     # `ray start` turns token auth on by default; this head is for tests only, so it goes without
     # and stays on loopback (the switch keeps Ray from moving 127.0.0.1 to the external address).
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}

