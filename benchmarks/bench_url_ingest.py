@@ -241,6 +241,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000, help="images per list (default 1000)")
     parser.add_argument("--repeat", type=int, default=3, help="measurements per tool and list; medians are printed (default 3)")
     parser.add_argument("--skip-run", action="store_true", help="leave out the whole `prx-data run` (the slowest part)")
+    parser.add_argument("--hosts", type=int, nargs="+", default=[1, 20], help="lists to measure, by number of hosts (default: 1 20)")
     args = parser.parse_args()
     images = make_jpegs(40)
     print(f"{args.n} URLs per list, JPEGs of {sum(map(len, images)) / len(images) / 1000:.0f} KB on average, 50-150 ms per request")
@@ -256,7 +257,7 @@ def main() -> None:
     if not args.skip_run:
         tools.append(("prx-data run", prx_run))
     try:
-        for hosts in (1, 20):
+        for hosts in args.hosts:
             served = Served(hosts, images)
             try:
                 runs: dict[str, list[Measure]] = {name: [] for name, _ in tools}

@@ -98,10 +98,13 @@ class _HostLimiter:
         self._lock = threading.Lock()
         self._hosts: dict[str, _Host] = {}
 
-    def acquire(self, host: str, stop: threading.Event) -> None:
+    def acquire(self, host: str, stop: threading.Event) -> int:
+        """Wait for a slot; returns the host's epoch, to hand back to ``release``."""
         with self._lock:
             entry = self._hosts.get(host)
             if entry is None:
+                if len(self._hosts) >= MAX_REMEMBERED_HOSTS:
+                    self._forget_idle()
                 entry = self._hosts[host] = _Host(self._limit, threading.Condition(self._lock))
             entry.waiters += 1
             try:
@@ -119,24 +122,34 @@ class _HostLimiter:
                 raise
             entry.waiters -= 1
             entry.active += 1
+            return entry.epoch
 
-    def release(self, host: str, throttled: bool = False, retry_after_s: float | None = None) -> None:
-        """``throttled``: the answer was 429 or 503 (with its ``Retry-After``, if any)."""
+    def release(
+        self, host: str, throttled: bool = False, retry_after_s: float | None = None, answered: bool = True, epoch: int | None = None
+    ) -> None:
+        """``throttled``: the answer was 429 or 503 (with its ``Retry-After``, if any).
+        ``answered``: False for a timeout or a failed connection, which neither grows nor
+        shrinks the limit. ``epoch``: what ``acquire`` returned; throttles of requests sent
+        before the last decrease do not halve again (64 requests in flight answered 429 at
+        once halve the limit once, not down to one), as TCP halves once per window."""
         with self._lock:
             entry = self._hosts[host]
             entry.active -= 1
-            if throttled:
+            if throttled and (epoch is None or epoch == entry.epoch):
                 entry.limit = max(1, entry.limit // 2)
                 entry.answers = 0
-                if retry_after_s:
-                    entry.not_before = max(entry.not_before, time.monotonic() + min(retry_after_s, self._max_pause_s))
-            elif entry.limit < self._limit:
+                entry.epoch += 1
+            if throttled and retry_after_s:
+                entry.not_before = max(entry.not_before, time.monotonic() + min(retry_after_s, self._max_pause_s))
+            grown = 0
+            if answered and not throttled and entry.limit < self._limit:
                 entry.answers += 1
                 if entry.answers >= entry.limit:
                     entry.limit += 1
                     entry.answers = 0
+                    grown = 1
             if entry.waiters:
-                entry.cond.notify()
+                entry.cond.notify(1 + grown)  # the freed slot, and the new one
             else:
                 self._drop_if_idle(host, entry)
 
@@ -145,6 +158,12 @@ class _HostLimiter:
         with self._lock:
             entry = self._hosts.get(host)
             return self._limit if entry is None else entry.limit
+
+    def _forget_idle(self) -> None:
+        # Only a crawl where a great many hosts throttled us gets here: forgetting an idle
+        # host's throttle costs at most one more 429 from it.
+        for host in [h for h, e in self._hosts.items() if not e.active and not e.waiters]:
+            del self._hosts[host]
 
     def _drop_if_idle(self, host: str, entry: _Host) -> None:
         if not entry.active and not entry.waiters and entry.limit >= self._limit and entry.not_before <= time.monotonic():
@@ -163,11 +182,14 @@ class _Host:
     waiters: int = 0
     answers: int = 0  # answers without a throttle since the limit last changed
     not_before: float = 0.0  # monotonic time before which no request starts (Retry-After)
+    epoch: int = 0  # decreases so far
 
 
 # Answers that mean "too many requests from you": they shrink the host's limit. Other 5xx are
 # retried but say nothing about our rate.
 THROTTLE_STATUSES = frozenset({429, 503})
+# Hosts whose throttle state is kept before idle ones are forgotten (a bound on memory).
+MAX_REMEMBERED_HOSTS = 100_000
 
 
 # -- header parsing ------------------------------------------------------------------------------
@@ -317,19 +339,25 @@ class _Downloader:
                         if time.monotonic() >= deadline:
                             return failed(f"deadline of {self.config.deadline_s}s exceeded", attempt)
                         try:
-                            self.hosts.acquire(host, stop)
+                            epoch = self.hosts.acquire(host, stop)
                             if deadline == math.inf:
                                 deadline = time.monotonic() + self.config.deadline_s
                                 netguard.set_deadline(deadline)
-                            throttle: Retryable | None = None
+                            failure: Retryable | None = None
                             try:
                                 return self._attempt(key, url, current, attempt, stop)
                             except Retryable as exc:
-                                if exc.http_status in THROTTLE_STATUSES:
-                                    throttle = exc
+                                failure = exc
                                 raise
                             finally:
-                                self.hosts.release(host, throttle is not None, throttle and throttle.retry_after_s)
+                                throttled = failure is not None and failure.http_status in THROTTLE_STATUSES
+                                self.hosts.release(
+                                    host,
+                                    throttled,
+                                    failure.retry_after_s if throttled and failure else None,
+                                    answered=failure is None or failure.http_status is not None,
+                                    epoch=epoch,
+                                )
                         except _Redirect as hop:
                             redirects += 1
                             if redirects > MAX_REDIRECTS:

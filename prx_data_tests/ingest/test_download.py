@@ -408,6 +408,13 @@ def test_host_limit_halves_on_throttle_and_grows_back_one_slot_per_round():
     limiter.acquire("h", stop)
     assert 0.15 <= time.monotonic() - started < 1.0
     limiter.release("h"), limiter.release("other")
+    # Requests sent before a decrease that come back throttled do not halve it again: four in
+    # flight answered 429 together halve once, as TCP halves once per window.
+    wide = _HostLimiter(8)
+    epochs = [wide.acquire("h", stop) for _ in range(4)]
+    for epoch in epochs:
+        wide.release("h", True, None, epoch=epoch)
+    assert wide.limit("h") == 4
 
 
 def test_then_runs_in_the_download_threads_and_a_failure_in_it_costs_one_item(http_server: HTTPTestServer):
