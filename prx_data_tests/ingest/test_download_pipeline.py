@@ -99,8 +99,20 @@ def test_a_slow_url_does_not_hold_the_urls_after_its_chunk(http_server: HTTPTest
 
 
 def test_single_host_list_reaches_per_host_in_flight_with_default_settings(http_server: HTTPTestServer):
+    arrived = [0]
+    lock = threading.Lock()
+    all_in = threading.Event()
+
     def latency(req):
-        req.wait(0.1)
+        # The first answers wait until 64 requests are in (or 5 s pass), so the count does not
+        # depend on how fast a loaded machine starts threads.
+        with lock:
+            arrived[0] += 1
+            if arrived[0] >= 64:
+                all_in.set()
+        if not all_in.wait(5.0):
+            all_in.set()  # fewer came: the assertion below says so, without a wait per request
+        req.wait(0.05)
         return Response(200, JPEG, {"Content-Type": "image/jpeg"})
 
     for i in range(200):
