@@ -1,39 +1,48 @@
 """URL ingest against img2dataset (issue 24): the same JPEGs, the same slow local server.
 
-    .venv/bin/python -m benchmarks.bench_url_ingest --n 1000
+    .venv/bin/python -m benchmarks.bench_url_ingest --n 1000 [--repeat 3] [--skip-run]
 
-A local HTTP/1.1 server (keep-alive, loopback only) answers each request after 50-150 ms and
-serves ~200 KB photo-like JPEGs, once from one host (127.0.0.1) and once spread over 20 hosts
-(127.0.0.1 .. 127.0.0.20, one server each). Per list, in the same run:
+A local HTTP/1.1 server (keep-alive, loopback only, in a process of its own so that serving
+costs no tool under test any CPU) answers each request after 50-150 ms and serves ~125 KB
+photo-like JPEGs, once from one host (127.0.0.1) and once spread over 20 hosts
+(127.0.0.1 .. 127.0.0.20, one server each). Per list, interleaved ``--repeat`` times:
 
-- ``raw_samples`` step alone: ``ingest_source`` on a JSONL URL list (``workers: 1``, default
-  download settings; the spec allows 127.0.0.0/8);
-- ``prx-data run``, the whole command as a fresh process (start-up, every stage, shutdown),
-  with the time from its start to the server's first request;
 - img2dataset 1.47.0 (``pip install .[bench]``) as a fresh process, copying bytes
-  (``--resize_mode no``, 2 processes x 64 threads), with its time to first request.
+  (``--resize_mode no``, 2 processes x 64 threads): the baseline;
+- ``raw_samples`` step alone: ``ingest_source`` on a JSONL URL list (``workers: 1``, default
+  download settings; the spec allows 127.0.0.0/8), in this process with its modules already
+  imported (the import time is printed once) and a fresh download session;
+- ``prx-data run``, the whole command as a fresh process (start-up, every stage, shutdown).
 
-It prints images/s for each and the ratio of ``raw_samples`` to img2dataset (goal >= 1.0).
-``--skip-run`` leaves out the whole ``prx-data run`` (the slowest part).
+For each it prints the median wall time and images/s (start-up included), the download window
+(images/s from the server's first request to its last answer), the time from start to the first
+request, and CPU seconds (the machine is shared: CPU is the steadier figure); then the ratio of
+``raw_samples`` to img2dataset, whole command and download window (goal >= 1.0), and the load
+average. ``--skip-run`` leaves out the whole ``prx-data run`` (the slowest part).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import json
+import multiprocessing
+import os
 import random
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-WINDOW: dict[str, float] = {}
 
 
 def make_jpegs(count: int, target: int = 200_000) -> list[bytes]:
@@ -54,68 +63,81 @@ def make_jpegs(count: int, target: int = 200_000) -> list[bytes]:
     return out
 
 
+def _serve(hosts: int, images: list[bytes], first, last, count, conn) -> None:
+    """The servers' process: its own GIL, so serving costs no tool under test any CPU time
+    (img2dataset runs in its own processes; ``raw_samples`` runs in the bench's)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            with first.get_lock():
+                count.value += 1
+                if not first.value:
+                    first.value = time.monotonic()
+            time.sleep(random.uniform(0.05, 0.15))
+            try:
+                body = images[int(self.path.rsplit("/", 1)[-1].split(".")[0]) % len(images)]
+            except ValueError:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "image/jpeg")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            with first.get_lock():
+                last.value = time.monotonic()
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 1024
+
+    servers = [Server((f"127.0.0.{h + 1}", 0), Handler) for h in range(hosts)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    conn.send([s.server_address[:2] for s in servers])
+    conn.recv()  # until told to stop
+
+
 class Served:
-    """Servers on loopback addresses, each request answered after 50-150 ms."""
+    """Servers on loopback addresses in a process of their own, each request answered after
+    50-150 ms. Times are CLOCK_MONOTONIC, the same clock in every process."""
 
     def __init__(self, hosts: int, images: list[bytes]) -> None:
-        self.images = images
-        self.first_request: float | None = None
-        self.last_answer: float | None = None
-        self.requests = 0
-        self.lock = threading.Lock()
-        self.servers = []
-        outer = self
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process with Lance/Ray threads
+        self._first, self._last, self._count = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Value("q", 0)
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(hosts, images, self._first, self._last, self._count, child), daemon=True)
+        self._proc.start()
+        self.addresses = self._conn.recv()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    @property
+    def first_request(self) -> float | None:
+        return self._first.value or None
 
-            def log_message(self, *args) -> None:
-                pass
+    @property
+    def last_answer(self) -> float | None:
+        return self._last.value or None
 
-            def do_GET(self) -> None:  # noqa: N802
-                with outer.lock:
-                    outer.requests += 1
-                    if outer.first_request is None:
-                        outer.first_request = time.monotonic()
-                time.sleep(random.uniform(0.05, 0.15))
-                try:
-                    body = outer.images[int(self.path.rsplit("/", 1)[-1].split(".")[0]) % len(outer.images)]
-                except ValueError:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "image/jpeg")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                with outer.lock:
-                    outer.last_answer = time.monotonic()
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 1024
-
-        for h in range(hosts):
-            server = Server((f"127.0.0.{h + 1}", 0), Handler)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            self.servers.append(server)
+    @property
+    def requests(self) -> int:
+        return self._count.value
 
     def urls(self, n: int, offset: int = 0) -> list[str]:
         # A fresh offset per measurement: no tool may be served from an earlier run's state.
-        return [f"http://{s.server_address[0]}:{s.server_address[1]}/{offset + i}.jpg" for i, s in zip(range(n), self._cycle())]
-
-    def _cycle(self):
-        while True:
-            yield from self.servers
+        return [f"http://{host}:{port}/{offset + i}.jpg" for i, (host, port) in zip(range(n), itertools.cycle(self.addresses))]
 
     def reset(self) -> None:
-        with self.lock:
-            self.first_request, self.last_answer, self.requests = None, None, 0
+        with self._first.get_lock():
+            self._first.value, self._last.value, self._count.value = 0.0, 0.0, 0
 
     def close(self) -> None:
-        for s in self.servers:
-            s.shutdown()
-            s.server_close()
+        self._conn.send("stop")
+        self._proc.join(10)
 
 
 def write_spec(root: Path, urls: list[str]) -> None:
@@ -131,7 +153,30 @@ def write_spec(root: Path, urls: list[str]) -> None:
     (root / "sources" / "urls.yaml").write_text(json.dumps(spec))
 
 
-def raw_samples(served: Served, urls: list[str], tmp: Path) -> tuple[float, float]:
+@dataclass
+class Measure:
+    wall: float  # seconds, start-up included
+    first: float  # seconds from start to the server's first request
+    cpu: float  # CPU seconds of the tool (user + system), its processes included
+    window: float  # images/s from the first request to the last answer
+
+    def rate(self, n: int) -> float:
+        return n / self.wall
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _measure(served: Served, n: int, started: float, wall: float, cpu: float) -> Measure:
+    return Measure(wall, served.first_request - started, cpu, n / (served.last_answer - served.first_request))
+
+
+def raw_samples(served: Served, urls: list[str], tmp: Path) -> Measure:
+    """The step in this process, modules already imported (``main`` reports that cost), with a
+    fresh download session as a step's own process would have."""
+    from prx_data.ingest import download
     from prx_data.ingest.ingest import ingest_source
     from prx_data.ingest.registry import load_registry
 
@@ -139,32 +184,38 @@ def raw_samples(served: Served, urls: list[str], tmp: Path) -> tuple[float, floa
     shutil.rmtree(root, ignore_errors=True)
     write_spec(root, urls)
     source = load_registry(root / "sources").sources["urls"]
+    download._close_shared()
     served.reset()
+    cpu = time.process_time()
     started = time.monotonic()
     stats = ingest_source(source, str(root / "raw.lance"))
     wall = time.monotonic() - started
+    cpu = time.process_time() - cpu
     assert stats.rows_by_status.get("ok") == len(urls), stats.rows_by_status
-    return wall, served.first_request - started
+    return _measure(served, len(urls), started, wall, cpu)
 
 
-def prx_run(served: Served, urls: list[str], tmp: Path) -> tuple[float, float]:
+def prx_run(served: Served, urls: list[str], tmp: Path) -> Measure:
     root = tmp / "run"
     shutil.rmtree(root, ignore_errors=True)
     write_spec(root, urls)
     served.reset()
+    cpu = _children_cpu()
     started = time.monotonic()
     subprocess.run(
         [sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root)],
         check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    return time.monotonic() - started, served.first_request - started
+    wall = time.monotonic() - started
+    return _measure(served, len(urls), started, wall, _children_cpu() - cpu)
 
 
-def img2dataset(served: Served, urls: list[str], tmp: Path) -> tuple[float, float]:
+def img2dataset(served: Served, urls: list[str], tmp: Path) -> Measure:
     out = tmp / "i2d"
     shutil.rmtree(out, ignore_errors=True)
     (tmp / "urls.txt").write_text("\n".join(urls) + "\n")
     served.reset()
+    cpu = _children_cpu()
     started = time.monotonic()
     subprocess.run(
         [
@@ -178,42 +229,62 @@ def img2dataset(served: Served, urls: list[str], tmp: Path) -> tuple[float, floa
     wall = time.monotonic() - started
     got = len(list(out.rglob("*.jpg")))
     assert got == len(urls), f"img2dataset saved {got} of {len(urls)}"
-    # Its download window (first request to last answer): the rate once its start-up is paid.
-    WINDOW["img2dataset"] = len(urls) / (served.last_answer - served.first_request)
-    return wall, served.first_request - started
+    return _measure(served, len(urls), started, wall, _children_cpu() - cpu)
+
+
+def _median(measures: list[Measure]) -> Measure:
+    return Measure(*(statistics.median(getattr(m, f.name) for m in measures) for f in fields(Measure)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1000, help="images per list (default 1000)")
-    parser.add_argument("--skip-run", action="store_true", help="leave out the whole `prx-data run`")
+    parser.add_argument("--repeat", type=int, default=3, help="measurements per tool and list; medians are printed (default 3)")
+    parser.add_argument("--skip-run", action="store_true", help="leave out the whole `prx-data run` (the slowest part)")
+    parser.add_argument("--hosts", type=int, nargs="+", default=[1, 20], help="lists to measure, by number of hosts (default: 1 20)")
     args = parser.parse_args()
     images = make_jpegs(40)
     print(f"{args.n} URLs per list, JPEGs of {sum(map(len, images)) / len(images) / 1000:.0f} KB on average, 50-150 ms per request")
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    started = time.monotonic()
+    import prx_data.ingest.download  # noqa: F401
+    import prx_data.ingest.ingest  # noqa: F401
+
+    print(f"importing the ingest path (paid once per step process, before the first request): {time.monotonic() - started:.2f}s")
     tmp = Path(tempfile.mkdtemp(prefix="bench-url-"))
     offset = 0
+    tools = [("img2dataset", img2dataset), ("raw_samples step", raw_samples)]
+    if not args.skip_run:
+        tools.append(("prx-data run", prx_run))
     try:
-        for hosts in (1, 20):
+        for hosts in args.hosts:
             served = Served(hosts, images)
             try:
-                rows = {}
-                for name, fn in (("img2dataset", img2dataset), ("raw_samples step", raw_samples), ("prx-data run", prx_run)):
-                    if name == "prx-data run" and args.skip_run:
-                        continue
-                    offset += args.n
-                    wall, first = fn(served, served.urls(args.n, offset), tmp)
-                    rows[name] = args.n / wall
-                    print(f"  {hosts:>2} host(s) | {name:<17} {wall:6.1f}s  {args.n / wall:7.1f} img/s  first request after {first:.2f}s")
-                ratio = rows["raw_samples step"] / rows["img2dataset"]
-                window = rows["raw_samples step"] / WINDOW["img2dataset"]
-                print(f"  {hosts:>2} host(s) | img2dataset download window alone: {WINDOW['img2dataset']:.1f} img/s")
-                print(f"  {hosts:>2} host(s) | raw_samples / img2dataset: {ratio:.2f}x whole command, {window:.2f}x its download window (goal >= 1.0)")
-                if "prx-data run" in rows:
-                    print(f"  {hosts:>2} host(s) | prx-data run / img2dataset: {rows['prx-data run'] / rows['img2dataset']:.2f}x")
+                runs: dict[str, list[Measure]] = {name: [] for name, _ in tools}
+                for _ in range(args.repeat):
+                    # Interleaved, so a change in the machine's load falls on every tool alike.
+                    for name, fn in tools:
+                        offset += args.n
+                        runs[name].append(fn(served, served.urls(args.n, offset), tmp))
+                for name, _ in tools:
+                    m = _median(runs[name])
+                    each = " ".join(f"{x.rate(args.n):.0f}" for x in runs[name])
+                    print(
+                        f"  {hosts:>2} host(s) | {name:<17} {m.wall:6.2f}s {args.n / m.wall:7.1f} img/s (each: {each}) "
+                        f"download window {m.window:6.1f} img/s  first request after {m.first:.2f}s  CPU {m.cpu:.1f}s"
+                    )
+                step, i2d = _median(runs["raw_samples step"]), _median(runs["img2dataset"])
+                print(
+                    f"  {hosts:>2} host(s) | raw_samples / img2dataset: {step.rate(args.n) / i2d.rate(args.n):.2f}x whole command, "
+                    f"{step.rate(args.n) / i2d.window:.2f}x its download window (goal >= 1.0)"
+                )
+                if "prx-data run" in runs:
+                    print(f"  {hosts:>2} host(s) | prx-data run / img2dataset: {_median(runs['prx-data run']).rate(args.n) / i2d.rate(args.n):.2f}x")
             finally:
                 served.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from prx_data.ingest.rows import (
     metadata_digest,
     metadata_row,
     metadata_schema,
+    probe_item,
     to_batch,
 )
 from prx_data.ingest.units import Unit, read_unit
@@ -160,14 +161,15 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
 
     def batches():
         rows = []
-        for (sid, item, before, fetched), result in _downloaded(spec, prepared()):
+        for (sid, item, before, fetched), done in _downloaded(source, prepared()):
+            result, probe = done or (None, None)
             if result is not None:
                 apply_download(item, result)
             if fetched:
                 stats.rows_by_status[before[1]] += 1
                 _metadata_or_unchanged(before[2] != item_digest(item, spec), sid, item)
                 continue
-            row = item_row(source, item, job.now, job.optout, job.url_hash_key)
+            row = item_row(source, item, job.now, job.optout, job.url_hash_key, probe)
             item.data = None  # the row holds the bytes now; the item may outlive this loop
             stats.rows_by_status[row["status"]] += 1
             if row["error"] and len(stats.errors_sample) < EXAMPLES:
@@ -213,11 +215,18 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
     )
 
 
-def _downloaded(spec, items):
-    """``(tag, key, url-or-None)`` -> ``(tag, result-or-None)``: the URL items through this
-    process's long-lived download session, in completion order. A source without URLs never
-    imports httpx nor starts a download pool."""
+def _downloaded(source, items):
+    """``(tag, key, url-or-None)`` -> ``(tag, (result, probe)-or-None)``: the URL items through
+    this process's long-lived download session, in completion order, each downloaded image
+    already probed in its download thread. A source without URLs never imports httpx nor starts
+    a download pool."""
     items = iter(items)
+
+    def probed(result):
+        # An item whose download was fetched already (``fetched``) is never sent here, so
+        # the probe is never wasted on bytes that will not be stored.
+        return result, probe_item(source, result.data) if result.ok else None
+
     for tag, key, url in items:
         if url is None:
             yield tag, None
@@ -225,7 +234,7 @@ def _downloaded(spec, items):
         # lazy: pulls in httpx, only for sources that download
         from prx_data.ingest.download import shared_session
 
-        yield from shared_session(spec.download).stream(itertools.chain([(tag, key, url)], items))
+        yield from shared_session(source.spec.download).stream(itertools.chain([(tag, key, url)], items), then=probed)
         return
 
 

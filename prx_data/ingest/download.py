@@ -25,13 +25,14 @@ import itertools
 import math
 import queue
 import re
+import ssl
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -78,49 +79,117 @@ class _Cancelled(Exception):
 
 
 class _HostLimiter:
-    """At most ``limit`` concurrent holders per host.
+    """At most ``limit`` concurrent holders per host, shrunk while the host says "slow down".
 
-    Entries are dropped as soon as nobody holds or waits on a host, so a crawl over millions of
-    distinct hosts does not grow a dict of millions of semaphores.
+    A 429 or 503 halves the host's limit (never below one) and, with ``Retry-After``, pauses
+    every new request to that host until then, not only the one retried: a throttled site sees
+    the whole crawl back off, as it asked. Each ``limit`` answers without a throttle since the
+    last change give one slot back, up to ``limit`` (additive increase, multiplicative decrease,
+    as TCP does), so a site that throttled once is not crawled slowly for the rest of the run.
+
+    Entries are dropped as soon as nobody holds or waits on a host and it is neither shrunk nor
+    paused, so a crawl over millions of distinct hosts does not grow a dict of millions of
+    entries; only hosts that throttled us and have not recovered stay (a few numbers each).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_pause_s: float = DEFAULT_MAX_RETRY_AFTER_S) -> None:
         self._limit = limit
+        self._max_pause_s = max_pause_s
         self._lock = threading.Lock()
-        self._hosts: dict[str, list] = {}  # host -> [active, waiters, Condition]
+        self._hosts: dict[str, _Host] = {}
 
-    def acquire(self, host: str, stop: threading.Event) -> None:
+    def acquire(self, host: str, stop: threading.Event) -> int:
+        """Wait for a slot; returns the host's epoch, to hand back to ``release``."""
         with self._lock:
             entry = self._hosts.get(host)
             if entry is None:
-                entry = self._hosts[host] = [0, 0, threading.Condition(self._lock)]
-            entry[1] += 1
+                if len(self._hosts) >= MAX_REMEMBERED_HOSTS:
+                    self._forget_idle()
+                entry = self._hosts[host] = _Host(self._limit, threading.Condition(self._lock))
+            entry.waiters += 1
             try:
-                while entry[0] >= self._limit:
+                while True:
                     if stop.is_set():
                         raise _Cancelled
+                    pause = entry.not_before - time.monotonic()
+                    if pause <= 0 and entry.active < entry.limit:
+                        break
                     # Timed wait so a closed iterator is noticed even if no slot frees up.
-                    entry[2].wait(0.1)
+                    entry.cond.wait(min(0.1, pause) if pause > 0 else 0.1)
             except BaseException:
-                entry[1] -= 1
-                if entry[0] == 0 and entry[1] == 0:
-                    del self._hosts[host]
+                entry.waiters -= 1
+                self._drop_if_idle(host, entry)
                 raise
-            entry[1] -= 1
-            entry[0] += 1
+            entry.waiters -= 1
+            entry.active += 1
+            return entry.epoch
 
-    def release(self, host: str) -> None:
+    def release(
+        self, host: str, throttled: bool = False, retry_after_s: float | None = None, answered: bool = True, epoch: int | None = None
+    ) -> None:
+        """``throttled``: the answer was 429 or 503 (with its ``Retry-After``, if any).
+        ``answered``: False for a timeout or a failed connection, which neither grows nor
+        shrinks the limit. ``epoch``: what ``acquire`` returned; throttles of requests sent
+        before the last decrease do not halve again (64 requests in flight answered 429 at
+        once halve the limit once, not down to one), as TCP halves once per window."""
         with self._lock:
             entry = self._hosts[host]
-            entry[0] -= 1
-            if entry[1]:
-                entry[2].notify()
-            elif entry[0] == 0:
-                del self._hosts[host]
+            entry.active -= 1
+            if throttled and (epoch is None or epoch == entry.epoch):
+                entry.limit = max(1, entry.limit // 2)
+                entry.answers = 0
+                entry.epoch += 1
+            if throttled and retry_after_s:
+                entry.not_before = max(entry.not_before, time.monotonic() + min(retry_after_s, self._max_pause_s))
+            grown = 0
+            if answered and not throttled and entry.limit < self._limit:
+                entry.answers += 1
+                if entry.answers >= entry.limit:
+                    entry.limit += 1
+                    entry.answers = 0
+                    grown = 1
+            if entry.waiters:
+                entry.cond.notify(1 + grown)  # the freed slot, and the new one
+            else:
+                self._drop_if_idle(host, entry)
+
+    def limit(self, host: str) -> int:
+        """The host's current limit (``limit`` for a host never throttled)."""
+        with self._lock:
+            entry = self._hosts.get(host)
+            return self._limit if entry is None else entry.limit
+
+    def _forget_idle(self) -> None:
+        # Only a crawl where a great many hosts throttled us gets here: forgetting an idle
+        # host's throttle costs at most one more 429 from it.
+        for host in [h for h, e in self._hosts.items() if not e.active and not e.waiters]:
+            del self._hosts[host]
+
+    def _drop_if_idle(self, host: str, entry: _Host) -> None:
+        if not entry.active and not entry.waiters and entry.limit >= self._limit and entry.not_before <= time.monotonic():
+            del self._hosts[host]
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._hosts)
+
+
+@dataclass
+class _Host:
+    limit: int
+    cond: threading.Condition
+    active: int = 0
+    waiters: int = 0
+    answers: int = 0  # answers without a throttle since the limit last changed
+    not_before: float = 0.0  # monotonic time before which no request starts (Retry-After)
+    epoch: int = 0  # decreases so far
+
+
+# Answers that mean "too many requests from you": they shrink the host's limit. Other 5xx are
+# retried but say nothing about our rate.
+THROTTLE_STATUSES = frozenset({429, 503})
+# Hosts whose throttle state is kept before idle ones are forgotten (a bound on memory).
+MAX_REMEMBERED_HOSTS = 100_000
 
 
 # -- header parsing ------------------------------------------------------------------------------
@@ -182,18 +251,45 @@ class _Redirect(Exception):
         self.http_status = http_status
 
 
+class _Clients:
+    """``count`` clients handed out round-robin, each made on first use: a session's first
+    request does not wait for clients that later threads will use."""
+
+    def __init__(self, count: int, make: Callable[[], httpx.Client]) -> None:
+        self._made: list[httpx.Client | None] = [None] * count
+        self._make = make
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+
+    def next(self) -> httpx.Client:
+        with self._lock:
+            i = next(self._turn) % len(self._made)
+            client = self._made[i]
+            if client is None:
+                client = self._made[i] = self._make()
+            return client
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._made:
+                if client is not None:
+                    client.close()
+
+
 class _Downloader:
     def __init__(
         self,
         config: DownloadConfig,
-        clients: list[httpx.Client],
+        clients: _Clients,
         max_retry_after_s: float,
     ) -> None:
         self.config = config
         self.clients = clients
         self._local = threading.local()
-        self._next_client = itertools.count()
-        self.hosts = _HostLimiter(config.per_host)
+        self.hosts = _HostLimiter(config.per_host, max_retry_after_s)
         self.policy = RetryPolicy(
             retries=config.retries,
             backoff_s=config.backoff_s,
@@ -206,7 +302,7 @@ class _Downloader:
         # are spread over several httpcore pools, whose one lock each is what contends.
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = self.clients[next(self._next_client) % len(self.clients)]
+            client = self._local.client = self.clients.next()
         return client
 
     def fetch(self, key: str, url: str, stop: threading.Event) -> DownloadResult:
@@ -243,14 +339,25 @@ class _Downloader:
                         if time.monotonic() >= deadline:
                             return failed(f"deadline of {self.config.deadline_s}s exceeded", attempt)
                         try:
-                            self.hosts.acquire(host, stop)
+                            epoch = self.hosts.acquire(host, stop)
                             if deadline == math.inf:
                                 deadline = time.monotonic() + self.config.deadline_s
                                 netguard.set_deadline(deadline)
+                            failure: Retryable | None = None
                             try:
                                 return self._attempt(key, url, current, attempt, stop)
+                            except Retryable as exc:
+                                failure = exc
+                                raise
                             finally:
-                                self.hosts.release(host)
+                                throttled = failure is not None and failure.http_status in THROTTLE_STATUSES
+                                self.hosts.release(
+                                    host,
+                                    throttled,
+                                    failure.retry_after_s if throttled and failure else None,
+                                    answered=failure is None or failure.http_status is not None,
+                                    epoch=epoch,
+                                )
                         except _Redirect as hop:
                             redirects += 1
                             if redirects > MAX_REDIRECTS:
@@ -354,14 +461,18 @@ class _Downloader:
 # -- many downloads ------------------------------------------------------------------------------
 
 
-def make_client(config: DownloadConfig, connections: int | None = None) -> httpx.Client:
-    """A client of the kind sessions use; redirects are followed by hand to vet each hop."""
+def make_client(config: DownloadConfig, connections: int | None = None, ssl_context: ssl.SSLContext | None = None) -> httpx.Client:
+    """A client of the kind sessions use; redirects are followed by hand to vet each hop.
+
+    ``ssl_context``: one shared by a session's clients; building one (loading the CA bundle)
+    costs tens of ms, which a session of many clients would otherwise pay before its first
+    request."""
     # The thread pool already bounds requests in flight, so an httpx pool limit would only
     # add a second queue that can time out.
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=connections or config.concurrency)
     # Direct connections only: a proxy from the environment would connect on our behalf to
     # addresses the guard never sees.
-    transport = httpx.HTTPTransport(limits=limits, trust_env=False)
+    transport = httpx.HTTPTransport(limits=limits, trust_env=False, verify=ssl_context or True)
     netguard.install(transport, netguard.parse_networks(config.allow_networks))
     return httpx.Client(
         # Images are already compressed; refusing transfer compression also keeps a small gzip
@@ -375,9 +486,10 @@ def make_client(config: DownloadConfig, connections: int | None = None) -> httpx
     )
 
 
-# Threads per httpcore pool: past this, the pool's one lock costs more than it serves
-# (measured in #24: 128 threads on one pool were slower than 64).
-THREADS_PER_CLIENT = 32
+# Threads per httpcore pool. Each request scans its pool's connections under the pool's one
+# lock: at 32 threads a pool on 20 hosts spent two thirds of the download threads' samples
+# waiting for that lock, at 8 a sixth, at 2 none (#24, benchmarks/bench_url_ingest.py).
+THREADS_PER_CLIENT = 4
 
 
 class DownloadSession:
@@ -391,7 +503,8 @@ class DownloadSession:
         self.config = config
         n = max(1, math.ceil(config.concurrency / THREADS_PER_CLIENT))
         per_client = math.ceil(config.concurrency / n)
-        self.clients = [make_client(config, per_client) for _ in range(n)]
+        context = httpx.create_ssl_context()
+        self.clients = _Clients(n, lambda: make_client(config, per_client, context))
         self._downloader = _Downloader(config, self.clients, max_retry_after_s)
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
         self._closed = False
@@ -407,10 +520,11 @@ class DownloadSession:
             return
         self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
-        for client in self.clients:
-            client.close()
+        self.clients.close()
 
-    def stream(self, items: Iterable[tuple[T, str, str | None]]) -> Iterator[tuple[T, DownloadResult | None]]:
+    def stream(
+        self, items: Iterable[tuple[T, str, str | None]], then: Callable[[DownloadResult], Any] | None = None
+    ) -> Iterator[tuple[T, Any]]:
         """``(tag, key, url)`` in, ``(tag, result)`` out as each download completes.
 
         A ``None`` URL is passed through at once with a ``None`` result, so a caller can send
@@ -418,6 +532,13 @@ class DownloadSession:
         barrier between chunks. At most ``2 * concurrency`` items are pulled ahead of what has
         been yielded. Closing the iterator stops pulling, drops its queued items and waits only
         for its requests already on the wire (bounded by ``timeout_s``).
+
+        ``then``: work on each result in the download thread that fetched it; the stream yields
+        what it returns. CPU work on the bytes (validating an image) then runs beside the
+        downloads and the consumer instead of queueing on the consumer's one thread, which
+        measured as the step's bottleneck (#24). An exception in it costs only its item: it is
+        called again with a failed result (no bytes) naming the exception, and must not raise
+        on that.
         """
         if self._closed:
             raise RuntimeError("download session is closed")
@@ -444,9 +565,10 @@ class DownloadSession:
                         continue
                     # Rejected URLs never touch the pool, so a run of them cannot delay good ones.
                     if _check_url(url)[1] is not None:
-                        yield tag, downloader.fetch(key, url, stop)
+                        result = downloader.fetch(key, url, stop)
+                        yield tag, result if then is None else then(result)
                         continue
-                    future = self._pool.submit(_guarded_fetch, downloader, key, url, stop)
+                    future = self._pool.submit(_guarded_fetch, downloader, key, url, stop, then)
                     future.tag = tag  # type: ignore[attr-defined]
                     in_flight.add(future)
                     future.add_done_callback(finished.put)
@@ -520,20 +642,25 @@ def download_many(
             active.close()
 
 
-def _guarded_fetch(downloader: _Downloader, key: str, url: str, stop: threading.Event) -> DownloadResult:
+def _guarded_fetch(downloader: _Downloader, key: str, url: str, stop: threading.Event, then=None):
     started = time.monotonic()
+    result = None
     try:
-        return downloader.fetch(key, url, stop)
+        result = downloader.fetch(key, url, stop)
+        return result if then is None else then(result)
     except _Cancelled:
         # Only reachable after the consumer has gone; nobody will read this.
         return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, "cancelled")
     except Exception as exc:  # noqa: BLE001
         # A bug or an odd response must cost one item, not the whole ingest.
         elapsed = time.monotonic() - started
-        return DownloadResult(
+        failed = DownloadResult(
             key,
             url,
             None,
             Status.DOWNLOAD_FAILED,
             f"unexpected {type(exc).__name__} after {elapsed:.1f}s: {exc}",
+            result.http_status if result is not None else None,
         )
+        # A failure carries no bytes for ``then`` to trip on again: it gets the failure instead.
+        return failed if then is None else then(failed)

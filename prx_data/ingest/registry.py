@@ -59,8 +59,15 @@ class FieldMap(BaseModel):
 class DownloadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: int = Field(64, ge=1, le=1024)
-    per_host: int = Field(16, ge=1, le=256)
+    # Defaults and their reasons: docs/downloads.md.
+    concurrency: int = Field(128, ge=1, le=1024, description="Requests in flight per worker process.")
+    per_host: int = Field(
+        64,
+        ge=1,
+        le=256,
+        description="Requests in flight to one host per worker process; halved on each 429/503, "
+        "the host paused for its Retry-After, one slot back per that many answers.",
+    )
     timeout_s: float = Field(10.0, gt=0)
     retries: int = Field(2, ge=0, le=10)
     backoff_s: float = Field(0.5, ge=0)

@@ -16,7 +16,7 @@ from prx_data.core.schema import Status
 from prx_data.core.urls import redact_text, redact_url, url_key
 from prx_data.imaging.fingerprints import ingest_fingerprint
 from prx_data.ingest.items import RawItem
-from prx_data.ingest.probe import probe_image
+from prx_data.ingest.probe import Probe, probe_image
 from prx_data.ingest.registry import RegisteredSource
 
 # Decides at ingest whether an item is covered by an opt-out request: (source, sample_id, item)
@@ -132,8 +132,14 @@ _NO_BYTES = frozenset(s.value for s in Status) - {Status.OK.value}
 
 
 def item_row(
-    source: RegisteredSource, item: RawItem, now: datetime, optout: OptOutMatcher | None, url_hash_key: bytes | None = None
+    source: RegisteredSource,
+    item: RawItem,
+    now: datetime,
+    optout: OptOutMatcher | None,
+    url_hash_key: bytes | None = None,
+    probe: Probe | None = None,
 ) -> dict:
+    """``probe``: ``probe_item(source, item.data)`` when already computed (in a download thread)."""
     spec = source.spec
     sid = sample_id(spec.name, item.key)
     row = {
@@ -164,7 +170,8 @@ def item_row(
     if item.error:
         row.update(status=item.error_status or Status.INVALID_IMAGE.value, error=redact_text(item.error))
         return row
-    probe = probe_image(item.data, spec.max_pixels, spec.max_bytes, spec.formats)
+    if probe is None:
+        probe = probe_item(source, item.data)
     row.update(
         image_format=probe.image_format,
         image_sha256=probe.sha256,
@@ -178,6 +185,12 @@ def item_row(
     if probe.status.value not in _NO_BYTES:
         row["image"] = item.data
     return row
+
+
+def probe_item(source: RegisteredSource, data: bytes | None) -> Probe:
+    """The checks ``item_row`` applies to an item's bytes, under the source's limits."""
+    spec = source.spec
+    return probe_image(data, spec.max_pixels, spec.max_bytes, spec.formats)
 
 
 def metadata_row(sid: str, item: RawItem, spec, now: datetime, url_hash_key: bytes | None = None) -> dict:

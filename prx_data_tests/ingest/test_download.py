@@ -342,3 +342,96 @@ def test_fixture_serves_handler_responses(http_server: HTTPTestServer):
     http_server.add_route("/teapot", lambda req: Response(418, req.query.encode()))
     resp = httpx.get(http_server.url("/teapot?q=1"))
     assert resp.status_code == 418 and resp.content == b"q=1"
+
+
+# -- politeness under throttling and work in the download threads (issue 24) --------------------
+
+
+def test_retry_after_pauses_every_request_to_the_host_not_only_the_retried_one(http_server: HTTPTestServer):
+    import threading
+
+    arrivals: dict[str, float] = {}
+    throttled_at: list[float] = []
+    first = threading.Event()
+
+    def busy(req):
+        if not first.is_set():
+            first.set()
+            throttled_at.append(time.monotonic())
+            return Response(429, b"", {"Retry-After": "1"})
+        arrivals["busy"] = time.monotonic()
+        return b"ok"
+
+    def other(name):
+        def handler(req):
+            arrivals[name] = time.monotonic()
+            req.wait(0.2)  # the other thread is mid-request while the 429 arrives
+            return b"ok"
+
+        return handler
+
+    http_server.add_route("/busy", busy)
+    for i in range(4):
+        http_server.add_route(f"/o{i}", other(f"o{i}"))
+    items = [("busy", http_server.url("/busy"))] + [(f"o{i}", http_server.url(f"/o{i}")) for i in range(4)]
+    results = list(download_many(items, cfg(concurrency=2, per_host=2)))
+    assert all(r.ok for r in results), [r.error for r in results]
+    # Only /o0 was on the wire when the 429 came; everything after waited out the second.
+    later = {name: t - throttled_at[0] for name, t in arrivals.items() if name != "o0"}
+    assert min(later.values()) >= 0.95, later
+
+
+def test_host_limit_halves_on_throttle_and_grows_back_one_slot_per_round():
+    import threading
+
+    limiter = _HostLimiter(8, max_pause_s=0.2)
+    stop = threading.Event()
+
+    def answer(throttled=False, retry_after=None):
+        limiter.acquire("h", stop)
+        limiter.release("h", throttled, retry_after)
+
+    answer(throttled=True)
+    answer(throttled=True)
+    assert limiter.limit("h") == 2
+    assert len(limiter) == 1  # idle but throttled: the host's state is kept
+    answer(), answer()
+    assert limiter.limit("h") == 3
+    for _ in range(3 + 4 + 5 + 6 + 7):
+        answer()
+    assert limiter.limit("h") == 8 and len(limiter) == 0  # recovered and idle: forgotten
+    # A Retry-After of an hour pauses the host for the cap, not the hour; other hosts never wait.
+    answer(throttled=True, retry_after=3600)
+    started = time.monotonic()
+    limiter.acquire("other", stop)
+    assert time.monotonic() - started < 0.1
+    limiter.acquire("h", stop)
+    assert 0.15 <= time.monotonic() - started < 1.0
+    limiter.release("h"), limiter.release("other")
+    # Requests sent before a decrease that come back throttled do not halve it again: four in
+    # flight answered 429 together halve once, as TCP halves once per window.
+    wide = _HostLimiter(8)
+    epochs = [wide.acquire("h", stop) for _ in range(4)]
+    for epoch in epochs:
+        wide.release("h", True, None, epoch=epoch)
+    assert wide.limit("h") == 4
+
+
+def test_then_runs_in_the_download_threads_and_a_failure_in_it_costs_one_item(http_server: HTTPTestServer):
+    import threading
+
+    from prx_data.ingest.download import DownloadSession
+
+    for name in ("a", "b", "bad"):
+        http_server.add_route(f"/{name}", name.encode())
+
+    def then(result):
+        if result.data == b"bad":
+            raise ValueError("cannot work on this one")
+        return result, threading.current_thread().name
+
+    with DownloadSession(cfg(concurrency=2, per_host=2)) as session:
+        out = dict(session.stream(((n, n, http_server.url(f"/{n}")) for n in ("a", "b", "bad")), then=then))
+    assert {name for _, name in (out["a"], out["b"])} <= {f"prx-download_{i}" for i in range(2)}
+    failed, _ = out["bad"]
+    assert failed.status is Status.DOWNLOAD_FAILED and "ValueError" in failed.error and "cannot work on this one" in failed.error
