@@ -2,9 +2,9 @@
 
 all-MiniLM-L6-v2 is six layers of 384 wide; on a CPU its forward pass is a few small matrix
 products per token. Running it through torch + transformers costs their imports before the first
-caption (measured 16 s on the shared 2-core machine, see benchmarks/bench_fixed_cost.py), paid by
-every Ray worker that labels; the weights themselves load in a fraction of a second. This module
-reads the same checkpoint (``model.safetensors``, ``tokenizer.json``) with ``safetensors.numpy``
+caption (a fresh process's first 20 labels: 6.4 CPU-s against 2.6 here, benchmarks/bench_labels.py
+--engines), paid by every Ray worker that labels; the weights load in a fraction of a second.
+This module reads the same checkpoint (``model.safetensors``, ``tokenizer.json``) with ``safetensors.numpy``
 and ``tokenizers`` and computes the same function (post-LayerNorm BERT, exact GELU, mean pooling,
 L2 norm); prx_data_tests/models/test_bert_numpy.py checks it against transformers.
 """

