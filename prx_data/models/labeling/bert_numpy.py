@@ -21,6 +21,7 @@ from safetensors.numpy import load_file
 from scipy.special import erf
 from tokenizers import Tokenizer
 
+
 def _gelu(x: np.ndarray) -> np.ndarray:
     """BERT's exact GELU, 0.5 x (1 + erf(x / sqrt 2)), in place on ``x`` (a fresh temporary, the
     largest array of the forward pass)."""
@@ -60,7 +61,9 @@ class NumpyBertEncoder:
         model_dir = Path(model_dir)
         config = json.loads((model_dir / "config.json").read_text())
         if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
-            raise ValueError(f"{model_dir}: not a BERT checkpoint with exact GELU (config: {config.get('model_type')}, {config.get('hidden_act')})")
+            raise ValueError(
+                f"{model_dir}: not a BERT checkpoint with exact GELU (config: {config.get('model_type')}, {config.get('hidden_act')})"
+            )
         self.heads = int(config["num_attention_heads"])
         self.eps = float(config["layer_norm_eps"])
         weights = load_file(str(model_dir / "model.safetensors"))

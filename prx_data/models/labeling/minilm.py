@@ -304,7 +304,15 @@ class MiniLMClassifier(BaseClassifier):
 
     def __getstate__(self) -> dict:
         # Ship the config, not the weights: each Ray worker loads the model once itself.
-        return {**self.__dict__, "_model": None, "_tokenizer": None, "_numpy": None, "_prototypes": None, "_label_of_row": [], "_tokens_seen": 0}
+        return {
+            **self.__dict__,
+            "_model": None,
+            "_tokenizer": None,
+            "_numpy": None,
+            "_prototypes": None,
+            "_label_of_row": [],
+            "_tokens_seen": 0,
+        }
 
     @property
     def engine(self) -> str:
