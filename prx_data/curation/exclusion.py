@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -17,6 +18,7 @@ from prx_data.core.filters import one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.curation.dedup import DedupConfig, find_duplicates
+from prx_data.curation.dedup_spill import DEFAULT_PARTITION_ROWS, spilled_duplicates
 from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 from prx_data.curation.optout.receipt import record_build
 from prx_data.curation.optout.requests import read_fingerprints
@@ -77,6 +79,79 @@ def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options
             ]
         ).empty_table()
     return pa.concat_tables(tables)
+
+
+_EXPORT_COLUMNS = ["sample_id", "source", "tier", "bucket", "shard", "index_in_shard", "phash"]
+SCAN_BATCH_ROWS = 65_536
+
+
+def _degenerate_keys(raw_uri: str, options: dict | None) -> pa.Table:
+    """(sample_id, phash_degenerate, image_sha256) of the raw rows flagged degenerate: the only
+    rows whose content key dedup reads, so a few rows instead of the whole raw table."""
+    raw = open_table(raw_uri, options)
+    names = raw.schema.names if raw is not None else []
+    if "phash_degenerate" not in names:
+        return pa.table({"sample_id": pa.array([], pa.string())})
+    wanted = ["sample_id", "phash_degenerate", *(["image_sha256"] if "image_sha256" in names else [])]
+    return raw.to_table(columns=wanted, filter="phash_degenerate = true")
+
+
+def exported_batches(
+    paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None, batch_rows: int = SCAN_BATCH_ROWS
+):
+    """(row count upper bound, iterator of tables): ``exported_samples``' rows, streamed from each
+    source's exports table in scanner batches; only the degenerate rows' content keys are joined
+    (a non-degenerate row's sha256 is never read by dedup, so it stays null here)."""
+    datasets = []
+    for source, priority in sorted(priorities.items()):
+        ds = open_table(paths.exports_table(source), options)
+        if ds is not None:
+            datasets.append((source, priority, ds))
+
+    def batches():
+        for source, priority, ds in datasets:
+            keys = _degenerate_keys(paths.raw_table(source), options)
+            scanner = ds.scanner(columns=_EXPORT_COLUMNS, filter="shard IS NOT NULL", batch_size=batch_rows)
+            for batch in scanner.to_batches():
+                t = pa.Table.from_batches([batch])
+                t = t.append_column("source_priority", pa.array(np.full(t.num_rows, priority, np.int64)))
+                yield _joined_keys(t, keys)
+
+    return sum(ds.count_rows() for _, _, ds in datasets), batches()
+
+
+def _joined_keys(exports: pa.Table, keys: pa.Table) -> pa.Table:
+    if keys.num_rows:
+        joined = exports.join(keys, "sample_id", join_type="left outer")
+    else:
+        joined = exports
+    for name, kind in (("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())):
+        if name not in joined.column_names:
+            joined = joined.append_column(name, pa.nulls(joined.num_rows, kind))
+    return joined.select([*exports.column_names, "phash_degenerate", "image_sha256"]).cast(_BATCH_SCHEMA)
+
+
+def spilled_dedup_rows(
+    paths: StoragePaths,
+    priorities: Mapping[str, int],
+    cfg: DedupConfig,
+    options: dict | None = None,
+    *,
+    max_partition_rows: int = DEFAULT_PARTITION_ROWS,
+    scratch_dir: str | None = None,
+) -> pa.Table:
+    """``dedup_rows(exported_samples(...))`` without holding the corpus: the exports stream from
+    Lance into partitions spilled under ``scratch_dir`` (see curation.dedup_spill)."""
+    total, batches = exported_batches(paths, priorities, options)
+    dups = spilled_duplicates(
+        (_with_shape(b) for b in batches),
+        cfg,
+        total_rows=total,
+        columns=["sample_id", "source", "shard", "index_in_shard"],
+        max_partition_rows=max_partition_rows,
+        scratch_dir=scratch_dir,
+    )
+    return dups.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
 
 
 def _with_content_keys(exports: pa.Table, raw_uri: str, options: dict | None) -> pa.Table:
@@ -216,11 +291,17 @@ def compute_skips(
     exclude_labels: Iterable[str] = ("nsfw", "text"),
     options: dict | None = None,
     dedup_radius: int = DEFAULT_DEDUP_RADIUS,
+    max_partition_rows: int = DEFAULT_PARTITION_ROWS,
+    scratch_dir: str | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """(exports, skip rows) over the whole corpus."""
+    """(exports, skip rows) over the whole corpus. Dedup streams the exports itself, one
+    partition of at most ``max_partition_rows`` (exact dedup) in memory, spilled under
+    ``scratch_dir`` (the system temp folder when None)."""
+    cfg = dedup_config(bucket_cfg, dedup_radius)
+    dups = spilled_dedup_rows(paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir)
     exports = exported_samples(paths, priorities, options)
     parts = [
-        dedup_rows(exports, dedup_config(bucket_cfg, dedup_radius)),
+        dups,
         label_rows(exports, paths, priorities, exclude_labels, options),
         optout_rows(exports, optout_samples(paths, exports, priorities, options)),
         superseded_rows(paths, priorities, options),
