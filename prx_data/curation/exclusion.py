@@ -53,6 +53,22 @@ def dedup_config(bucket_cfg: BucketConfig, radius: int = DEFAULT_DEDUP_RADIUS) -
     )
 
 
+EXPORTED_SCHEMA = pa.schema(
+    [
+        ("sample_id", pa.string()),
+        ("source", pa.string()),
+        ("tier", pa.int32()),
+        ("bucket", pa.string()),
+        ("shard", pa.string()),
+        ("index_in_shard", pa.int64()),
+        ("phash", pa.int64()),
+        ("source_priority", pa.int64()),
+        ("phash_degenerate", pa.bool_()),
+        ("image_sha256", pa.string()),
+    ]
+)
+
+
 def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None) -> pa.Table:
     """Every exported sample of the given sources, with its source priority."""
     tables = []
@@ -64,20 +80,7 @@ def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options
         t = t.append_column("source_priority", pa.array([priority] * t.num_rows, pa.int64()))
         tables.append(_with_content_keys(t, paths.raw_table(source), options))
     if not tables:
-        return pa.schema(
-            [
-                ("sample_id", pa.string()),
-                ("source", pa.string()),
-                ("tier", pa.int32()),
-                ("bucket", pa.string()),
-                ("shard", pa.string()),
-                ("index_in_shard", pa.int64()),
-                ("phash", pa.int64()),
-                ("source_priority", pa.int64()),
-                ("phash_degenerate", pa.bool_()),
-                ("image_sha256", pa.string()),
-            ]
-        ).empty_table()
+        return EXPORTED_SCHEMA.empty_table()
     return pa.concat_tables(tables)
 
 
@@ -128,7 +131,7 @@ def _joined_keys(exports: pa.Table, keys: pa.Table) -> pa.Table:
     for name, kind in (("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())):
         if name not in joined.column_names:
             joined = joined.append_column(name, pa.nulls(joined.num_rows, kind))
-    return joined.select([*exports.column_names, "phash_degenerate", "image_sha256"]).cast(_BATCH_SCHEMA)
+    return joined.select([*exports.column_names, "phash_degenerate", "image_sha256"]).cast(EXPORTED_SCHEMA)
 
 
 def spilled_dedup_rows(
