@@ -85,7 +85,7 @@ def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options
 
 
 _EXPORT_COLUMNS = ["sample_id", "source", "tier", "bucket", "shard", "index_in_shard", "phash"]
-SCAN_BATCH_ROWS = 65_536
+SCAN_BATCH_ROWS = 16_384
 
 
 def _degenerate_keys(raw_uri: str, options: dict | None) -> pa.Table:
@@ -114,7 +114,10 @@ def exported_batches(
     def batches():
         for source, priority, ds in datasets:
             keys = _degenerate_keys(paths.raw_table(source), options)
-            scanner = ds.scanner(columns=_EXPORT_COLUMNS, filter="shard IS NOT NULL", batch_size=batch_rows)
+            # Readahead bounded: Lance's defaults prefetch many fragments, i.e. memory ~ the table.
+            scanner = ds.scanner(
+                columns=_EXPORT_COLUMNS, filter="shard IS NOT NULL", batch_size=batch_rows, batch_readahead=2, fragment_readahead=1
+            )
             for batch in scanner.to_batches():
                 t = pa.Table.from_batches([batch])
                 t = t.append_column("source_priority", pa.array(np.full(t.num_rows, priority, np.int64)))
