@@ -99,6 +99,25 @@ def test_data_card_and_report_counts_are_equal(worlds) -> None:
     assert reasons["local"] == reasons["s3"] and set(reasons["local"]) == {"dedup", "optout:req-1"}
 
 
+def test_spilled_dedup_equals_the_materialised_dedup_on_both_roots(worlds, tmp_path) -> None:
+    """Issue 21 item 3: dedup streamed from Lance into one-row partitions finds what the whole
+    corpus in memory finds, on a local and an s3:// root (the cross-source copy included)."""
+    from prx_data.curation.exclusion import dedup_config, dedup_rows, exported_samples, spilled_dedup_rows
+    from prx_data.imaging.buckets import BucketConfig
+
+    found = {}
+    for kind, built in worlds.items():
+        world, options = built["world"], built["root"].options
+        for radius in (0, 2):
+            cfg = dedup_config(BucketConfig(), radius)
+            expected = dedup_rows(exported_samples(world.paths, world.priorities(), options), cfg)
+            spilled = spilled_dedup_rows(world.paths, world.priorities(), cfg, options, max_partition_rows=1, scratch_dir=str(tmp_path))
+            assert spilled.equals(expected)
+            found[(kind, radius)] = set(spilled["sample_id"].to_pylist())
+    assert found[("local", 0)] == found[("s3", 0)] and len(COPY_PAIR & found[("local", 0)]) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_lineage_reports_the_same_skips(worlds) -> None:
     from prx_data.curation.lineage import find
 
