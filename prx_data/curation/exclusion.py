@@ -7,7 +7,7 @@ opt-out request resolved to. Shards are never rewritten: the result is written a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -22,6 +22,7 @@ from prx_data.curation.dedup_spill import DEFAULT_PARTITION_ROWS, spilled_duplic
 from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 from prx_data.curation.optout.receipt import record_build
 from prx_data.curation.optout.requests import read_fingerprints
+from prx_data.curation.skip_reasons import MIN_BUFFER_ROWS, ReasonCollector, reason_lookup
 from prx_data.export.skiplist import SkiplistReport, build_skiplists
 from prx_data.imaging.buckets import BucketConfig
 
@@ -99,9 +100,7 @@ def _degenerate_keys(raw_uri: str, options: dict | None) -> pa.Table:
     return raw.to_table(columns=wanted, filter="phash_degenerate = true")
 
 
-def exported_batches(
-    paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None, batch_rows: int = SCAN_BATCH_ROWS
-):
+def exported_batches(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None, batch_rows: int = SCAN_BATCH_ROWS):
     """(row count upper bound, iterator of tables): ``exported_samples``' rows, streamed from each
     source's exports table in scanner batches; only the degenerate rows' content keys are joined
     (a non-degenerate row's sha256 is never read by dedup, so it stays null here)."""
@@ -145,12 +144,21 @@ def spilled_dedup_rows(
     *,
     max_partition_rows: int = DEFAULT_PARTITION_ROWS,
     scratch_dir: str | None = None,
+    on_batch: Callable[[pa.Table], None] | None = None,
 ) -> pa.Table:
     """``dedup_rows(exported_samples(...))`` without holding the corpus: the exports stream from
-    Lance into partitions spilled under ``scratch_dir`` (see curation.dedup_spill)."""
+    Lance into partitions spilled under ``scratch_dir`` (see curation.dedup_spill). ``on_batch``
+    sees every export batch (``EXPORTED_SCHEMA``) of that one scan."""
     total, batches = exported_batches(paths, priorities, options)
+
+    def shaped():
+        for batch in batches:
+            if on_batch is not None:
+                on_batch(batch)
+            yield _with_shape(batch)
+
     dups = spilled_duplicates(
-        (_with_shape(b) for b in batches),
+        shaped(),
         cfg,
         total_rows=total,
         columns=["sample_id", "source", "shard", "index_in_shard"],
@@ -289,6 +297,60 @@ def read_optout_samples(paths: StoragePaths, options: dict | None = None) -> pa.
     return None if ds is None else ds.to_table(columns=["sample_id", "request_id"])
 
 
+PLACEMENT_SCHEMA = pa.schema(
+    [(name, EXPORTED_SCHEMA.field(name).type) for name in ("sample_id", "source", "tier", "bucket", "shard", "index_in_shard")]
+)
+
+
+@dataclass
+class SkipScan:
+    """What one scan of the exports gives: the skip rows, how many placements were scanned and,
+    when asked for (the fold policy needs them), the placements' columns."""
+
+    skips: pa.Table  # SKIP_SCHEMA
+    exported: int  # exported placements (rows with a shard) over every source
+    placements: pa.Table  # PLACEMENT_SCHEMA; empty unless asked for
+
+
+def scan_skips(
+    paths: StoragePaths,
+    priorities: Mapping[str, int],
+    *,
+    bucket_cfg: BucketConfig,
+    exclude_labels: Iterable[str] = ("nsfw", "text"),
+    options: dict | None = None,
+    dedup_radius: int = DEFAULT_DEDUP_RADIUS,
+    max_partition_rows: int = DEFAULT_PARTITION_ROWS,
+    scratch_dir: str | None = None,
+    placements: bool = False,
+    min_buffer_rows: int = MIN_BUFFER_ROWS,
+) -> SkipScan:
+    """Every skip over the whole corpus from one streamed scan of the exports: dedup spills one
+    partition of at most ``max_partition_rows`` (exact dedup) under ``scratch_dir`` (the system
+    temp folder when None); labels and opt-outs are joined per buffer of at least
+    ``min_buffer_rows`` exports (see curation.skip_reasons)."""
+    cfg = dedup_config(bucket_cfg, dedup_radius)
+    lookup = reason_lookup(paths, priorities, exclude_labels, read_optout_samples(paths, options), options)
+    reasons = ReasonCollector(lookup, min_buffer_rows)
+    kept: list[pa.Table] = []
+    exported = 0
+
+    def on_batch(batch: pa.Table) -> None:
+        nonlocal exported
+        exported += batch.num_rows
+        reasons.add(batch)
+        if placements:
+            kept.append(batch.select(PLACEMENT_SCHEMA.names))
+
+    dups = spilled_dedup_rows(
+        paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir, on_batch=on_batch
+    )
+    labels, optouts = reasons.finish(SKIP_SCHEMA)
+    skips = pa.concat_tables([dups, labels, optouts, superseded_rows(paths, priorities, options)])
+    table = pa.concat_tables(kept).cast(PLACEMENT_SCHEMA) if kept else PLACEMENT_SCHEMA.empty_table()
+    return SkipScan(skips=skips, exported=exported, placements=table)
+
+
 def compute_skips(
     paths: StoragePaths,
     priorities: Mapping[str, int],
@@ -300,19 +362,20 @@ def compute_skips(
     max_partition_rows: int = DEFAULT_PARTITION_ROWS,
     scratch_dir: str | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """(exports, skip rows) over the whole corpus. Dedup streams the exports itself, one
-    partition of at most ``max_partition_rows`` (exact dedup) in memory, spilled under
-    ``scratch_dir`` (the system temp folder when None)."""
-    cfg = dedup_config(bucket_cfg, dedup_radius)
-    dups = spilled_dedup_rows(paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir)
-    exports = exported_samples(paths, priorities, options)
-    parts = [
-        dups,
-        label_rows(exports, paths, priorities, exclude_labels, options),
-        optout_rows(exports, optout_samples(paths, exports, priorities, options)),
-        superseded_rows(paths, priorities, options),
-    ]
-    return exports, pa.concat_tables(parts)
+    """(placements, skip rows) over the whole corpus: ``scan_skips`` with the placements kept
+    (what ``curation.fold.apply_fold_policy`` takes as its exports)."""
+    scan = scan_skips(
+        paths,
+        priorities,
+        bucket_cfg=bucket_cfg,
+        exclude_labels=exclude_labels,
+        options=options,
+        dedup_radius=dedup_radius,
+        max_partition_rows=max_partition_rows,
+        scratch_dir=scratch_dir,
+        placements=True,
+    )
+    return scan.placements, scan.skips
 
 
-__all__ = ["RecordedSkiplistReport", "compute_skips", "dedup_config", "exported_samples", "write_skip_lists"]
+__all__ = ["RecordedSkiplistReport", "SkipScan", "compute_skips", "scan_skips", "dedup_config", "exported_samples", "write_skip_lists"]
