@@ -1,15 +1,19 @@
-"""Peak memory and time of dedup + skip-list building at N and 4N exported samples (issue 21
-item 3), each run in a fresh subprocess, for two code trees (e.g. /work/main and this one).
+"""Peak memory and time of the skip computation (dedup, labels, opt-outs) + skip-list building
+at N and 4N exported samples (issue 21 item 3), each run in a fresh subprocess, for two code
+trees (e.g. /work/main and this one).
 
 Builds synthetic Lance tables (``exports/<source>.lance`` with ~5 % exact copies across sources
 and tiers, ``sources/<source>.lance`` with a few degenerate rows) and a fake MDS tree (index.json
 files only: the skip-list builder never opens shards). A subprocess then runs, on one tree:
 
-* ``materialised``: ``dedup_rows(exported_samples(...))`` (the code before this change), or
-* ``spilled``: ``spilled_dedup_rows(...)`` (Lance scanner batches -> partitions on local disk),
+* ``materialised``: ``compute_skips`` of a tree without ``scan_skips`` (the exports read into
+  memory, deduped, joined with labels and opt-outs), or
+* ``streamed``: ``scan_skips`` (one Lance scan in batches: dedup spilled to partitions on local
+  disk, labels joined per buffer),
 
-followed by ``build_skiplists`` on the duplicates, and prints its peak RSS above the interpreter
-baseline (after imports) and its wall time. Figures are medians of ``--repeats`` runs.
+followed by ``build_skiplists`` on the skip rows (~5 % duplicates, ~2 % 'label:nsfw'), and
+prints its peak RSS above the interpreter baseline (after imports) and its wall time. Figures
+are medians of ``--repeats`` runs.
 
     .venv/bin/python benchmarks/bench_curation_memory.py [--n 200000] [--radius 0] \
         [--old-tree /work/main] [--new-tree .] [--partition-rows 100000]
@@ -71,6 +75,7 @@ def build_world(root: str, n: int) -> None:
         degenerate = rng.random(per_source) < 0.002
         raw = pa.table({
             "sample_id": pa.array(ids, pa.string()), "phash_degenerate": pa.array(degenerate),
+            "label": pa.array(np.where(rng.random(per_source) < 0.02, "nsfw", "ok"), pa.string()),
             "image_sha256": pa.array([f"{v:064x}" for v in rng.integers(0, 50, per_source)], pa.string()),
         })
         lance.write_dataset(raw, os.path.join(lance_root, "sources", f"{source}.lance"), max_rows_per_file=1 << 20)
@@ -81,8 +86,8 @@ CHILD = r"""
 import json, sys, time
 from prx_data.core.paths import StoragePaths
 from prx_data.curation import exclusion
-from prx_data.curation.dedup import DedupConfig
 from prx_data.export.skiplist import build_skiplists
+from prx_data.imaging.buckets import BucketConfig
 import lance, pyarrow, numpy
 root, mode, radius, partition_rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 def status(key):
@@ -94,18 +99,18 @@ with open("/proc/self/clear_refs", "w") as handle:
     handle.write("5")
 base = status("VmRSS")
 paths = StoragePaths(lance_root=root + "/lance", mds_root=root + "/mds")
-cfg = DedupConfig(radius=radius)
 prios = {"src-a": 1, "src-b": 0}
+common = dict(bucket_cfg=BucketConfig(), exclude_labels=("nsfw",), dedup_radius=radius)
 start = time.perf_counter()
-if mode == "spilled":
-    dups = exclusion.spilled_dedup_rows(paths, prios, cfg, max_partition_rows=partition_rows, scratch_dir=root)
+if mode == "streamed":
+    skips = exclusion.scan_skips(paths, prios, max_partition_rows=partition_rows, scratch_dir=root, **common).skips
 else:
-    dups = exclusion.dedup_rows(exclusion.exported_samples(paths, prios), cfg)
+    skips = exclusion.compute_skips(paths, prios, **common)[1]
 dedup_s = time.perf_counter() - start
-build_skiplists(dups, paths.mds_root)
+build_skiplists(skips, paths.mds_root)
 total_s = time.perf_counter() - start
 peak = status("VmHWM")
-print(json.dumps({"dups": dups.num_rows, "base_mb": base / 1024, "above_mb": (peak - base) / 1024, "dedup_s": dedup_s, "total_s": total_s}))
+print(json.dumps({"dups": skips.num_rows, "base_mb": base / 1024, "above_mb": (peak - base) / 1024, "dedup_s": dedup_s, "total_s": total_s}))
 """
 
 
@@ -130,7 +135,7 @@ def main() -> None:
             worlds[size] = os.path.join(tmp, str(size))
             build_world(worlds[size], size)
         results = {}
-        for label, tree, mode in (("before (materialised)", args.old_tree, "materialised"), ("after (spilled)", args.new_tree, "spilled")):
+        for label, tree, mode in (("before (materialised)", args.old_tree, "materialised"), ("after (streamed)", args.new_tree, "streamed")):
             for size, root in worlds.items():
                 for _ in range(args.repeats):
                     # Skip lists are rebuilt from scratch each time: same work every repeat.
@@ -138,13 +143,13 @@ def main() -> None:
                 runs = [run_child(tree, root, mode, args.radius, args.partition_rows) for _ in range(args.repeats)]
                 results[(label, size)] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
                 r = results[(label, size)]
-                print(f"{label:<24} n={size:>9,}  dups={int(r['dups']):>7,}  peak RSS above the interpreter {r['above_mb']:8.1f} MB "
-                      f"(resident after imports {r['base_mb']:.0f} MB)  dedup {r['dedup_s']:6.2f} s  dedup+skiplists {r['total_s']:6.2f} s", flush=True)
+                print(f"{label:<24} n={size:>9,}  skip rows={int(r['dups']):>7,}  peak RSS above the interpreter {r['above_mb']:8.1f} MB "
+                      f"(resident after imports {r['base_mb']:.0f} MB)  skips {r['dedup_s']:6.2f} s  skips+skiplists {r['total_s']:6.2f} s", flush=True)
             small, large = results[(label, args.n)], results[(label, 4 * args.n)]
             print(f"{label:<24} 4N/N: memory {large['above_mb'] / small['above_mb']:.2f} (goal <= 1.2)   "
                   f"time {large['total_s'] / small['total_s']:.2f} (goal <= 4.4)", flush=True)
         for size in (args.n, 4 * args.n):
-            before, after = results[("before (materialised)", size)], results[("after (spilled)", size)]
+            before, after = results[("before (materialised)", size)], results[("after (streamed)", size)]
             print(f"n={size:>9,}: after/before memory {after['above_mb'] / before['above_mb']:.2f}, time {after['total_s'] / before['total_s']:.2f}")
 
 
