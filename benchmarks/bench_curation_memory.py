@@ -137,10 +137,11 @@ def main() -> None:
         results = {}
         for label, tree, mode in (("before (materialised)", args.old_tree, "materialised"), ("after (streamed)", args.new_tree, "streamed")):
             for size, root in worlds.items():
+                runs = []
                 for _ in range(args.repeats):
                     # Skip lists are rebuilt from scratch each time: same work every repeat.
                     subprocess.run(["find", os.path.join(root, "mds"), "-name", "*.skip.*", "-delete"], check=True)
-                runs = [run_child(tree, root, mode, args.radius, args.partition_rows) for _ in range(args.repeats)]
+                    runs.append(run_child(tree, root, mode, args.radius, args.partition_rows))
                 results[(label, size)] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
                 r = results[(label, size)]
                 print(f"{label:<24} n={size:>9,}  skip rows={int(r['dups']):>7,}  peak RSS above the interpreter {r['above_mb']:8.1f} MB "
