@@ -84,7 +84,8 @@ def _table_index(tier: int, height: int, width: int, config: DedupConfig) -> int
     return shape_index(tier, height, width, cfg)
 
 
-def _ar_keys(table: pa.Table, config: DedupConfig) -> np.ndarray:
+def ar_keys(table: pa.Table, config: DedupConfig) -> np.ndarray:
+    """Aspect-ratio key of every row (see the module doc for the columns it reads)."""
     names = set(table.column_names)
     if "ar_index" in names:
         return table["ar_index"].to_numpy(zero_copy_only=False).astype(np.int64)
@@ -171,7 +172,7 @@ def find_duplicates(table: pa.Table, config: DedupConfig | None = None) -> pa.Ta
     if n == 0:
         return pa.schema(list(table.schema) + out_schema_extra).empty_table()
 
-    ar = _ar_keys(table, config)
+    ar = ar_keys(table, config)
     degenerate, phash = _content_keys(table)
     if config.radius:
         # Each hash stands for its near-duplicate cluster: the exact grouping below then groups

@@ -7,9 +7,10 @@ opt-out request resolved to. Shards are never rewritten: the result is written a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -17,9 +18,11 @@ from prx_data.core.filters import one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.curation.dedup import DedupConfig, find_duplicates
+from prx_data.curation.dedup_spill import DEFAULT_PARTITION_ROWS, spilled_duplicates
 from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 from prx_data.curation.optout.receipt import record_build
 from prx_data.curation.optout.requests import read_fingerprints
+from prx_data.curation.skip_reasons import MIN_BUFFER_ROWS, ReasonCollector, reason_lookup
 from prx_data.export.skiplist import SkiplistReport, build_skiplists
 from prx_data.imaging.buckets import BucketConfig
 
@@ -51,6 +54,22 @@ def dedup_config(bucket_cfg: BucketConfig, radius: int = DEFAULT_DEDUP_RADIUS) -
     )
 
 
+EXPORTED_SCHEMA = pa.schema(
+    [
+        ("sample_id", pa.string()),
+        ("source", pa.string()),
+        ("tier", pa.int32()),
+        ("bucket", pa.string()),
+        ("shard", pa.string()),
+        ("index_in_shard", pa.int64()),
+        ("phash", pa.int64()),
+        ("source_priority", pa.int64()),
+        ("phash_degenerate", pa.bool_()),
+        ("image_sha256", pa.string()),
+    ]
+)
+
+
 def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None) -> pa.Table:
     """Every exported sample of the given sources, with its source priority."""
     tables = []
@@ -62,21 +81,91 @@ def exported_samples(paths: StoragePaths, priorities: Mapping[str, int], options
         t = t.append_column("source_priority", pa.array([priority] * t.num_rows, pa.int64()))
         tables.append(_with_content_keys(t, paths.raw_table(source), options))
     if not tables:
-        return pa.schema(
-            [
-                ("sample_id", pa.string()),
-                ("source", pa.string()),
-                ("tier", pa.int32()),
-                ("bucket", pa.string()),
-                ("shard", pa.string()),
-                ("index_in_shard", pa.int64()),
-                ("phash", pa.int64()),
-                ("source_priority", pa.int64()),
-                ("phash_degenerate", pa.bool_()),
-                ("image_sha256", pa.string()),
-            ]
-        ).empty_table()
+        return EXPORTED_SCHEMA.empty_table()
     return pa.concat_tables(tables)
+
+
+_EXPORT_COLUMNS = ["sample_id", "source", "tier", "bucket", "shard", "index_in_shard", "phash"]
+SCAN_BATCH_ROWS = 16_384
+
+
+def _degenerate_keys(raw_uri: str, options: dict | None) -> pa.Table:
+    """(sample_id, phash_degenerate, image_sha256) of the raw rows flagged degenerate: the only
+    rows whose content key dedup reads, so a few rows instead of the whole raw table."""
+    raw = open_table(raw_uri, options)
+    names = raw.schema.names if raw is not None else []
+    if "phash_degenerate" not in names:
+        return pa.table({"sample_id": pa.array([], pa.string())})
+    wanted = ["sample_id", "phash_degenerate", *(["image_sha256"] if "image_sha256" in names else [])]
+    return raw.to_table(columns=wanted, filter="phash_degenerate = true")
+
+
+def exported_batches(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None, batch_rows: int = SCAN_BATCH_ROWS):
+    """(row count upper bound, iterator of tables): ``exported_samples``' rows, streamed from each
+    source's exports table in scanner batches; only the degenerate rows' content keys are joined
+    (a non-degenerate row's sha256 is never read by dedup, so it stays null here)."""
+    datasets = []
+    for source, priority in sorted(priorities.items()):
+        ds = open_table(paths.exports_table(source), options)
+        if ds is not None:
+            datasets.append((source, priority, ds))
+
+    def batches():
+        for source, priority, ds in datasets:
+            keys = _degenerate_keys(paths.raw_table(source), options)
+            # Readahead bounded: Lance's defaults prefetch many fragments, i.e. memory ~ the table.
+            scanner = ds.scanner(
+                columns=_EXPORT_COLUMNS, filter="shard IS NOT NULL", batch_size=batch_rows, batch_readahead=2, fragment_readahead=1
+            )
+            for batch in scanner.to_batches():
+                t = pa.Table.from_batches([batch])
+                t = t.append_column("source_priority", pa.array(np.full(t.num_rows, priority, np.int64)))
+                yield _joined_keys(t, keys)
+
+    return sum(ds.count_rows() for _, _, ds in datasets), batches()
+
+
+def _joined_keys(exports: pa.Table, keys: pa.Table) -> pa.Table:
+    if keys.num_rows:
+        joined = exports.join(keys, "sample_id", join_type="left outer")
+    else:
+        joined = exports
+    for name, kind in (("phash_degenerate", pa.bool_()), ("image_sha256", pa.string())):
+        if name not in joined.column_names:
+            joined = joined.append_column(name, pa.nulls(joined.num_rows, kind))
+    return joined.select([*exports.column_names, "phash_degenerate", "image_sha256"]).cast(EXPORTED_SCHEMA)
+
+
+def spilled_dedup_rows(
+    paths: StoragePaths,
+    priorities: Mapping[str, int],
+    cfg: DedupConfig,
+    options: dict | None = None,
+    *,
+    max_partition_rows: int = DEFAULT_PARTITION_ROWS,
+    scratch_dir: str | None = None,
+    on_batch: Callable[[pa.Table], None] | None = None,
+) -> pa.Table:
+    """``dedup_rows(exported_samples(...))`` without holding the corpus: the exports stream from
+    Lance into partitions spilled under ``scratch_dir`` (see curation.dedup_spill). ``on_batch``
+    sees every export batch (``EXPORTED_SCHEMA``) of that one scan."""
+    total, batches = exported_batches(paths, priorities, options)
+
+    def shaped():
+        for batch in batches:
+            if on_batch is not None:
+                on_batch(batch)
+            yield _with_shape(batch)
+
+    dups = spilled_duplicates(
+        shaped(),
+        cfg,
+        total_rows=total,
+        columns=["sample_id", "source", "shard", "index_in_shard"],
+        max_partition_rows=max_partition_rows,
+        scratch_dir=scratch_dir,
+    )
+    return dups.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
 
 
 def _with_content_keys(exports: pa.Table, raw_uri: str, options: dict | None) -> pa.Table:
@@ -208,6 +297,60 @@ def read_optout_samples(paths: StoragePaths, options: dict | None = None) -> pa.
     return None if ds is None else ds.to_table(columns=["sample_id", "request_id"])
 
 
+PLACEMENT_SCHEMA = pa.schema(
+    [(name, EXPORTED_SCHEMA.field(name).type) for name in ("sample_id", "source", "tier", "bucket", "shard", "index_in_shard")]
+)
+
+
+@dataclass
+class SkipScan:
+    """What one scan of the exports gives: the skip rows, how many placements were scanned and,
+    when asked for (the fold policy needs them), the placements' columns."""
+
+    skips: pa.Table  # SKIP_SCHEMA
+    exported: int  # exported placements (rows with a shard) over every source
+    placements: pa.Table  # PLACEMENT_SCHEMA; empty unless asked for
+
+
+def scan_skips(
+    paths: StoragePaths,
+    priorities: Mapping[str, int],
+    *,
+    bucket_cfg: BucketConfig,
+    exclude_labels: Iterable[str] = ("nsfw", "text"),
+    options: dict | None = None,
+    dedup_radius: int = DEFAULT_DEDUP_RADIUS,
+    max_partition_rows: int = DEFAULT_PARTITION_ROWS,
+    scratch_dir: str | None = None,
+    placements: bool = False,
+    min_buffer_rows: int = MIN_BUFFER_ROWS,
+) -> SkipScan:
+    """Every skip over the whole corpus from one streamed scan of the exports: dedup spills one
+    partition of at most ``max_partition_rows`` (exact dedup) under ``scratch_dir`` (the system
+    temp folder when None); labels and opt-outs are joined per buffer of at least
+    ``min_buffer_rows`` exports (see curation.skip_reasons)."""
+    cfg = dedup_config(bucket_cfg, dedup_radius)
+    lookup = reason_lookup(paths, priorities, exclude_labels, read_optout_samples(paths, options), options)
+    reasons = ReasonCollector(lookup, min_buffer_rows)
+    kept: list[pa.Table] = []
+    exported = 0
+
+    def on_batch(batch: pa.Table) -> None:
+        nonlocal exported
+        exported += batch.num_rows
+        reasons.add(batch)
+        if placements:
+            kept.append(batch.select(PLACEMENT_SCHEMA.names))
+
+    dups = spilled_dedup_rows(
+        paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir, on_batch=on_batch
+    )
+    labels, optouts = reasons.finish(SKIP_SCHEMA)
+    skips = pa.concat_tables([dups, labels, optouts, superseded_rows(paths, priorities, options)])
+    table = pa.concat_tables(kept).cast(PLACEMENT_SCHEMA) if kept else PLACEMENT_SCHEMA.empty_table()
+    return SkipScan(skips=skips, exported=exported, placements=table)
+
+
 def compute_skips(
     paths: StoragePaths,
     priorities: Mapping[str, int],
@@ -216,16 +359,23 @@ def compute_skips(
     exclude_labels: Iterable[str] = ("nsfw", "text"),
     options: dict | None = None,
     dedup_radius: int = DEFAULT_DEDUP_RADIUS,
+    max_partition_rows: int = DEFAULT_PARTITION_ROWS,
+    scratch_dir: str | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """(exports, skip rows) over the whole corpus."""
-    exports = exported_samples(paths, priorities, options)
-    parts = [
-        dedup_rows(exports, dedup_config(bucket_cfg, dedup_radius)),
-        label_rows(exports, paths, priorities, exclude_labels, options),
-        optout_rows(exports, optout_samples(paths, exports, priorities, options)),
-        superseded_rows(paths, priorities, options),
-    ]
-    return exports, pa.concat_tables(parts)
+    """(placements, skip rows) over the whole corpus: ``scan_skips`` with the placements kept
+    (what ``curation.fold.apply_fold_policy`` takes as its exports)."""
+    scan = scan_skips(
+        paths,
+        priorities,
+        bucket_cfg=bucket_cfg,
+        exclude_labels=exclude_labels,
+        options=options,
+        dedup_radius=dedup_radius,
+        max_partition_rows=max_partition_rows,
+        scratch_dir=scratch_dir,
+        placements=True,
+    )
+    return scan.placements, scan.skips
 
 
-__all__ = ["RecordedSkiplistReport", "compute_skips", "dedup_config", "exported_samples", "write_skip_lists"]
+__all__ = ["RecordedSkiplistReport", "SkipScan", "compute_skips", "scan_skips", "dedup_config", "exported_samples", "write_skip_lists"]

@@ -184,7 +184,10 @@ def plan_folds(exports: pa.Table, skips: pa.Table, bucket_cfg: BucketConfig, pol
     if not policy.enabled or policy.min_stream_samples <= 1 or not exports.num_rows:
         return empty
     live = unskipped_placements(exports, skips)
-    counts = Counter(f"{t}/{b}" for t, b in zip(live["tier"].to_pylist(), live["bucket"].to_pylist()))
+    # Per row only Arrow columns: the bucket of each placement, counted per bucket.
+    live_rel = pc.binary_join_element_wise(pc.cast(live["tier"], pa.string()), live["bucket"], "/")
+    per_bucket = pa.table({"rel": live_rel}).group_by("rel", use_threads=False).aggregate([([], "count_all")])
+    counts = Counter(dict(zip(per_bucket["rel"].to_pylist(), per_bucket["count_all"].to_pylist())))
     by_tier: dict[int, dict[int, str]] = defaultdict(dict)  # tier -> aspect index -> rel
     for rel in counts:
         tier_name, bucket = rel.split("/")
@@ -211,19 +214,19 @@ def plan_folds(exports: pa.Table, skips: pa.Table, bucket_cfg: BucketConfig, pol
             targets[rel] = (tier, height, width)
     if not folds:
         return FoldPlan({}, refused, _PLAN_SCHEMA.empty_table())
-    rels = [f"{t}/{b}" for t, b in zip(live["tier"].to_pylist(), live["bucket"].to_pylist())]
-    keep = [rel in folds for rel in rels]
-    moving = live.filter(pa.array(keep, pa.bool_()))
-    from_rel = [rel for rel, k in zip(rels, keep) if k]
-    shape = [targets[rel] for rel in from_rel]
+    keep = pc.is_in(live_rel, value_set=pa.array(sorted(folds), pa.string()))
+    moving = live.filter(keep)
+    from_rel = live_rel.filter(keep)
+    names = sorted(targets)
+    which = pc.index_in(from_rel, value_set=pa.array(names, pa.string()))
     rows = pa.table(
         {
             "sample_id": moving["sample_id"].cast(pa.string()),
             "source": moving["source"].cast(pa.string()),
-            "folded_from": pa.array(from_rel, pa.string()),
-            "tier": pa.array([s[0] for s in shape], pa.int32()),
-            "height": pa.array([s[1] for s in shape], pa.int32()),
-            "width": pa.array([s[2] for s in shape], pa.int32()),
+            "folded_from": from_rel,
+            "tier": pa.array([targets[n][0] for n in names], pa.int32()).take(which),
+            "height": pa.array([targets[n][1] for n in names], pa.int32()).take(which),
+            "width": pa.array([targets[n][2] for n in names], pa.int32()).take(which),
         },
         schema=_PLAN_SCHEMA,
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from prx_data.core.paths import StoragePaths
 from prx_data.curation.optout.requests import OptOutReport, apply_requests
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # fold pulls in streaming (torch): imported where it runs, be
 
 @dataclass
 class SkipListsRebuilt:
-    exports: pa.Table  # every exported sample the skips were computed over
+    exported_samples: int  # exported placements (rows with a shard) the skips were computed over
     skips: pa.Table  # one row per (sample, shard, reason)
     report: SkiplistReport  # sidecars written / unchanged / removed, per-stream shares
     merged: list  # export.corpus_index merge results, one per bucket (published or not)
@@ -39,7 +40,7 @@ class SkipListsRebuilt:
     @property
     def skipped_samples(self) -> int:
         """Distinct samples skipped: a sample skipped for two reasons counts once."""
-        return len(set(self.skips.column("sample_id").to_pylist()))
+        return pc.count_distinct(self.skips["sample_id"], mode="all").as_py() if self.skips.num_rows else 0
 
 
 def rebuild_skip_lists(
@@ -58,17 +59,24 @@ def rebuild_skip_lists(
     """``fold`` is a ``curation.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
     call's, so folding and publication agree on what is sparse."""
     # lazy: fold pulls in streaming (torch) through export.mds_writer; exclusion pulls in lance
-    from prx_data.curation.exclusion import compute_skips, write_skip_lists
+    from prx_data.curation.exclusion import scan_skips, write_skip_lists
     from prx_data.curation.fold import FoldPolicy, apply_fold_policy
 
-    exports, skips = compute_skips(
-        paths, priorities, bucket_cfg=bucket_cfg, exclude_labels=tuple(exclude_labels), options=options, dedup_radius=dedup_radius
-    )
     policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
+    # The placements are kept only for the fold plan; with the policy off it reads none.
+    scan = scan_skips(
+        paths,
+        priorities,
+        bucket_cfg=bucket_cfg,
+        exclude_labels=tuple(exclude_labels),
+        options=options,
+        dedup_radius=dedup_radius,
+        placements=policy.enabled and policy.min_stream_samples > 1,
+    )
     skips, folds = apply_fold_policy(
         paths,
-        exports,
-        skips,
+        scan.placements,
+        scan.skips,
         sources=priorities,
         bucket_cfg=bucket_cfg,
         writer_cfg=writer_cfg,
@@ -79,7 +87,7 @@ def rebuild_skip_lists(
     report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
     merged = merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples)
-    return SkipListsRebuilt(exports=exports, skips=skips, report=report, merged=merged, folds=folds)
+    return SkipListsRebuilt(exported_samples=scan.exported, skips=skips, report=report, merged=merged, folds=folds)
 
 
 def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None):

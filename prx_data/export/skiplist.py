@@ -387,16 +387,11 @@ def _sizes_of_index(data: bytes) -> dict[str, int]:
 
 
 def _sync_bucket(
-    bucket_loc: Location, wanted: dict[str, tuple[bytes, str, int]], storage_options: dict | None, report: SkiplistReport
+    bucket_loc: Location, written: set[str], storage_options: dict | None, report: SkiplistReport
 ) -> tuple[dict[str, str], int]:
-    """Write/remove a bucket's sidecars (not the manifest); (source digests, samples)."""
-    for rel, (data, _, _) in sorted(wanted.items()):
-        if write_if_changed(bucket_loc.child(*rel.split("/")), data):
-            report.written += 1
-        else:
-            report.unchanged += 1
+    """Remove a bucket's sidecars that are not in ``written``; (source digests, samples)."""
     for rel in _bucket_sidecars(bucket_loc, storage_options):
-        if rel not in wanted:
+        if rel not in written:
             delete_file(bucket_loc.child(*rel.split("/")))
             report.removed += 1
     digests: dict[str, str] = {}
@@ -428,7 +423,91 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     encoded = pc.dictionary_encode(column)
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
+    return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
+
+
+def _normalised(table: pa.Table) -> pa.Table:
+    missing = {"sample_id", "shard", "index_in_shard", "reason"} - set(table.column_names)
+    if missing:
+        raise ValueError(f"skip table lacks columns {sorted(missing)}")
+    if table.num_rows and any(table[c].null_count for c in ("sample_id", "shard", "index_in_shard", "reason")):
+        raise ValueError("skip table has nulls in sample_id/shard/index_in_shard/reason")
+    # An empty or all-null column arrives as pa.null(); kept_sample_id is optional.
+    wanted = {
+        "sample_id": pa.string(),
+        "shard": pa.string(),
+        "index_in_shard": pa.int64(),
+        "reason": pa.string(),
+        "kept_sample_id": pa.string(),
+    }
+    names = [name for name in wanted if name in table.column_names]
+    return pa.table({name: table[name].cast(wanted[name]) for name in names})
+
+
+@dataclass(frozen=True)
+class _BucketRows:
+    """One bucket's skip rows, sorted by (shard, reason, index) and without repeats.
+
+    ``rows`` holds the sorted rows' Arrow columns; the numpy codes are per row of ``rows``;
+    ``starts``/``ends`` delimit the (shard, reason) groups, i.e. the sidecars."""
+
+    rows: pa.Table
+    shard_code: np.ndarray  # into the whole table's shard dictionary
+    reason_code: np.ndarray
+    reasons: list[str]
+    index: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+def _bucket_rows(table: pa.Table, positions: np.ndarray, shard_code: np.ndarray, shards: list[str]) -> _BucketRows:
+    sub = table.take(pa.array(positions))
+    codes = shard_code[positions]
+    reason_code, reasons = _codes(sub["reason"])
+    index = sub["index_in_shard"].to_numpy(zero_copy_only=False)
+    order = np.lexsort((index, reason_code, codes))
+    codes, reason_code, index = codes[order], reason_code[order], index[order]
+    n = len(order)
+    same_as_prev = np.zeros(n, dtype=bool)
+    if n > 1:
+        same_as_prev[1:] = (codes[1:] == codes[:-1]) & (reason_code[1:] == reason_code[:-1]) & (index[1:] == index[:-1])
+    if same_as_prev.any():
+        # Repeats are allowed only with equal ids: compare just the repeated rows' ids.
+        dup = np.flatnonzero(same_as_prev)
+        here, before = pa.array(order[dup]), pa.array(order[dup - 1])
+        conflict = pc.not_equal(sub["sample_id"].take(here), sub["sample_id"].take(before))
+        if "kept_sample_id" in sub.column_names:
+            kept_here, kept_before = sub["kept_sample_id"].take(here), sub["kept_sample_id"].take(before)
+            differs = pc.fill_null(pc.not_equal(kept_here, kept_before), True)
+            both_null = pc.and_(pc.is_null(kept_here), pc.is_null(kept_before))
+            conflict = pc.or_(conflict, pc.and_(differs, pc.invert(both_null)))
+        bad = np.flatnonzero(conflict.to_numpy(zero_copy_only=False))
+        if len(bad):
+            row = int(dup[bad[0]])
+            raise ValueError(f"conflicting skip rows for {shards[codes[row]]} index {index[row]}")
+        keep = ~same_as_prev
+        order, codes, reason_code, index = order[keep], codes[keep], reason_code[keep], index[keep]
+        n = len(order)
+    starts = np.flatnonzero(np.r_[True, (codes[1:] != codes[:-1]) | (reason_code[1:] != reason_code[:-1])]) if n else np.empty(0, np.int64)
+    ends = np.r_[starts[1:], n] if n else starts
+    return _BucketRows(sub.take(pa.array(order)), codes, reason_code, reasons, index, starts, ends)
+
+
+def _checked_groups(
+    rows: _BucketRows, parsed: list[tuple[str, str, str]], shards: list[str], sizes: dict[tuple[str, str], dict[str, int]]
+) -> list[tuple[int, int, str, str, str, int]]:
+    """(start, end, source, shard basename, reason, shard samples) per sidecar of the bucket."""
+    out = []
+    for start, end in zip(rows.starts.tolist(), rows.ends.tolist()):
+        code = int(rows.shard_code[start])
+        bucket, source, basename = parsed[code]
+        samples = sizes[(bucket, source)].get(basename)
+        if samples is None:
+            raise ValueError(f"shard {shards[code]} is not in {bucket}/{source}/{INDEX_BASENAME}")
+        if rows.index[start] < 0 or rows.index[end - 1] >= samples:
+            raise ValueError(f"index out of range for {shards[code]} ({samples} samples)")
+        out.append((start, end, source, basename, rows.reasons[rows.reason_code[start]], samples))
+    return out
 
 
 def build_skiplists(
@@ -443,48 +522,15 @@ def build_skiplists(
     ``mds_root`` is a folder or an ``s3://`` / ``gs://`` root that ``storage_options``
     (Lance-style) reach. Both get the same names and bytes, each file written whole (a rename
     locally, one PUT on an object store), sidecars first and the manifest last.
+
+    Memory is bounded by a bucket, not the corpus: beyond the table's own Arrow columns, only
+    a shard code per row is held tree-wide; sample ids become Python strings, and sidecar bytes
+    are made, one bucket at a time. Every bucket is checked (conflicts, shards, ranges) before
+    the first file is written, so bad rows change nothing.
     """
     root = locate(mds_root, storage_options)
-    missing = {"sample_id", "shard", "index_in_shard", "reason"} - set(table.column_names)
-    if missing:
-        raise ValueError(f"skip table lacks columns {sorted(missing)}")
-    if table.num_rows and any(table[c].null_count for c in ("sample_id", "shard", "index_in_shard", "reason")):
-        raise ValueError("skip table has nulls in sample_id/shard/index_in_shard/reason")
-    has_kept = "kept_sample_id" in table.column_names
-    # Normalise types: an empty or all-null column arrives as pa.null().
-    table = table.set_column(table.schema.get_field_index("sample_id"), "sample_id", table["sample_id"].cast(pa.string()))
-    table = table.set_column(table.schema.get_field_index("shard"), "shard", table["shard"].cast(pa.string()))
-    table = table.set_column(table.schema.get_field_index("reason"), "reason", table["reason"].cast(pa.string()))
-    if has_kept:
-        i = table.schema.get_field_index("kept_sample_id")
-        table = table.set_column(i, "kept_sample_id", table["kept_sample_id"].cast(pa.string()))
+    table = _normalised(table)
     shard_code, shards = _codes(table["shard"])
-    reason_code, reasons = _codes(table["reason"])
-    index = table["index_in_shard"].to_numpy(zero_copy_only=False).astype(np.int64)
-    sample_ids = np.asarray(table["sample_id"].to_numpy(zero_copy_only=False), dtype=object)
-    kept_ids = np.asarray(table["kept_sample_id"].to_numpy(zero_copy_only=False), dtype=object) if has_kept else None
-
-    order = np.lexsort((index, reason_code, shard_code))
-    shard_code, reason_code, index = shard_code[order], reason_code[order], index[order]
-    sample_ids = sample_ids[order]
-    kept_ids = kept_ids[order] if kept_ids is not None else None
-    n = len(order)
-    same_as_prev = np.zeros(n, dtype=bool)
-    if n > 1:
-        same_as_prev[1:] = (shard_code[1:] == shard_code[:-1]) & (reason_code[1:] == reason_code[:-1]) & (index[1:] == index[:-1])
-    if same_as_prev.any():
-        dup = np.flatnonzero(same_as_prev)
-        conflict = sample_ids[dup] != sample_ids[dup - 1]
-        if kept_ids is not None:
-            conflict |= kept_ids[dup] != kept_ids[dup - 1]
-        if conflict.any():
-            row = int(dup[np.flatnonzero(conflict)[0]])
-            raise ValueError(f"conflicting skip rows for {shards[shard_code[row]]} index {index[row]}")
-        keep = ~same_as_prev
-        shard_code, reason_code, index, sample_ids = shard_code[keep], reason_code[keep], index[keep], sample_ids[keep]
-        kept_ids = kept_ids[keep] if kept_ids is not None else None
-        n = len(index)
-
     parsed = [_parse_shard_path(path) for path in shards]
     tree_buckets = {ref.rel for ref in list_buckets(mds_root, storage_options)}
     unknown = sorted({bucket for bucket, _, _ in parsed} - tree_buckets)
@@ -494,54 +540,52 @@ def build_skiplists(
     for bucket, source, _ in parsed:
         if (bucket, source) not in sizes:
             sizes[(bucket, source)] = _shard_sizes(root, bucket, source)
+    buckets = {bucket: code for code, bucket in enumerate(sorted({bucket for bucket, _, _ in parsed}))}
+    bucket_of_shard = np.asarray([buckets[bucket] for bucket, _, _ in parsed], dtype=np.int32)
+    row_bucket = bucket_of_shard[shard_code] if len(shards) else np.empty(0, np.int32)
 
-    # Desired sidecars, grouped by bucket: rel path inside the bucket -> (bytes, reason, count).
-    desired: dict[str, dict[str, tuple[bytes, str, int]]] = defaultdict(dict)
-    counts: dict[tuple[str, str, str], int] = defaultdict(int)
-    starts = (
-        np.flatnonzero(np.r_[True, (shard_code[1:] != shard_code[:-1]) | (reason_code[1:] != reason_code[:-1])])
-        if n
-        else np.empty(0, np.int64)
-    )
-    ends = np.r_[starts[1:], n] if n else starts
-    for start, end in zip(starts.tolist(), ends.tolist()):
-        bucket, source, basename = parsed[shard_code[start]]
-        reason = reasons[reason_code[start]]
-        samples = sizes[(bucket, source)].get(basename)
-        if samples is None:
-            raise ValueError(f"shard {shards[shard_code[start]]} is not in {bucket}/{source}/{INDEX_BASENAME}")
-        idx = index[start:end]
-        if idx[0] < 0 or idx[-1] >= samples:
-            raise ValueError(f"index out of range for {shards[shard_code[start]]} ({samples} samples)")
-        kept = None
-        if kept_ids is not None:
-            chunk = kept_ids[start:end]
-            if any(value is not None for value in chunk):
-                kept = ["" if value is None else value for value in chunk.tolist()]
-        data = _sidecar_bytes(basename, reason, samples, idx, sample_ids[start:end].tolist(), kept)
-        desired[bucket][f"{source}/{sidecar_name(basename, reason)}"] = (data, reason, end - start)
-        counts[(reason, source, bucket)] += end - start
+    def positions(bucket: str) -> np.ndarray:
+        return np.flatnonzero(row_bucket == buckets[bucket])
 
-    # Unique skipped samples per bucket (a sample may be skipped for several reasons).
-    unique_per_bucket: dict[str, int] = defaultdict(int)
-    if n:
-        pair = np.unique(shard_code * (int(index.max()) + 1) + index)
-        shard_of_pair = pair // (int(index.max()) + 1)
-        for code, count in zip(*np.unique(shard_of_pair, return_counts=True)):
-            unique_per_bucket[parsed[code][0]] += int(count)
+    # Check pass: no file is touched until every bucket's rows are known to be good.
+    for bucket in buckets:
+        _checked_groups(_bucket_rows(table, positions(bucket), shard_code, shards), parsed, shards, sizes)
 
     report = SkiplistReport(counts=pa.table({}), streams=pa.table({}))
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
     stream_rows = []
     for bucket in sorted(tree_buckets):
-        wanted = desired.get(bucket, {})
         bucket_loc = root.child(*bucket.split("/"))
-        digests, total = _sync_bucket(bucket_loc, wanted, storage_options, report)
+        entries: dict[str, tuple[str, str, int]] = {}  # rel -> (sha256, reason, count)
+        skipped = 0
+        if bucket in buckets:
+            rows = _bucket_rows(table, positions(bucket), shard_code, shards)
+            kept_column = rows.rows["kept_sample_id"] if "kept_sample_id" in rows.rows.column_names else None
+            for start, end, source, basename, reason, samples in _checked_groups(rows, parsed, shards, sizes):
+                sids = rows.rows["sample_id"].slice(start, end - start).to_pylist()
+                kept = None
+                if kept_column is not None:
+                    chunk = kept_column.slice(start, end - start)
+                    if chunk.null_count < len(chunk):
+                        kept = ["" if value is None else value for value in chunk.to_pylist()]
+                data = _sidecar_bytes(basename, reason, samples, rows.index[start:end], sids, kept)
+                rel = f"{source}/{sidecar_name(basename, reason)}"
+                if write_if_changed(bucket_loc.child(*rel.split("/")), data):
+                    report.written += 1
+                else:
+                    report.unchanged += 1
+                entries[rel] = (sha256_bytes(data), reason, end - start)
+                counts[(reason, source, bucket)] += end - start
+            # Unique skipped samples (a sample may be skipped for several reasons).
+            if len(rows.index):
+                skipped = len(np.unique(rows.shard_code.astype(np.int64) * (int(rows.index.max()) + 1) + rows.index))
+            del rows, kept_column
+        digests, total = _sync_bucket(bucket_loc, set(entries), storage_options, report)
         if not digests:
             # Every source left this bucket: no manifest (corpus_index retires the bucket; a
             # manifest here would make it look like a stream that does not open).
             delete_file(bucket_loc.child(MANIFEST_BASENAME))  # tolerates its absence
             continue
-        skipped = unique_per_bucket.get(bucket, 0)
         manifest = ManifestFile(
             format=MANIFEST_FORMAT,
             version=MANIFEST_VERSION,
@@ -549,12 +593,10 @@ def build_skiplists(
             samples=total,
             skipped=skipped,
             sidecars=[
-                ManifestEntry(path=rel, reason=reason, count=count, sha256=sha256_bytes(data))
-                for rel, (data, reason, count) in sorted(wanted.items())
+                ManifestEntry(path=rel, reason=reason, count=count, sha256=sha) for rel, (sha, reason, count) in sorted(entries.items())
             ],
         )
-        changed = write_if_changed(bucket_loc.child(MANIFEST_BASENAME), manifest.to_bytes())
-        if changed:
+        if write_if_changed(bucket_loc.child(MANIFEST_BASENAME), manifest.to_bytes()):
             report.manifests_written += 1
         if total:
             share = skipped / total

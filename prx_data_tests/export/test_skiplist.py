@@ -37,7 +37,13 @@ def skip_table(lineage: pa.Table, picks: dict[str, list[int]], kept: dict[int, s
                 }
             )
     schema = pa.schema(
-        [("sample_id", pa.string()), ("shard", pa.string()), ("index_in_shard", pa.int64()), ("reason", pa.string()), ("kept_sample_id", pa.string())]
+        [
+            ("sample_id", pa.string()),
+            ("shard", pa.string()),
+            ("index_in_shard", pa.int64()),
+            ("reason", pa.string()),
+            ("kept_sample_id", pa.string()),
+        ]
     )
     return pa.Table.from_pylist(rows, schema=schema)
 
@@ -143,3 +149,58 @@ def test_bad_rows_rejected(tree) -> None:
         build_skiplists(out_of_range, str(root))
     # the same row twice is fine (e.g. two rules producing the same exclusion)
     build_skiplists(pa.concat_tables([table, table]), str(root))
+
+
+def _bucket_tree(root: Path, buckets: list[str], samples: int) -> None:
+    for bucket in buckets:
+        folder = root / bucket / "src"
+        folder.mkdir(parents=True)
+        shards = [{"raw_data": {"basename": f"shard.{i:05d}.mds"}, "samples": 1000} for i in range(-(-samples // 1000))]
+        (folder / "index.json").write_text(json.dumps({"version": 2, "shards": shards}))
+
+
+def _bucket_skips(buckets: list[str], samples: int) -> pa.Table:
+    i = np.arange(samples)
+    return pa.concat_tables(
+        pa.table(
+            {
+                "sample_id": pa.array([f"{bucket}-{k:012d}-{'f' * 16}" for k in i]),
+                "shard": pa.array([f"{bucket}/src/shard.{k // 1000:05d}.mds" for k in i]),
+                "index_in_shard": pa.array(i % 1000),
+                "reason": pa.array(["dedup"] * samples),
+            }
+        )
+        for bucket in buckets
+    )
+
+
+def test_build_memory_is_bounded_by_a_bucket_and_bad_rows_write_nothing(tmp_path: Path) -> None:
+    """Python-side peak (sample ids, sidecar bytes) of 4 buckets of N skips stays near that of
+    one bucket of N: the builder holds one bucket at a time (the old one held all: ratio ~3.3)."""
+    import tracemalloc
+
+    buckets, n = ["1024/1024x1024", "1024/768x1344", "512/512x512", "512/448x576"], 5000
+    peaks = []
+    for count in (1, 4):
+        root = tmp_path / f"b{count}"
+        _bucket_tree(root, buckets, n)
+        table = _bucket_skips(buckets[:count], n)
+        tracemalloc.start()
+        try:
+            build_skiplists(table, str(root))
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert len(_sidecars(root)) == 5 * count
+    assert peaks[1] / peaks[0] <= 1.5, peaks
+
+    # A conflict in the last bucket is found before the first bucket is touched.
+    root = tmp_path / "b4"
+    before = {p: p.read_bytes() for p in sorted(root.rglob("*.json"))}
+    table = _bucket_skips(buckets, n).slice(n)  # buckets 2-4: bucket 1's sidecars must go ...
+    clash = pa.table(
+        {"sample_id": ["other"], "shard": [f"{buckets[-1]}/src/shard.00004.mds"], "index_in_shard": [999], "reason": ["dedup"]}
+    )
+    with pytest.raises(ValueError, match="conflicting skip rows"):
+        build_skiplists(pa.concat_tables([table, clash]), str(root))  # ... but nothing changes
+    assert {p: p.read_bytes() for p in sorted(root.rglob("*.json"))} == before

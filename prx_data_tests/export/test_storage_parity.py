@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ from prx_data_tests.storage_parity import KINDS, StorageRoot
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-GENERATED = datetime(2026, 1, 1, tzinfo=timezone.utc)
+GENERATED = datetime(2026, 1, 1, tzinfo=UTC)
 RUN_PREFIX = re.compile(r"\d{8}T\d{6}-[0-9a-f]{8}\.")
 OPTED_OUT = sample_id("s1", "b")
 COPY_PAIR = {sample_id("s1", "a"), sample_id("s2", "x")}  # byte-identical images in two sources
@@ -99,6 +99,77 @@ def test_data_card_and_report_counts_are_equal(worlds) -> None:
     assert reasons["local"] == reasons["s3"] and set(reasons["local"]) == {"dedup", "optout:req-1"}
 
 
+def test_spilled_dedup_equals_the_materialised_dedup_on_both_roots(worlds, tmp_path) -> None:
+    """Issue 21 item 3: dedup streamed from Lance into one-row partitions finds what the whole
+    corpus in memory finds, on a local and an s3:// root (the cross-source copy included)."""
+    from prx_data.curation.exclusion import dedup_config, dedup_rows, exported_samples, spilled_dedup_rows
+    from prx_data.imaging.buckets import BucketConfig
+
+    found = {}
+    for kind, built in worlds.items():
+        world, options = built["world"], built["root"].options
+        for radius in (0, 2):
+            cfg = dedup_config(BucketConfig(), radius)
+            expected = dedup_rows(exported_samples(world.paths, world.priorities(), options), cfg)
+            spilled = spilled_dedup_rows(world.paths, world.priorities(), cfg, options, max_partition_rows=1, scratch_dir=str(tmp_path))
+            assert spilled.equals(expected)
+            found[(kind, radius)] = set(spilled["sample_id"].to_pylist())
+    assert found[("local", 0)] == found[("s3", 0)] and len(COPY_PAIR & found[("local", 0)]) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_streamed_scan_gives_the_materialised_skips_on_both_roots(worlds, tmp_path) -> None:
+    """Issue 21 item 3: labels and opt-outs joined per buffered batch of dedup's one scan (a
+    buffer per batch here) equal the joins over the materialised exports, on both roots."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from prx_data.curation.exclusion import (
+        SKIP_SCHEMA,
+        dedup_config,
+        exported_samples,
+        label_rows,
+        optout_rows,
+        optout_samples,
+        scan_skips,
+        spilled_dedup_rows,
+        superseded_rows,
+    )
+    from prx_data.imaging.buckets import BucketConfig
+
+    order = [("shard", "ascending"), ("index_in_shard", "ascending"), ("reason", "ascending"), ("sample_id", "ascending")]
+    for built in worlds.values():
+        world, options = built["world"], built["root"].options
+        paths, prios = world.paths, world.priorities()
+        exports = exported_samples(paths, prios, options)
+        # The world labels nothing, so the label join is exercised here only for its empty case.
+        labels = ("nsfw",)
+        expected = pa.concat_tables(
+            [
+                spilled_dedup_rows(paths, prios, dedup_config(BucketConfig()), options, scratch_dir=str(tmp_path)),
+                label_rows(exports, paths, prios, labels, options),
+                optout_rows(exports, optout_samples(paths, exports, prios, options)),
+                superseded_rows(paths, prios, options),
+            ]
+        ).cast(SKIP_SCHEMA)
+        scan = scan_skips(
+            paths,
+            prios,
+            bucket_cfg=BucketConfig(),
+            exclude_labels=labels,
+            options=options,
+            placements=True,
+            min_buffer_rows=1,
+            scratch_dir=str(tmp_path),
+        )
+        assert scan.skips.sort_by(order).equals(expected.sort_by(order))
+        assert "optout:req-1" in pc.unique(scan.skips["reason"]).to_pylist()
+        assert scan.exported == exports.num_rows
+        names = scan.placements.column_names
+        assert scan.placements.sort_by("sample_id").equals(exports.select(names).cast(scan.placements.schema).sort_by("sample_id"))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_lineage_reports_the_same_skips(worlds) -> None:
     from prx_data.curation.lineage import find
 
@@ -116,10 +187,10 @@ def test_lineage_reports_the_same_skips(worlds) -> None:
 
 
 def test_explorer_sees_the_same_skips_sources_and_shards(worlds) -> None:
+    from prx_data.core.settings import Settings
     from prx_data.explorer.catalog import Catalog
     from prx_data.explorer.samples import placements
     from prx_data.explorer.skips import SkipIndex
-    from prx_data.core.settings import Settings
 
     views = {}
     for kind, built in worlds.items():
@@ -127,8 +198,12 @@ def test_explorer_sees_the_same_skips_sources_and_shards(worlds) -> None:
         snapshot = SkipIndex(world.mds_root, ttl_s=0, storage_options=root.options).snapshot()
         assert snapshot.errors == ()
         settings = Settings(
-            data_root=root.base, sources_dir=str(world.root / "sources"), optout_dir=world.optout_dir,
-            lance_root=world.lance_root, mds_root=world.mds_root, storage_options=root.options or {},
+            data_root=root.base,
+            sources_dir=str(world.root / "sources"),
+            optout_dir=world.optout_dir,
+            lance_root=world.lance_root,
+            mds_root=world.mds_root,
+            storage_options=root.options or {},
         )
         catalog = Catalog(settings)
         shards = [(p.shard_exists, _no_run(p.shard)) for p in placements(catalog, "s1", OPTED_OUT)]
@@ -213,7 +288,10 @@ def trees(storage_roots, tmp_path_factory, streaming_env):
     from prx_data_tests.export.test_skiplist import skip_table
 
     scratch = tmp_path_factory.mktemp("tree-src")
-    lineage = {name: write_partition(make_samples(name, n, seed=n), mds_root=str(scratch), source=name, config=SMALL).lineage for name, n in (("alpha", 40), ("beta", 25))}
+    lineage = {
+        name: write_partition(make_samples(name, n, seed=n), mds_root=str(scratch), source=name, config=SMALL).lineage
+        for name, n in (("alpha", 40), ("beta", 25))
+    }
     alpha = lineage["alpha"]
     picks = {"label:nsfw": [0, 1, 7], "dedup": [3], "optout:req/42": [1, 20]}
     table = skip_table(alpha, picks, kept={3: lineage["beta"]["sample_id"][0].as_py()})
@@ -273,7 +351,9 @@ def test_loader_batches_are_identical(trees, tmp_path) -> None:
     for kind in KINDS:
         root = trees[kind]["root"]
         clean_stale_shared_memory()
-        loader = make_loader(root.uri("trees", "mds"), batch_size=2, shuffle_seed=7, storage_options=root.options, cache_dir=str(tmp_path / kind))
+        loader = make_loader(
+            root.uri("trees", "mds"), batch_size=2, shuffle_seed=7, storage_options=root.options, cache_dir=str(tmp_path / kind)
+        )
         batches[kind] = [list(batch["sample_id"]) for batch in loader]
         del loader
         clean_stale_shared_memory()

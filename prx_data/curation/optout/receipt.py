@@ -24,14 +24,27 @@ def record_build(paths: StoragePaths, skips: pa.Table, options: dict | None = No
     build_id = f"{built_at:%Y%m%dT%H%M%S}Z-{secrets.token_hex(3)}"
     audit = open_table(paths.optout_audit_table(), options)
     requests = sorted(set(audit.to_table(columns=["request_id"])["request_id"].to_pylist())) if audit is not None else []
-    optout = skips.filter(pc.starts_with(skips["reason"], "optout:")) if skips.num_rows else skips
-    excluded: dict[str, set[str]] = {}
-    shards: dict[str, set[str]] = {}
-    if optout.num_rows:
-        for reason, sid, shard in zip(optout["reason"].to_pylist(), optout["sample_id"].to_pylist(), optout["shard"].to_pylist()):
-            request = reason.removeprefix("optout:")
-            excluded.setdefault(request, set()).add(sid)
-            shards.setdefault(request, set()).add(shard)
+    excluded: dict[str, int] = {}  # request -> distinct samples excluded
+    shards: dict[str, list[str]] = {}  # request -> sorted distinct shards
+    if skips.num_rows:
+        optout = skips.filter(pc.starts_with(skips["reason"], "optout:"))
+        per_request = (
+            pa.table(
+                {
+                    "request": pc.utf8_slice_codeunits(optout["reason"], len("optout:")),
+                    "sample_id": optout["sample_id"],
+                    "shard": optout["shard"],
+                }
+            )
+            .group_by("request", use_threads=False)
+            .aggregate([("sample_id", "count_distinct"), ("shard", "distinct")])
+        )
+        for request, count, distinct in zip(
+            per_request["request"].to_pylist(),
+            per_request["sample_id_count_distinct"].to_pylist(),
+            per_request["shard_distinct"].to_pylist(),
+        ):
+            excluded[request], shards[request] = count, sorted(distinct)
     names = sorted(set(requests) | set(excluded))
     if not names:
         return build_id
@@ -40,8 +53,8 @@ def record_build(paths: StoragePaths, skips: pa.Table, options: dict | None = No
             "build_id": [build_id] * len(names),
             "built_at": [built_at] * len(names),
             "request_id": names,
-            "samples_excluded": [len(excluded.get(r, ())) for r in names],
-            "shards": [sorted(shards.get(r, ())) for r in names],
+            "samples_excluded": [excluded.get(r, 0) for r in names],
+            "shards": [shards.get(r, []) for r in names],
         },
         schema=OPTOUT_BUILD_SCHEMA,
     )

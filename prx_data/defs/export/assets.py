@@ -190,7 +190,7 @@ def skip_lists(
             context.log.warning(f"stream {stream['bucket']}: {stream['share']:.1%} of samples skipped (> 10%): consider rewriting it")
     return dg.MaterializeResult(
         metadata={
-            "exported_samples": rebuilt.exports.num_rows,
+            "exported_samples": rebuilt.exported_samples,
             "skipped_samples": rebuilt.skipped_samples,
             "per_reason": dg.MetadataValue.json(per_reason),
             "per_source": dg.MetadataValue.json(per_source),

@@ -1,0 +1,180 @@
+"""Dedup over a corpus larger than memory: spill the dedup records to partitions on local disk,
+then decide each partition alone with ``dedup.find_duplicates``.
+
+A partition is safe when every duplicate group lies inside one partition, so deciding it alone
+gives the same rows as deciding the whole corpus:
+
+* exact dedup (``radius == 0``): a group shares its aspect-ratio key, its degenerate flag and its
+  fingerprint (the phash, or ``image_sha256`` for a degenerate row). The partition is a function
+  of the fingerprint alone (the phash's top bits, the sha's leading bytes), so copies across
+  sources, tiers and aspect-ratio keys never straddle two partitions, however many there are.
+* near dedup (``radius > 0``): clusters are transitive (a~b, b~c puts a and c together even when
+  they differ in more than ``radius`` bits), so no cut of the hash space is exact. Clusters never
+  cross an aspect-ratio key (``hash_index.cluster_ids(groups=ar)``), so the partition is that key:
+  memory is bounded by the largest aspect-ratio key, not by a fixed row count.
+
+Peak memory is one partition plus one input batch; the spill is Arrow IPC under ``scratch_dir``
+(removed on return). The result equals ``find_duplicates`` on the concatenated input, row order
+included (a stable sort on the keys that order its output).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prx_data.curation.dedup import DedupConfig, ar_keys, find_duplicates
+
+# About 100 bytes a record in memory while a partition is decided: 2 M rows stay near 200 MB.
+DEFAULT_PARTITION_ROWS = 2_000_000
+# Each partition holds one open spill file while the input streams: stay far below `ulimit -n`.
+MAX_PARTITION_BITS = 8
+
+
+def partition_bits(total_rows: int, max_partition_rows: int) -> int:
+    """Bits of fingerprint that split ``total_rows`` into partitions of about ``max_partition_rows``."""
+    if max_partition_rows < 1:
+        raise ValueError(f"max_partition_rows must be at least 1, got {max_partition_rows}")
+    if total_rows <= max_partition_rows:
+        return 0
+    return min(MAX_PARTITION_BITS, math.ceil(math.log2(total_rows / max_partition_rows)))
+
+
+def _degenerate(table: pa.Table) -> np.ndarray:
+    if "phash_degenerate" not in table.column_names:
+        return np.zeros(table.num_rows, bool)
+    return pc.fill_null(table["phash_degenerate"].cast(pa.bool_()), False).to_numpy(zero_copy_only=False)
+
+
+def _fingerprint_partitions(table: pa.Table, bits: int) -> np.ndarray:
+    """Top ``bits`` of the phash; of the sha's first 8 bytes for a degenerate row."""
+    if bits == 0:
+        return np.zeros(table.num_rows, np.int64)
+    shift = np.uint64(64 - bits)
+    phash = pc.fill_null(table["phash"], 0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
+    part = (phash >> shift).astype(np.int64)
+    degenerate = _degenerate(table)
+    if degenerate.any() and "image_sha256" in table.column_names:
+        sha = pc.fill_null(table["image_sha256"].cast(pa.string()), "")
+        head = pc.utf8_rpad(pc.utf8_slice_codeunits(sha, 0, 8), 8, "0").cast(pa.binary())
+        lead = np.frombuffer(_fixed8(head), dtype=">u8").astype(np.uint64)
+        part[degenerate] = (lead[degenerate] >> shift).astype(np.int64)
+    return part
+
+
+def _fixed8(column: pa.ChunkedArray | pa.Array) -> bytes:
+    # Every value is exactly 8 bytes (padded above), so the data buffer is the packed values.
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    fixed = array.cast(pa.binary(8))
+    return fixed.buffers()[1].to_pybytes()[fixed.offset * 8 : (fixed.offset + len(fixed)) * 8]
+
+
+class _Spill:
+    """One Arrow IPC stream per partition, opened on first use."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+        self.sinks: dict[int, pa.OSFile] = {}
+        self.schema: pa.Schema | None = None
+
+    def path(self, part: int) -> str:
+        return os.path.join(self.folder, f"part-{part:05d}.arrows")
+
+    def add(self, table: pa.Table, parts: np.ndarray) -> None:
+        if self.schema is None:
+            self.schema = table.schema
+        elif table.schema != self.schema:
+            table = table.cast(self.schema)  # sources disagree only on nullability/width
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        bounds = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
+        taken = table.take(pa.array(order))
+        for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            part = int(sorted_parts[start])
+            if part not in self.writers:
+                self.sinks[part] = pa.OSFile(self.path(part), "wb")
+                self.writers[part] = pa.ipc.new_stream(self.sinks[part], self.schema)
+            self.writers[part].write_table(taken.slice(start, end - start))
+
+    def close(self) -> list[int]:
+        for part in self.writers:
+            self.writers[part].close()
+            self.sinks[part].close()
+        return sorted(self.writers)
+
+    def read(self, part: int) -> pa.Table:
+        with pa.OSFile(self.path(part), "rb") as source:
+            return pa.ipc.open_stream(source).read_all()
+
+
+def spilled_duplicates(
+    batches: Iterable[pa.Table],
+    config: DedupConfig,
+    *,
+    total_rows: int,
+    columns: list[str],
+    max_partition_rows: int = DEFAULT_PARTITION_ROWS,
+    scratch_dir: str | None = None,
+) -> pa.Table:
+    """``find_duplicates`` over the concatenation of ``batches``, one partition in memory at a time.
+
+    ``total_rows`` (an upper bound is fine) sizes the exact partitions; ``columns`` are the input
+    columns kept in the result (plus ``kept_sample_id`` and ``reason``). Each batch needs what
+    ``find_duplicates`` needs. ``sample_id`` uniqueness is checked within each partition, which
+    holds every row a duplicate group could pair it with.
+    """
+    bits = 0 if config.radius else partition_bits(total_rows, max_partition_rows)
+    results: list[pa.Table] = []
+    with tempfile.TemporaryDirectory(prefix="prx-dedup-", dir=scratch_dir) as folder:
+        spill = _Spill(folder)
+        try:
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                ar = ar_keys(batch, config)  # validates shapes before anything is decided
+                parts = ar if config.radius else _fingerprint_partitions(batch, bits)
+                if "ar_index" in batch.column_names:
+                    batch = batch.drop_columns(["ar_index"])
+                spill.add(batch.append_column("ar_index", pa.array(ar, pa.int64())), parts)
+        finally:
+            parts_written = spill.close()
+        for part in parts_written:
+            table = spill.read(part)
+            dups = find_duplicates(table, config)
+            keys = [c for c in ("ar_index", "phash", "phash_degenerate", "image_sha256") if c in dups.column_names and c not in columns]
+            results.append(dups.select([*columns, "kept_sample_id", "reason", *keys]))
+            del table, dups
+    if not results:
+        schema = pa.schema([pa.field(c, pa.string()) for c in columns] + [pa.field("kept_sample_id", pa.string()), pa.field("reason", pa.string())])
+        return schema.empty_table()
+    found = pa.concat_tables(results)
+    if not config.radius:
+        found = found.take(_output_order(found))
+    return found.select([*columns, "kept_sample_id", "reason"])
+
+
+def _output_order(found: pa.Table) -> pa.Array:
+    """find_duplicates' order (ar key, degenerate, fingerprint, rank in group) across partitions:
+    a group's rows keep their partition order, and a stable sort on the first three restores
+    the rest (a degenerate row's fingerprint is the order of its sha)."""
+    degenerate = pa.array(_degenerate(found))
+    sha = found["image_sha256"].cast(pa.string()) if "image_sha256" in found.column_names else pa.nulls(found.num_rows, pa.string())
+    keys = pa.table(
+        {
+            "ar": found["ar_index"],
+            "dg": degenerate,
+            "ph": pc.if_else(degenerate, 0, pc.fill_null(found["phash"], 0).cast(pa.int64())),
+            "sha": pc.if_else(degenerate, pc.fill_null(sha, ""), ""),
+        }
+    )
+    return pc.sort_indices(keys, sort_keys=[("ar", "ascending"), ("dg", "ascending"), ("ph", "ascending"), ("sha", "ascending")])
+
+
+__all__ = ["DEFAULT_PARTITION_ROWS", "partition_bits", "spilled_duplicates"]
