@@ -152,7 +152,9 @@ def spilled_duplicates(
             results.append(dups.select([*columns, "kept_sample_id", "reason", *keys]))
             del table, dups
     if not results:
-        schema = pa.schema([pa.field(c, pa.string()) for c in columns] + [pa.field("kept_sample_id", pa.string()), pa.field("reason", pa.string())])
+        schema = pa.schema(
+            [pa.field(c, pa.string()) for c in columns] + [pa.field("kept_sample_id", pa.string()), pa.field("reason", pa.string())]
+        )
         return schema.empty_table()
     found = pa.concat_tables(results)
     if not config.radius:

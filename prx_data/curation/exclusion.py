@@ -93,9 +93,9 @@ def _degenerate_keys(raw_uri: str, options: dict | None) -> pa.Table:
     """(sample_id, phash_degenerate, image_sha256) of the raw rows flagged degenerate: the only
     rows whose content key dedup reads, so a few rows instead of the whole raw table."""
     raw = open_table(raw_uri, options)
-    names = raw.schema.names if raw is not None else []
-    if "phash_degenerate" not in names:
+    if raw is None or "phash_degenerate" not in raw.schema.names:
         return pa.table({"sample_id": pa.array([], pa.string())})
+    names = raw.schema.names
     wanted = ["sample_id", "phash_degenerate", *(["image_sha256"] if "image_sha256" in names else [])]
     return raw.to_table(columns=wanted, filter="phash_degenerate = true")
 
