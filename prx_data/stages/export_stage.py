@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import tempfile
 import time
 from collections import Counter
@@ -46,7 +47,7 @@ from prx_data.core.locking import table_lock
 from prx_data.core.paths import superseded_uri
 from prx_data.core.ray_tasks import task_options
 from prx_data.core.reasons import reason_code
-from prx_data.core.schema import SUPERSEDED_SCHEMA
+from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
 from prx_data.export.commit import abandon, begin, new_run_id, recover
 from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
@@ -58,6 +59,7 @@ from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
 from prx_data.stages.column_stage import address_chunks, read_images, read_rows
 from prx_data.stages.executors import make_processor
 from prx_data.stages.export_plan import META_COLUMNS, exports_table, find_orphans, plan, scan_current
+from prx_data.stages.export_spill import MAX_PARTITION_ROWS, SpilledPartitions, partition_of, range_bounds
 
 # Bump when the resize/encode path changes in a way that changes exported bytes.
 TRANSFORM_VERSION = "lanczos-cover-crop-v1"
@@ -156,6 +158,7 @@ def export_source(
     max_caption_chars: int | None = MAX_CAPTION_CHARS,
     task_resources: dict[str, float] | None = None,
     plan_batch_rows: int = PLAN_BATCH_ROWS,
+    max_partition_rows: int = MAX_PARTITION_ROWS,
 ) -> ExportStats:
     """Bring the source's export up to date with its table, doing only the work that changed.
 
@@ -168,8 +171,14 @@ def export_source(
     labelled nodes. ``run_id`` goes to ``export_run_id`` on every row this run places or drops;
     kept rows keep the run that placed them. A caption longer than ``max_caption_chars`` (None: no
     cap) drops its sample as ``caption_too_long``. ``plan_batch_rows`` source rows are planned at
-    a time: with captions, they are what the driver holds besides narrow per-row columns.
+    a time: with captions, they are what the driver holds besides one planning partition.
+    Planning spills the source's narrow per-row columns (and the previous exports and
+    superseded tables) under ``scratch_dir`` in sample-id partitions of about
+    ``max_partition_rows`` rows and holds one at a time (``export_spill``); the spill is
+    removed when the run ends, failed or not.
     """
+    if max_partition_rows < 1:
+        raise ValueError(f"max_partition_rows must be at least 1, got {max_partition_rows}")
     if plan_batch_rows < 1:
         raise ValueError(f"plan_batch_rows must be at least 1, got {plan_batch_rows}")
     if max_caption_chars is not None and max_caption_chars < 1:
@@ -195,6 +204,7 @@ def export_source(
             max_caption_chars=max_caption_chars,
             task_resources=task_resources,
             plan_batch_rows=plan_batch_rows,
+            max_partition_rows=max_partition_rows,
         )
 
 
@@ -245,20 +255,13 @@ def _export(
     task_resources=None,
     max_caption_chars=MAX_CAPTION_CHARS,
     plan_batch_rows=PLAN_BATCH_ROWS,
+    max_partition_rows=MAX_PARTITION_ROWS,
 ) -> ExportStats:
     started = time.perf_counter()
     stats = ExportStats(source=source, version=export_version(bucket_cfg))
     # The writer's columns decide the shard layout: a change must not append to old shards.
     image_version = f"{stats.version}|{json.dumps(writer_cfg.columns(), sort_keys=True)}"
     ds = lance.dataset(table_uri, storage_options=options)
-    current = scan_current(
-        ds,
-        bucket_cfg=bucket_cfg,
-        image_version=image_version,
-        require_caption=require_caption,
-        max_caption_chars=max_caption_chars,
-        batch_rows=plan_batch_rows,
-    )
     meta_columns = [c for c in META_COLUMNS if c in ds.schema.names]
 
     # What is published now, and what the tables say about it. Under the table lock no other
@@ -268,91 +271,137 @@ def _export(
     indexes = source_indexes(mds_root, source, options)
     sizes = shard_sizes(indexes, source)
     prev_ds = open_table(exports_uri, options)
-    prev_table = prev_ds.to_table() if prev_ds is not None else None
     sup_uri = superseded_uri(exports_uri)
     sup_ds = open_table(sup_uri, options)
-    stored_sup = sup_ds.to_table() if sup_ds is not None else None
-    planned = plan(
-        current,
-        prev_table,
-        stored_sup,
-        sizes,
-        rewrite_share=rewrite_share,
-        metadata_drops=METADATA_DROPS,
-        orphans=lambda known: find_orphans(mds_root, source, indexes, sizes, known, options, scratch_dir),
-    )
-    del current
-    rewrite = planned.rewrite
-    encode, reuse = planned.encode, planned.reuse
-
-    now = datetime.now(UTC)
-    stats.kept, stats.reused, stats.encoded = pc.sum(planned.keep.cast(pa.int64())).as_py() or 0, reuse.num_rows, encode.num_rows
-    stats.rewritten_buckets = sorted(ref.rel for ref in rewrite)
-    stats.superseded = planned.new_sup.num_rows
-    stats.superseded_total = planned.sup_after.num_rows
-    late_drops: dict[str, str] = {}
-    export = None
-    if encode.num_rows or reuse.num_rows or rewrite:
-        check()  # a lost lease must not commit
-        export = _write(
-            ds,
-            source,
-            mds_root=mds_root,
-            options=options,
-            writer_cfg=writer_cfg,
-            bucket_cfg=bucket_cfg,
-            executor=executor,
-            chunk_rows=chunk_rows,
-            progress=progress,
-            scratch_dir=scratch_dir,
-            indexes=indexes,
-            reuse=reuse,
-            encode=encode,
-            meta_columns=meta_columns,
-            rewrite=rewrite,
-            late_drops=late_drops,
-            write_workers=write_workers if executor == "ray" else 1,
-            task_resources=task_resources,
+    rows = max([ds.count_rows(), *(t.count_rows() for t in (prev_ds, sup_ds) if t is not None)])
+    with tempfile.TemporaryDirectory(prefix=f"prx-export-plan-{source}-", dir=scratch_dir) as spill:
+        planned = plan(
+            scan_current(
+                ds,
+                bucket_cfg=bucket_cfg,
+                image_version=image_version,
+                require_caption=require_caption,
+                max_caption_chars=max_caption_chars,
+                batch_rows=plan_batch_rows,
+            ),
+            prev_ds.to_batches(batch_size=plan_batch_rows) if prev_ds is not None else None,
+            sup_ds.to_batches(batch_size=plan_batch_rows) if sup_ds is not None else None,
+            sizes,
+            rows=rows,
+            folder=spill,
+            max_partition_rows=max_partition_rows,
+            prev_schema=prev_ds.schema if prev_ds is not None else None,
+            sup_schema=sup_ds.schema if sup_ds is not None else None,
+            rewrite_share=rewrite_share,
+            metadata_drops=METADATA_DROPS,
+            orphans=lambda covered, known_in: find_orphans(mds_root, source, indexes, sizes, covered, known_in, options, scratch_dir),
         )
+        rewrite = planned.rewrite
+        encode, reuse = planned.encode, planned.reuse
 
-    table = exports_table(source, stats.version, now, run_id, planned, export.lineage if export is not None else None, late_drops)
-    changed = export is not None or bool(planned.new_sup.num_rows) or not _same_exports(prev_table, table)
-    if changed:
-        lance.write_dataset(table, exports_uri, mode="overwrite", storage_options=options)
-    stored_count = stored_sup.num_rows if stored_sup is not None else 0
-    if planned.new_sup.num_rows or planned.sup_after.num_rows != stored_count:
-        after = planned.sup_after
-        sup_table = pa.table(
-            {
-                "sample_id": after["sample_id"],
-                "source": pc.fill_null(pa.nulls(after.num_rows, pa.string()), source),
-                "tier": after["tier"],
-                "bucket": after["bucket"],
-                "shard": after["shard"],
-                "index_in_shard": after["index_in_shard"],
-                "superseded_at": pc.coalesce(after["superseded_at"], pa.scalar(now, pa.timestamp("us", tz="UTC"))),
-            }
-        ).cast(SUPERSEDED_SCHEMA)
-        lance.write_dataset(sup_table, sup_uri, mode="overwrite", storage_options=options)
+        now = datetime.now(UTC)
+        stats.kept, stats.reused, stats.encoded = planned.kept, reuse.num_rows, encode.num_rows
+        stats.rewritten_buckets = sorted(ref.rel for ref in rewrite)
+        stats.superseded = planned.new_sup
+        stats.superseded_total = planned.sup_after.rows
+        late_drops: dict[str, str] = {}
+        export = None
+        if encode.num_rows or reuse.num_rows or rewrite:
+            check()  # a lost lease must not commit
+            export = _write(
+                ds,
+                source,
+                mds_root=mds_root,
+                options=options,
+                writer_cfg=writer_cfg,
+                bucket_cfg=bucket_cfg,
+                executor=executor,
+                chunk_rows=chunk_rows,
+                progress=progress,
+                scratch_dir=scratch_dir,
+                indexes=indexes,
+                reuse=reuse,
+                encode=encode,
+                meta_columns=meta_columns,
+                rewrite=rewrite,
+                late_drops=late_drops,
+                write_workers=write_workers if executor == "ray" else 1,
+                task_resources=task_resources,
+            )
+        del encode, reuse
+        same = _new_exports(planned, spill, source, stats, now, run_id, export.lineage if export is not None else None, late_drops)
+        changed = export is not None or bool(planned.new_sup) or not same
+        if changed:
+            # Streamed partition by partition: in sample-id order, as one sorted table would be.
+            lance.write_dataset(
+                pa.RecordBatchReader.from_batches(EXPORT_SCHEMA, new_exports_batches(spill, planned)),
+                exports_uri,
+                mode="overwrite",
+                storage_options=options,
+            )
+        if planned.new_sup or planned.sup_after.rows != planned.stored_sup:
+            stamp = pa.scalar(now, pa.timestamp("us", tz="UTC"))
+
+            def superseded():
+                for after in planned.sup_after.batches():
+                    yield pa.record_batch(
+                        {
+                            "sample_id": after["sample_id"],
+                            "source": pc.fill_null(pa.nulls(after.num_rows, pa.string()), source),
+                            "tier": after["tier"],
+                            "bucket": after["bucket"],
+                            "shard": after["shard"],
+                            "index_in_shard": after["index_in_shard"],
+                            "superseded_at": pc.coalesce(after["superseded_at"], stamp),
+                        }
+                    ).cast(SUPERSEDED_SCHEMA)
+
+            lance.write_dataset(
+                pa.RecordBatchReader.from_batches(SUPERSEDED_SCHEMA, superseded()), sup_uri, mode="overwrite", storage_options=options
+            )
     stats.changed = changed
-    placed_now = table.filter(pc.is_valid(table["shard"]))
-    stats.exported = placed_now.num_rows
-    reasons = pc.value_counts(pc.drop_null(table["drop_reason"]))
-    stats.dropped = Counter()
-    for reason, count in zip(reasons.field("values").to_pylist(), reasons.field("counts").to_pylist()):
-        stats.dropped[reason_code(reason)] += count
-    per_bucket = placed_now.group_by(["tier", "bucket"]).aggregate([("sample_id", "count")])
-    stats.per_bucket = dict(
-        sorted(
-            (f"{t}/{b}", c)
-            for t, b, c in zip(per_bucket["tier"].to_pylist(), per_bucket["bucket"].to_pylist(), per_bucket["sample_id_count"].to_pylist())
-        )
-    )
     if export is not None:
         stats.bytes_written = export.bytes_written
         stats.removed_buckets = [r.rel for r in export.removed_buckets]
     stats.seconds = time.perf_counter() - started
     return stats
+
+
+def _new_exports(planned, spill: str, source: str, stats: ExportStats, now, run_id, lineage, late_drops) -> bool:
+    """Build the new exports table partition by partition into ``spill``/exports and count its
+    placements and drops into ``stats``. True when it equals the previous table in all but
+    when and by which run each row was made."""
+    exports = SpilledPartitions(os.path.join(spill, "exports"), EXPORT_SCHEMA, range_bounds(planned.partitions))
+    lineage_parts = _by_partition(lineage, exports.bounds)
+    same = planned.previous is not None and planned.previous.schema.names == EXPORT_SCHEMA.names
+    exported, dropped, per_bucket = 0, Counter(), Counter()
+    for part in range(planned.partitions):
+        table = exports_table(source, stats.version, now, run_id, planned.planned.read(part), lineage_parts.get(part), late_drops)
+        if same and not _same_exports(planned.previous.read(part), table):
+            same = False
+        exports.put(part, table)
+        placed_now = table.filter(pc.is_valid(table["shard"]))
+        exported += placed_now.num_rows
+        reasons = pc.value_counts(pc.drop_null(table["drop_reason"]))
+        for reason, count in zip(reasons.field("values").to_pylist(), reasons.field("counts").to_pylist()):
+            dropped[reason_code(reason)] += count
+        grouped = placed_now.group_by(["tier", "bucket"]).aggregate([("sample_id", "count")])
+        for t, b, c in zip(grouped["tier"].to_pylist(), grouped["bucket"].to_pylist(), grouped["sample_id_count"].to_pylist()):
+            per_bucket[f"{t}/{b}"] += c
+    exports.close()
+    stats.exported, stats.dropped, stats.per_bucket = exported, dropped, dict(sorted(per_bucket.items()))
+    return same
+
+
+def new_exports_batches(spill: str, planned) -> Iterator[pa.RecordBatch]:
+    yield from SpilledPartitions(os.path.join(spill, "exports"), EXPORT_SCHEMA, range_bounds(planned.partitions)).batches()
+
+
+def _by_partition(table: pa.Table | None, bounds) -> dict[int, pa.Table]:
+    if table is None or not table.num_rows:
+        return {}
+    parts = partition_of(table["sample_id"], bounds)
+    return {int(part): table.filter(pa.array(parts == part)) for part in np.unique(parts)}
 
 
 def _write(
@@ -591,9 +640,7 @@ def _write_parallel(
     return parts
 
 
-def _same_exports(prev: pa.Table | None, new: pa.Table) -> bool:
-    if prev is None or prev.schema.names != new.schema.names:
-        return False
+def _same_exports(prev: pa.Table, new: pa.Table) -> bool:
     columns = [c for c in new.schema.names if c not in ("exported_at", "export_run_id")]
     return prev.select(columns).sort_by("sample_id").equals(new.select(columns).sort_by("sample_id"))
 
