@@ -10,7 +10,8 @@ fresh subprocess per run the peak RSS (``ru_maxrss`` of the child) of
 minus the child's RSS after its imports (the interpreter baseline). Medians over repeats;
 prints the 4N / N ratio of that planning memory (goal: at most 1.2) and the driver bytes per
 source row. ``--baseline PATH`` runs the same children with another checkout's code (e.g. main
-before the change) interleaved with this one, and prints both.
+before the change) interleaved with this one, and prints both; ``--max-partition-rows R`` adds
+this checkout with planning spilled in partitions of about R rows (e.g. N / 4).
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ import lance
 from prx_data.imaging.buckets import BucketConfig
 from prx_data.stages.export_stage import export_source
 raw, mds, exports, n_change, tag = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+extra = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
 if n_change:
     ds = lance.dataset(raw)
     ids = ds.to_table(columns=["sample_id"], limit=n_change).column("sample_id").to_pylist()
     ds.update({"caption": f"'{tag} ' || caption"}, where="sample_id IN (" + ", ".join(repr(i) for i in ids) + ")")
 cfg = BucketConfig(tiers=(32,), ar_min=1.0, ar_max=1.0, shapes_per_tier=1, multiple=16)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-stats = export_source(raw, "memsrc", mds_root=mds, exports_uri=exports, bucket_cfg=cfg, executor="local")
+stats = export_source(raw, "memsrc", mds_root=mds, exports_uri=exports, bucket_cfg=cfg, executor="local", **extra)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"base_kb": base, "peak_kb": peak, "kept": stats.kept, "reused": stats.reused, "encoded": stats.encoded}))
 """
@@ -91,9 +93,9 @@ def write_source(uri: str, n: int) -> None:
     lance.write_dataset(pa.RecordBatchReader.from_batches(schema, batches()), uri, mode="overwrite")
 
 
-def child(code: Path, work: Path, n_change: int, tag: str) -> dict:
+def child(code: Path, work: Path, n_change: int, tag: str, extra: dict | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(code), "RAY_USAGE_STATS_ENABLED": "0"}
-    args = [str(work / "raw.lance"), str(work / "mds"), str(work / "exports.lance"), str(n_change), tag]
+    args = [str(work / "raw.lance"), str(work / "mds"), str(work / "exports.lance"), str(n_change), tag, json.dumps(extra or {})]
     out = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -103,8 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", type=Path, default=None, help="another checkout to measure in the same run")
+    parser.add_argument(
+        "--max-partition-rows",
+        type=int,
+        default=None,
+        help="also run this checkout with export_source(max_partition_rows=...) (planning spilled in partitions)",
+    )
     args = parser.parse_args(argv)
-    codes = {"this": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
+    codes = {"this": (ROOT, {}), **({"baseline": (args.baseline.resolve(), {})} if args.baseline else {})}
+    if args.max_partition_rows:
+        codes[f"this/p{args.max_partition_rows}"] = (ROOT, {"max_partition_rows": args.max_partition_rows})
     top = Path(tempfile.mkdtemp(prefix="bench-export-mem-"))
     results: dict[tuple[str, str, int], list[float]] = {}
     try:
@@ -116,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
             first = child(ROOT, work, 0, "setup")
             assert first["encoded"] == n, first
             for r in range(args.repeats):
-                for name, code in codes.items():
+                for name, (code, extra) in codes.items():
                     for kind, n_change in (("no-change", 0), ("5 captions", 5)):
-                        got = child(code, work, n_change, f"{name}{r}")
+                        got = child(code, work, n_change, f"{name.replace('/', '-')}{r}", extra)
                         expect_reused = n_change
                         assert (got["kept"], got["reused"], got["encoded"]) == (n - expect_reused, expect_reused, 0), (name, kind, got)
                         results.setdefault((name, kind, n), []).append((got["peak_kb"] - got["base_kb"]) / 1024)
@@ -128,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 small, large = (statistics.median(results[(name, kind, n)]) for n in sizes)
                 per_row = (large - small) * 1024 * 1024 / (sizes[1] - sizes[0])
                 print(
-                    f"  {name:8s} {kind:11s} N: {small:8.1f}  4N: {large:8.1f}  ratio 4N/N: {large / max(small, 0.1):5.2f}"
+                    f"  {name:14s} {kind:11s} N: {small:8.1f}  4N: {large:8.1f}  ratio 4N/N: {large / max(small, 0.1):5.2f}"
                     f"  driver bytes/row: {per_row:7.0f}"
                 )
     finally:

@@ -1,12 +1,21 @@
 """Export planning in columns: which rows of a source stay, are written with their old bytes,
 are encoded, or are dropped, and which old placements that supersedes.
 
-The driver's memory is bounded by a scan batch, not by the source: the source is read batch by
-batch (captions included, since ``meta_key`` hashes them) and only narrow per-row columns
-(sample id, row address, phash, keys, target bucket, drop reason) are kept, as Arrow arrays.
-Captions of rows to write are read again, chunk by chunk, by whoever writes them. The previous
-exports and superseded tables (no captions) are joined in Arrow; no per-row Python object lives
-longer than one batch.
+The driver's memory is bounded by one planning partition, not by the source: the source is
+read batch by batch (captions included, since ``meta_key`` hashes them) and only narrow per-row
+columns (sample id, row address, phash, keys, target bucket, drop reason) are kept, spilled with
+the previous exports and superseded tables to Arrow IPC files in sample-id partitions
+(``export_spill``), and joined partition by partition. Two passes: the first sums the small
+per-bucket counts the rewrite threshold needs, the second decides each partition and spills its
+plan, which the exports table is then built from partition by partition. Captions of rows to
+write are read again, chunk by chunk, by whoever writes them. What stays whole-source in memory
+is only the rows this run writes (sample id and row address per row to encode or re-use: empty
+on a no-change run) and the orphans a killed run left.
+
+Order: partitions are sample-id ranges, so the exports table streams out sorted by sample id as
+before, and the rows to write are re-sorted into scan order (the shards' content). The
+superseded table's rows come partition by partition (stored, changed, removed, orphaned in each);
+its readers (skip lists) only build per-shard sets of it.
 """
 
 from __future__ import annotations
@@ -160,8 +169,6 @@ def _metadata_drop(reasons, metadata_drops: frozenset[str]) -> pa.Array:
     return _false(pc.is_in(code, value_set=pa.array(sorted(metadata_drops), pa.string())))
 
 
-
-
 @dataclass
 class _Classified:
     """One partition's rows against their previous placements, before the rewrite decision."""
@@ -176,6 +183,7 @@ class _Classified:
     changed: pa.Table  # PLACEMENT_SCHEMA: old placements of changed rows, in row order
     removed: pa.Table  # PLACEMENT_SCHEMA: old placements of rows no longer live
     prev_sup: pa.Table  # PLACEMENT_SCHEMA: stored superseded placements in published shards
+    known: pa.Table  # shard, index_in_shard: placements in published shards the tables know
 
 
 def _placements(sample_id, tier, bucket, shard, index) -> pa.Table:
@@ -225,7 +233,7 @@ def _classify(current: pa.Table, prev: pa.Table, stored_sup: pa.Table, shards: p
     removed = _placements(gone["sample_id"], gone["tier"], gone["bucket"], gone["shard"], gone["index_in_shard"])
     sup_prev = with_columns(stored_sup, PLACEMENT_SCHEMA)
     prev_sup = sup_prev.filter(_false(pc.is_in(sup_prev["shard"], value_set=shards)))
-    return _Classified(joined, live, placed, keep, reuse, encode, drop, changed, removed, prev_sup)
+    return _Classified(joined, live, placed, keep, reuse, encode, drop, changed, removed, prev_sup, _known(previous, prev_sup, shards))
 
 
 def _add(into: dict[str, int], counts: dict[str, int]) -> None:
@@ -311,7 +319,7 @@ def plan(
             _add(superseded_in, _counts_by_rel(placements["shard"]))
         _add(arriving, _counts(c.joined.filter(c.encode)["target"]))
         _add(arriving, _counts_by_rel(c.joined.filter(c.reuse)["p_shard"]))
-        _add(covered, _distinct_in_range(_known(with_columns(previous.read(part) if previous else None, _PREV_SCHEMA), c.prev_sup, shards), sizes))
+        _add(covered, _distinct_in_range(c.known, sizes))
 
     def known_in(wanted: list[str]) -> pa.Table:
         # A sample id lives in one partition, so the same placement is never counted twice
@@ -323,7 +331,7 @@ def plan(
             sup_part = with_columns(stored.read(part) if stored else None, PLACEMENT_SCHEMA)
             known = _known(prev_part, sup_part.filter(_false(pc.is_in(sup_part["shard"], value_set=shards))), shards)
             found.append(known.filter(_false(pc.is_in(known["shard"], value_set=value_set))))
-        return pa.concat_tables(found) if found else pa.table({"shard": pa.array([], pa.string()), "index_in_shard": pa.array([], pa.int64())})
+        return pa.concat_tables(found)  # one per partition: never empty
 
     found = orphans(covered, known_in)
     _add(superseded_in, _counts_by_rel(found["shard"]))

@@ -19,8 +19,9 @@ publishes them at once (``export.commit``, the same on a folder and on ``s3://``
 or killed run leaves the previous export as it was and the next run cleans up after it. The MDS
 commit comes first and the tables after it; a run killed in between leaves shards that no
 table knows, and the next run supersedes them (``export_plan.find_orphans``) before it writes
-anything. Planning is columnar (``export_plan``): the driver holds narrow Arrow columns per row
-and captions only chunk by chunk, never a Python object per row of the source.
+anything. Planning is columnar (``export_plan``) and partitioned: the driver spills narrow Arrow
+columns per row to local disk in sample-id partitions (``max_partition_rows``) and holds one at a
+time, captions only chunk by chunk, never a Python object per row of the source.
 """
 
 from __future__ import annotations
