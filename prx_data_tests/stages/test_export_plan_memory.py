@@ -152,3 +152,6 @@ def test_many_planning_partitions_export_the_same_as_one(storage_root, tmp_path,
 
     with pytest.raises(RuntimeError, match="progress callback failed"):
         run("many", max_partition_rows=7, progress=fails)
+    assert _export_state(storage_root, "one") == _export_state(storage_root, "many"), "a failed run changed the export"
+    with pytest.raises(ValueError, match="max_partition_rows must be at least 1, got 0"):
+        run("many", max_partition_rows=0)
