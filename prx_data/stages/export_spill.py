@@ -22,9 +22,10 @@ import os
 import numpy as np
 import pyarrow as pa
 
-# About 200 bytes a row while a partition is planned (narrow columns, joined): 2 M rows stay
-# near 400 MB on the driver.
-MAX_PARTITION_ROWS = 2_000_000
+# Planning a partition peaks near 1.7 KB a row on the driver (the joined narrow columns, their
+# sorted copies, the new and previous exports rows compared; benchmarks/bench_export_memory.py
+# at 40,000 rows in one partition): 1 M rows stay near 1.7 GB.
+MAX_PARTITION_ROWS = 1_000_000
 # One open file per partition while a table streams in: stay far below `ulimit -n`. Past
 # 1024 * MAX_PARTITION_ROWS (2 billion rows) partitions grow instead.
 MAX_PARTITIONS = 1024
