@@ -291,9 +291,12 @@ def plan(
         if batches is None:
             return None
         spilled = SpilledPartitions(os.path.join(folder, name), schema, bounds)
-        for batch in batches:
-            spilled.add(batch)
-        return spilled.close()
+        try:
+            for batch in batches:
+                spilled.add(batch)
+        finally:
+            spilled.close()  # a failed scan must not keep files open in the spill
+        return spilled
 
     cur = spill("current", current, CURRENT_SCHEMA)
     previous = spill("previous", prev, prev_schema)
