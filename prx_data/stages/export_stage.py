@@ -18,7 +18,10 @@ any node) writes its shards straight into the MDS root under the run's names, an
 publishes them at once (``export.commit``, the same on a folder and on ``s3://``), so a failed
 or killed run leaves the previous export as it was and the next run cleans up after it. The MDS
 commit comes first and the tables after it; a run killed in between leaves shards that no
-table knows, and the next run supersedes them (``_orphans``) before it writes anything.
+table knows, and the next run supersedes them (``export_plan.find_orphans``) before it writes
+anything. Planning is columnar (``export_plan``) and partitioned: the driver spills narrow Arrow
+columns per row to local disk in sample-id partitions (``max_partition_rows``) and holds one at a
+time, captions only chunk by chunk, never a Python object per row of the source.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal, TypeGuard
+from typing import Literal
 
 import lance
 import numpy as np
@@ -51,10 +55,12 @@ from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
 from prx_data.export.shard_writer import write_shards
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
-from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop, assign
+from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
-from prx_data.stages.column_stage import address_chunks, read_images
+from prx_data.stages.column_stage import address_chunks, read_images, read_rows
 from prx_data.stages.executors import make_processor
+from prx_data.stages.export_plan import META_COLUMNS, exports_table, find_orphans, plan, scan_current
+from prx_data.stages.export_spill import MAX_PARTITION_ROWS, SpilledPartitions, partition_of, range_bounds
 
 # Bump when the resize/encode path changes in a way that changes exported bytes.
 TRANSFORM_VERSION = "lanczos-cover-crop-v1"
@@ -66,6 +72,8 @@ MAX_CAPTION_CHARS = 20_000
 # Drop reasons that come from a row's columns, not its image bytes: decided anew on every run
 # (an edited caption can lift them), never carried over from the last placement.
 METADATA_DROPS = frozenset({"no_caption", "caption_too_long"})
+# Source rows per planning batch: the captions the driver holds at once (about 1 KB each).
+PLAN_BATCH_ROWS = 8192
 
 _PREPARED_SCHEMA = pa.schema(
     [
@@ -126,10 +134,6 @@ class ExportStats:
         return self.encoded / self.seconds if self.seconds else 0.0
 
 
-def _key(*parts) -> str:
-    return hashlib.blake2b(json.dumps(parts, default=str).encode(), digest_size=16).hexdigest()
-
-
 def _bucket_of(tier: int | str, bucket: str) -> BucketRef:
     height, width = parse_bucket(bucket)
     return BucketRef(int(tier), height, width)
@@ -154,6 +158,8 @@ def export_source(
     run_id: str | None = None,
     max_caption_chars: int | None = MAX_CAPTION_CHARS,
     task_resources: dict[str, float] | None = None,
+    plan_batch_rows: int = PLAN_BATCH_ROWS,
+    max_partition_rows: int = MAX_PARTITION_ROWS,
 ) -> ExportStats:
     """Bring the source's export up to date with its table, doing only the work that changed.
 
@@ -165,8 +171,17 @@ def export_source(
     ``{"cpu_pool": 0.01}``) is added to those tasks' Ray resource demands, to place them on
     labelled nodes. ``run_id`` goes to ``export_run_id`` on every row this run places or drops;
     kept rows keep the run that placed them. A caption longer than ``max_caption_chars`` (None: no
-    cap) drops its sample as ``caption_too_long``.
+    cap) drops its sample as ``caption_too_long``. ``plan_batch_rows`` source rows are planned at
+    a time: with captions, they are what the driver holds besides one planning partition.
+    Planning spills the source's narrow per-row columns (and the previous exports and
+    superseded tables) under ``scratch_dir`` in sample-id partitions of about
+    ``max_partition_rows`` rows and holds one at a time (``export_spill``); the spill is
+    removed when the run ends, failed or not.
     """
+    if max_partition_rows < 1:
+        raise ValueError(f"max_partition_rows must be at least 1, got {max_partition_rows}")
+    if plan_batch_rows < 1:
+        raise ValueError(f"plan_batch_rows must be at least 1, got {plan_batch_rows}")
     if max_caption_chars is not None and max_caption_chars < 1:
         raise ValueError(f"max_caption_chars must be at least 1 (or None for no cap), got {max_caption_chars}")
     with table_lock(table_uri, storage_options, purpose=f"export of {source}") as check:
@@ -189,11 +204,35 @@ def export_source(
             run_id=run_id,
             max_caption_chars=max_caption_chars,
             task_resources=task_resources,
+            plan_batch_rows=plan_batch_rows,
+            max_partition_rows=max_partition_rows,
         )
 
 
-def _column(table: pa.Table, name: str) -> list:
-    return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+def prepare_with_meta(bucket_cfg_json: str, sample_ids: list[str], images: list[bytes | None], rows: pa.Table) -> pa.Table:
+    """``prepare_rows`` plus the sample's other columns (``rows``: read by the worker for its
+    chunk), so the driver never holds captions beyond the chunks in flight."""
+    prepared = prepare_rows(bucket_cfg_json, sample_ids, images, rows)
+    for name in META_COLUMNS:
+        prepared = prepared.append_column(
+            name, rows.column(name) if name in rows.column_names else pa.nulls(prepared.num_rows, pa.string())
+        )
+    return prepared
+
+
+def _sample(rec: dict) -> dict:
+    return {
+        "image": rec["jpeg"],
+        "tier": rec["tier"],
+        "height": rec["height"],
+        "width": rec["width"],
+        "original_width": rec["original_width"],
+        "original_height": rec["original_height"],
+        "caption": rec["caption"],
+        "sample_id": rec["sample_id"],
+        "label": rec["label"],
+        "caption_model": rec["caption_model"],
+    }
 
 
 def _export(
@@ -216,36 +255,15 @@ def _export(
     run_id=None,
     task_resources=None,
     max_caption_chars=MAX_CAPTION_CHARS,
+    plan_batch_rows=PLAN_BATCH_ROWS,
+    max_partition_rows=MAX_PARTITION_ROWS,
 ) -> ExportStats:
     started = time.perf_counter()
     stats = ExportStats(source=source, version=export_version(bucket_cfg))
     # The writer's columns decide the shard layout: a change must not append to old shards.
     image_version = f"{stats.version}|{json.dumps(writer_cfg.columns(), sort_keys=True)}"
     ds = lance.dataset(table_uri, storage_options=options)
-    names = ds.schema.names
-    wanted = ["sample_id", "width", "height"] + [c for c in ("image_sha256", "caption", "phash", "label", "caption_model") if c in names]
-    rows = ds.to_table(columns=wanted, filter="status = 'ok'", with_row_address=True)
-    n = rows.num_rows
-    ids = rows.column("sample_id").to_pylist()
-    caption, label, model = _column(rows, "caption"), _column(rows, "label"), _column(rows, "caption_model")
-    sha = _column(rows, "image_sha256")
-    widths, heights = rows.column("width").to_pylist(), rows.column("height").to_pylist()
-    drop: list[str | None] = [None] * n
-    image_key = [_key(sha[i], widths[i], heights[i], image_version) if sha[i] else None for i in range(n)]
-    meta_key = [_key(caption[i], label[i], model[i]) for i in range(n)]
-    target: list[BucketRef | None] = [None] * n
-    for i in range(n):
-        if require_caption and not caption[i]:
-            drop[i] = "no_caption"
-            continue
-        if max_caption_chars is not None and caption[i] and len(caption[i]) > max_caption_chars:
-            drop[i] = f"caption_too_long: {len(caption[i])} characters, the limit is {max_caption_chars}"
-            continue
-        assigned = assign(widths[i], heights[i], bucket_cfg)
-        if isinstance(assigned, Drop):
-            drop[i] = assigned.reason
-        else:
-            target[i] = BucketRef(assigned.tier, assigned.height, assigned.width)
+    meta_columns = [c for c in META_COLUMNS if c in ds.schema.names]
 
     # What is published now, and what the tables say about it. Under the table lock no other
     # export of the source is live: finish or clean up what a killed one left first, so a
@@ -254,119 +272,95 @@ def _export(
     indexes = source_indexes(mds_root, source, options)
     sizes = shard_sizes(indexes, source)
     prev_ds = open_table(exports_uri, options)
-    prev_table = prev_ds.to_table() if prev_ds is not None else None
-    prev = {r["sample_id"]: r for r in prev_table.to_pylist()} if prev_table is not None else {}
     sup_uri = superseded_uri(exports_uri)
     sup_ds = open_table(sup_uri, options)
-    stored_sup = sup_ds.to_table().to_pylist() if sup_ds is not None else []
-    prev_sup = [r for r in stored_sup if r["shard"] in sizes]
-
-    def placed(record: dict | None) -> TypeGuard[dict]:
-        return bool(record and record.get("shard") and record["shard"] in sizes)
-
-    keep: list[int] = []
-    reuse: list[tuple[int, dict]] = []  # (row, old placement) written with the old bytes
-    encode: list[int] = []
-    new_sup: list[dict] = []
-    current = set()
-    for i in range(n):
-        if drop[i] is not None:
-            continue
-        current.add(ids[i])
-        p = prev.get(ids[i])
-        same_image = bool(p and image_key[i] and p.get("image_key") == image_key[i])
-        if placed(p) and same_image:
-            if p.get("meta_key") == meta_key[i]:
-                keep.append(i)
-            else:
-                reuse.append((i, p))
-                new_sup.append(p)
-        elif p and not p.get("shard") and same_image and p.get("drop_reason") and reason_code(p["drop_reason"]) not in METADATA_DROPS:
-            drop[i] = p["drop_reason"]  # dropped when its bytes were decoded: still the same bytes
-        else:
-            encode.append(i)
-            if placed(p):
-                new_sup.append(p)
-    new_sup.extend(p for sid, p in prev.items() if sid not in current and placed(p))
-    new_sup.extend(_orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_dir))
-
-    # Maintenance: a bucket whose superseded share passes the threshold is rewritten.
-    total: Counter[str] = Counter()
-    for shard, count in sizes.items():
-        total[shard.rsplit("/", 2)[0]] += count
-    superseded_in = Counter(r["shard"].rsplit("/", 2)[0] for r in (*prev_sup, *new_sup))
-    # Rows to encode all have a bucket (a row without one was dropped above).
-    arriving = Counter(ref.rel for ref in (target[i] for i in encode) if ref is not None) + Counter(
-        p["shard"].rsplit("/", 2)[0] for _, p in reuse
-    )
-    rewrite = {
-        _bucket_of(*rel.split("/"))
-        for rel, count in superseded_in.items()
-        if total[rel] and count / (total[rel] + arriving[rel]) > rewrite_share
-    }
-    rewrite_rels = {ref.rel for ref in rewrite}
-    if rewrite:
-        moved = [i for i in keep if prev[ids[i]]["shard"].rsplit("/", 2)[0] in rewrite_rels]
-        keep = [i for i in keep if prev[ids[i]]["shard"].rsplit("/", 2)[0] not in rewrite_rels]
-        reuse.extend((i, prev[ids[i]]) for i in moved)
-    sup_after = [r for r in (*prev_sup, *new_sup) if r["shard"].rsplit("/", 2)[0] not in rewrite_rels]
-
-    now = datetime.now(UTC)
-    stats.kept, stats.reused, stats.encoded = len(keep), len(reuse), len(encode)
-    stats.rewritten_buckets = sorted(rewrite_rels)
-    stats.superseded = len(new_sup)
-    stats.superseded_total = len(sup_after)
-    late_drops: dict[str, str] = {}
-    export = None
-    if encode or reuse or rewrite:
-        check()  # a lost lease must not commit
-        export = _write(
-            ds,
-            rows,
-            source,
-            mds_root=mds_root,
-            options=options,
-            writer_cfg=writer_cfg,
-            bucket_cfg=bucket_cfg,
-            executor=executor,
-            chunk_rows=chunk_rows,
-            progress=progress,
-            scratch_dir=scratch_dir,
-            indexes=indexes,
-            reuse=reuse,
-            encode=encode,
-            caption=caption,
-            label=label,
-            model=model,
-            rewrite=rewrite,
-            late_drops=late_drops,
-            write_workers=write_workers if executor == "ray" else 1,
-            task_resources=task_resources,
+    rows = max([ds.count_rows(), *(t.count_rows() for t in (prev_ds, sup_ds) if t is not None)])
+    with tempfile.TemporaryDirectory(prefix=f"prx-export-plan-{source}-", dir=scratch_dir) as spill:
+        planned = plan(
+            scan_current(
+                ds,
+                bucket_cfg=bucket_cfg,
+                image_version=image_version,
+                require_caption=require_caption,
+                max_caption_chars=max_caption_chars,
+                batch_rows=plan_batch_rows,
+            ),
+            prev_ds.to_batches(batch_size=plan_batch_rows) if prev_ds is not None else None,
+            sup_ds.to_batches(batch_size=plan_batch_rows) if sup_ds is not None else None,
+            sizes,
+            rows=rows,
+            folder=spill,
+            max_partition_rows=max_partition_rows,
+            prev_schema=prev_ds.schema if prev_ds is not None else None,
+            sup_schema=sup_ds.schema if sup_ds is not None else None,
+            rewrite_share=rewrite_share,
+            metadata_drops=METADATA_DROPS,
+            orphans=lambda covered, known_in: find_orphans(mds_root, source, indexes, sizes, covered, known_in, options, scratch_dir),
         )
-    by_row = {sid: i for i, sid in enumerate(ids)}
-    for sid, reason in late_drops.items():
-        drop[by_row[sid]] = reason
+        rewrite = planned.rewrite
+        encode, reuse = planned.encode, planned.reuse
 
-    table = _exports_table(source, stats.version, (now, run_id), ids, rows, drop, image_key, meta_key, keep, prev, export)
-    changed = export is not None or bool(new_sup) or not _same_exports(prev_table, table)
-    if changed:
-        lance.write_dataset(table, exports_uri, mode="overwrite", storage_options=options)
-    if new_sup or len(sup_after) != len(stored_sup):
-        sup_table = pa.Table.from_pylist(
-            [
-                {**{k: r.get(k) for k in SUPERSEDED_SCHEMA.names}, "source": source, "superseded_at": r.get("superseded_at") or now}
-                for r in sup_after
-            ],
-            schema=SUPERSEDED_SCHEMA,
-        )
-        lance.write_dataset(sup_table, sup_uri, mode="overwrite", storage_options=options)
+        now = datetime.now(UTC)
+        stats.kept, stats.reused, stats.encoded = planned.kept, reuse.num_rows, encode.num_rows
+        stats.rewritten_buckets = sorted(ref.rel for ref in rewrite)
+        stats.superseded = planned.new_sup
+        stats.superseded_total = planned.sup_after.rows
+        late_drops: dict[str, str] = {}
+        export = None
+        if encode.num_rows or reuse.num_rows or rewrite:
+            check()  # a lost lease must not commit
+            export = _write(
+                ds,
+                source,
+                mds_root=mds_root,
+                options=options,
+                writer_cfg=writer_cfg,
+                bucket_cfg=bucket_cfg,
+                executor=executor,
+                chunk_rows=chunk_rows,
+                progress=progress,
+                scratch_dir=scratch_dir,
+                indexes=indexes,
+                reuse=reuse,
+                encode=encode,
+                meta_columns=meta_columns,
+                rewrite=rewrite,
+                late_drops=late_drops,
+                write_workers=write_workers if executor == "ray" else 1,
+                task_resources=task_resources,
+            )
+        del encode, reuse
+        same = _new_exports(planned, spill, source, stats, now, run_id, export.lineage if export is not None else None, late_drops)
+        changed = export is not None or bool(planned.new_sup) or not same
+        if changed:
+            # Streamed partition by partition: in sample-id order, as one sorted table would be.
+            lance.write_dataset(
+                pa.RecordBatchReader.from_batches(EXPORT_SCHEMA, new_exports_batches(spill, planned)),
+                exports_uri,
+                mode="overwrite",
+                storage_options=options,
+            )
+        if planned.new_sup or planned.sup_after.rows != planned.stored_sup:
+            stamp = pa.scalar(now, pa.timestamp("us", tz="UTC"))
+
+            def superseded():
+                for after in planned.sup_after.batches():
+                    yield pa.record_batch(
+                        {
+                            "sample_id": after["sample_id"],
+                            "source": pc.fill_null(pa.nulls(after.num_rows, pa.string()), source),
+                            "tier": after["tier"],
+                            "bucket": after["bucket"],
+                            "shard": after["shard"],
+                            "index_in_shard": after["index_in_shard"],
+                            "superseded_at": pc.coalesce(after["superseded_at"], stamp),
+                        }
+                    ).cast(SUPERSEDED_SCHEMA)
+
+            lance.write_dataset(
+                pa.RecordBatchReader.from_batches(SUPERSEDED_SCHEMA, superseded()), sup_uri, mode="overwrite", storage_options=options
+            )
     stats.changed = changed
-    placed_now = table.filter(pc.is_valid(table["shard"]))
-    stats.exported = placed_now.num_rows
-    stats.dropped = Counter(reason_code(d) for d in drop if d)
-    stats.per_bucket = dict(
-        sorted(Counter(f"{t}/{b}" for t, b in zip(placed_now["tier"].to_pylist(), placed_now["bucket"].to_pylist())).items())
-    )
     if export is not None:
         stats.bytes_written = export.bytes_written
         stats.removed_buckets = [r.rel for r in export.removed_buckets]
@@ -374,28 +368,45 @@ def _export(
     return stats
 
 
-def _orphans(mds_root, source, indexes, sizes, prev, prev_sup, options, scratch_dir) -> list[dict]:
-    """Placements in published shards that no table knows: a run killed between its MDS commit
-    and its table writes. Their samples are written again by this run, so they are superseded."""
-    known: dict[str, set[int]] = {}
-    for record in (*prev.values(), *prev_sup):
-        if record.get("shard") in sizes:
-            known.setdefault(record["shard"], set()).add(int(record["index_in_shard"]))
-    unknown = [(shard, i) for shard, count in sizes.items() for i in range(count) if i not in known.get(shard, ())]
-    if not unknown:
-        return []
-    with tempfile.TemporaryDirectory(prefix=f"prx-orphans-{source}-", dir=scratch_dir) as scratch:
-        reader = ShardReader(mds_root, indexes, source, scratch, options)
-        found = []
-        for shard, index, sample in reader.read(unknown):
-            tier, bucket = shard.split("/")[:2]
-            found.append({"sample_id": sample["sample_id"], "tier": int(tier), "bucket": bucket, "shard": shard, "index_in_shard": index})
-    return found
+def _new_exports(planned, spill: str, source: str, stats: ExportStats, now, run_id, lineage, late_drops) -> bool:
+    """Build the new exports table partition by partition into ``spill``/exports and count its
+    placements and drops into ``stats``. True when it equals the previous table in all but
+    when and by which run each row was made."""
+    exports = SpilledPartitions(os.path.join(spill, "exports"), EXPORT_SCHEMA, range_bounds(planned.partitions))
+    lineage_parts = _by_partition(lineage, exports.bounds)
+    same = planned.previous is not None and planned.previous.schema.names == EXPORT_SCHEMA.names
+    exported, dropped, per_bucket = 0, Counter(), Counter()
+    for part in range(planned.partitions):
+        table = exports_table(source, stats.version, now, run_id, planned.planned.read(part), lineage_parts.get(part), late_drops)
+        if same and not _same_exports(planned.previous.read(part), table):
+            same = False
+        exports.put(part, table)
+        placed_now = table.filter(pc.is_valid(table["shard"]))
+        exported += placed_now.num_rows
+        reasons = pc.value_counts(pc.drop_null(table["drop_reason"]))
+        for reason, count in zip(reasons.field("values").to_pylist(), reasons.field("counts").to_pylist()):
+            dropped[reason_code(reason)] += count
+        grouped = placed_now.group_by(["tier", "bucket"]).aggregate([("sample_id", "count")])
+        for t, b, c in zip(grouped["tier"].to_pylist(), grouped["bucket"].to_pylist(), grouped["sample_id_count"].to_pylist()):
+            per_bucket[f"{t}/{b}"] += c
+    exports.close()
+    stats.exported, stats.dropped, stats.per_bucket = exported, dropped, dict(sorted(per_bucket.items()))
+    return same
+
+
+def new_exports_batches(spill: str, planned) -> Iterator[pa.RecordBatch]:
+    yield from SpilledPartitions(os.path.join(spill, "exports"), EXPORT_SCHEMA, range_bounds(planned.partitions)).batches()
+
+
+def _by_partition(table: pa.Table | None, bounds) -> dict[int, pa.Table]:
+    if table is None or not table.num_rows:
+        return {}
+    parts = partition_of(table["sample_id"], bounds)
+    return {int(part): table.filter(pa.array(parts == part)) for part in np.unique(parts)}
 
 
 def _write(
     ds,
-    rows,
     source,
     *,
     mds_root,
@@ -407,35 +418,37 @@ def _write(
     progress,
     scratch_dir,
     indexes,
-    reuse,
-    encode,
-    caption,
-    label,
-    model,
+    reuse: pa.Table,
+    encode: pa.Table,
+    meta_columns: list[str],
     rewrite,
     late_drops,
     write_workers,
     task_resources,
 ):
-    ids = rows.column("sample_id").to_pylist()
-    extras = {"label": label, "caption_model": model}
-    processor = make_processor(functools.partial(prepare_rows, bucket_cfg.model_dump_json()), executor=executor, chunk_rows=chunk_rows)
-    by_id = {sid: i for i, sid in enumerate(ids)}
-    todo = rows.take(pa.array(encode, pa.int64())).select(["sample_id", "_rowaddr"])
+    processor = make_processor(
+        functools.partial(prepare_with_meta, bucket_cfg.model_dump_json()), columns=meta_columns, executor=executor, chunk_rows=chunk_rows
+    )
 
-    def meta(i: int) -> dict:
-        sample = {"caption": caption[i], "sample_id": ids[i]}
-        sample.update({name: values[i] for name, values in extras.items()})
-        return sample
-
-    def samples(scratch: str, encoded: bool = True) -> Iterator[dict]:
-        if reuse:
-            reader = ShardReader(mds_root, indexes, source, scratch, options)
-            row_of = {(p["shard"], int(p["index_in_shard"])): i for i, p in reuse}
-            for shard, index, old in reader.read(row_of):
-                i = row_of[(shard, index)]
-                if old["sample_id"] != ids[i]:
-                    raise RuntimeError(f"{shard}[{index}] holds {old['sample_id']}, the exports table says {ids[i]}")
+    def reused(scratch: str) -> Iterator[dict]:
+        """The old bytes of every re-used row, shard by shard; captions read per shard."""
+        if not reuse.num_rows:
+            return
+        reader = ShardReader(mds_root, indexes, source, scratch, options)
+        ordered = reuse.sort_by([("shard", "ascending"), ("index_in_shard", "ascending")])
+        shard_col = ordered["shard"].combine_chunks()
+        counts = pc.value_counts(shard_col)
+        start = 0
+        for shard, count in sorted(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())):
+            rows = ordered.slice(start, count)
+            start += count
+            meta = read_rows(ds, rows["_rowaddr"].to_pylist(), meta_columns)
+            ids = rows["sample_id"].to_pylist()
+            at = {int(index): k for k, index in enumerate(rows["index_in_shard"].to_pylist())}
+            for _, index, old in reader.read((shard, index) for index in at):
+                k = at[index]
+                if old["sample_id"] != ids[k]:
+                    raise RuntimeError(f"{shard}[{index}] holds {old['sample_id']}, the exports table says {ids[k]}")
                 ref = _bucket_of(*shard.split("/")[:2])
                 yield {
                     "image": old["image"],
@@ -444,40 +457,37 @@ def _write(
                     "width": ref.width,
                     "original_width": old["original_width"],
                     "original_height": old["original_height"],
-                    **meta(i),
+                    "caption": meta.column("caption")[k].as_py() if "caption" in meta_columns else None,
+                    "sample_id": ids[k],
+                    "label": meta.column("label")[k].as_py() if "label" in meta_columns else None,
+                    "caption_model": meta.column("caption_model")[k].as_py() if "caption_model" in meta_columns else None,
                 }
+
+    def samples(scratch: str) -> Iterator[dict]:
+        yield from reused(scratch)
         done = 0
-        for result in processor(ds, todo) if todo.num_rows and encoded else ():
+        for result in processor(ds, encode) if encode.num_rows else ():
             for rec in result.to_pylist():
-                i = by_id[rec["sample_id"]]
                 if rec["drop_reason"]:
                     late_drops[rec["sample_id"]] = rec["drop_reason"]
                     continue
-                yield {
-                    "image": rec["jpeg"],
-                    "tier": rec["tier"],
-                    "height": rec["height"],
-                    "width": rec["width"],
-                    "original_width": rec["original_width"],
-                    "original_height": rec["original_height"],
-                    **meta(i),
-                }
+                yield _sample(rec)
             done += result.num_rows
             if progress:
-                progress(done, todo.num_rows)
+                progress(done, encode.num_rows)
 
     mds_run = new_run_id()
     started = time.perf_counter()
     begin(mds_root, source, mds_run, options)
     try:
         with tempfile.TemporaryDirectory(prefix=f"prx-reuse-{source}-", dir=scratch_dir) as scratch:
-            if write_workers > 1 and len(encode) > 1:
+            if write_workers > 1 and encode.num_rows > 1:
                 parts = _write_parallel(
                     ds,
                     source,
-                    todo,
-                    {ids[i]: meta(i) for i in encode},
-                    samples(scratch, encoded=False) if reuse else None,
+                    encode,
+                    meta_columns,
+                    reused(scratch) if reuse.num_rows else None,
                     mds_root=mds_root,
                     options=options,
                     writer_cfg=writer_cfg,
@@ -485,7 +495,7 @@ def _write(
                     chunk_rows=chunk_rows,
                     scratch_dir=scratch_dir,
                     late_drops=late_drops,
-                    workers=min(write_workers, len(encode)),
+                    workers=min(write_workers, encode.num_rows),
                     run_id=mds_run,
                     task_resources=task_resources,
                 )
@@ -529,7 +539,7 @@ def _write_part(
     run_id,
     tag,
     todo: pa.Table,
-    meta: dict,
+    meta_columns: list[str],
     chunk_rows: int,
 ):
     """One parallel writer (a Ray task, any node): encode its rows and write its shards straight
@@ -539,20 +549,14 @@ def _write_part(
 
     def samples() -> Iterator[dict]:
         for chunk in address_chunks(todo, chunk_rows):
-            images = read_images(ds, chunk.column("_rowaddr").to_pylist())
-            for rec in prepare_rows(bucket_cfg_json, chunk.column("sample_id").to_pylist(), images, chunk).to_pylist():
+            addresses = chunk.column("_rowaddr").to_pylist()
+            images = read_images(ds, addresses)
+            rows = read_rows(ds, addresses, meta_columns)
+            for rec in prepare_with_meta(bucket_cfg_json, chunk.column("sample_id").to_pylist(), images, rows).to_pylist():
                 if rec["drop_reason"]:
                     late[rec["sample_id"]] = rec["drop_reason"]
                     continue
-                yield {
-                    "image": rec["jpeg"],
-                    "tier": rec["tier"],
-                    "height": rec["height"],
-                    "width": rec["width"],
-                    "original_width": rec["original_width"],
-                    "original_height": rec["original_height"],
-                    **meta[rec["sample_id"]],
-                }
+                yield _sample(rec)
 
     config = MdsWriterConfig.model_validate_json(writer_cfg_json)
     written = write_shards(samples(), mds_root=mds_root, source=source, run_id=run_id, tag=tag, config=config, storage_options=mds_options)
@@ -563,7 +567,7 @@ def _write_parallel(
     ds,
     source,
     todo,
-    meta,
+    meta_columns,
     reused,
     *,
     mds_root,
@@ -588,7 +592,6 @@ def _write_parallel(
     refs = []
     for k, group in enumerate(np.array_split(np.arange(todo.num_rows), workers), start=1):
         chunk = todo.take(pa.array(group, pa.int64()))
-        part_meta = {sid: meta[sid] for sid in chunk.column("sample_id").to_pylist()}
         refs.append(
             task.remote(
                 ds.uri,
@@ -602,7 +605,7 @@ def _write_parallel(
                 run_id,
                 f"p{k}",
                 chunk,
-                part_meta,
+                meta_columns,
                 chunk_rows,
             )
         )
@@ -638,51 +641,7 @@ def _write_parallel(
     return parts
 
 
-def _exports_table(source, version, made, ids, rows, drop, image_key, meta_key, keep, prev, export) -> pa.Table:
-    phash = _column(rows, "phash")
-    out: dict[str, list] = {name: [] for name in EXPORT_SCHEMA.names}
-
-    def add(i, tier, bucket, shard, index, reason, when):
-        exported_at, run_id = when
-        for name, value in (
-            ("sample_id", ids[i]),
-            ("source", source),
-            ("tier", tier),
-            ("bucket", bucket),
-            ("shard", shard),
-            ("index_in_shard", index),
-            ("phash", phash[i]),
-            ("drop_reason", reason),
-            ("export_version", version),
-            ("exported_at", exported_at),
-            ("export_run_id", run_id),
-            ("image_key", image_key[i]),
-            ("meta_key", meta_key[i]),
-        ):
-            out[name].append(value)
-
-    def before(p) -> tuple:
-        """When and by which run an unchanged row was made: its earlier values."""
-        return (p.get("exported_at") or made[0], p.get("export_run_id"))
-
-    by_row = {sid: i for i, sid in enumerate(ids)}
-    for i in keep:
-        p = prev[ids[i]]
-        add(i, p["tier"], p["bucket"], p["shard"], p["index_in_shard"], None, before(p))
-    if export is not None:
-        for r in export.lineage.to_pylist():
-            add(by_row[r["sample_id"]], r["tier"], r["bucket"], r["shard"], r["index_in_shard"], None, made)
-    for i, reason in enumerate(drop):
-        if reason:
-            p = prev.get(ids[i])
-            same = p is not None and p.get("drop_reason") == reason
-            add(i, None, None, None, None, reason, before(p) if same else made)
-    return pa.table(out).select(EXPORT_SCHEMA.names).cast(EXPORT_SCHEMA).sort_by("sample_id")
-
-
-def _same_exports(prev: pa.Table | None, new: pa.Table) -> bool:
-    if prev is None or prev.schema.names != new.schema.names:
-        return False
+def _same_exports(prev: pa.Table, new: pa.Table) -> bool:
     columns = [c for c in new.schema.names if c not in ("exported_at", "export_run_id")]
     return prev.select(columns).sort_by("sample_id").equals(new.select(columns).sort_by("sample_id"))
 

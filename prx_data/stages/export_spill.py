@@ -1,0 +1,121 @@
+"""Rows of a source spilled to local disk in sample-id ranges, so export planning holds one
+range at a time, never the whole source.
+
+The partition of a row is a function of its ``sample_id`` alone, so the current rows, the
+previous exports and the superseded placements of one sample always meet in the same
+partition and a join there is exact. The ranges are K equal slices of the 128-bit hex space
+that ``core.ids.sample_id`` draws from (balanced for every id the project makes); they are cut
+by string comparison, so any other string still lands in exactly one partition (only the
+balance suffers). Ranges, not a scrambling hash: partitions read in order and each sorted by
+sample id are the whole table sorted by sample id, so the exports table comes out byte for byte
+as one partition would make it.
+
+Each partition is one Arrow IPC stream file; the folder is the caller's (a temporary directory
+under ``scratch_dir``), removed by it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pyarrow as pa
+
+# Planning a partition peaks near 1.7 KB a row on the driver (the joined narrow columns, their
+# sorted copies, the new and previous exports rows compared; benchmarks/bench_export_memory.py
+# at 40,000 rows in one partition): 1 M rows stay near 1.7 GB.
+MAX_PARTITION_ROWS = 1_000_000
+# One open file per partition while a table streams in: stay far below `ulimit -n`. Past
+# 1024 * MAX_PARTITION_ROWS (2 billion rows) partitions grow instead.
+MAX_PARTITIONS = 1024
+_ID_SPACE = 1 << 128
+_SLICE_ROWS = 65_536
+
+
+def partition_count(rows: int, max_partition_rows: int) -> int:
+    """Partitions that hold ``rows`` rows with at most about ``max_partition_rows`` each."""
+    if max_partition_rows < 1:
+        raise ValueError(f"max_partition_rows must be at least 1, got {max_partition_rows}")
+    return max(1, min(MAX_PARTITIONS, math.ceil(rows / max_partition_rows)))
+
+
+def range_bounds(partitions: int) -> np.ndarray:
+    """The first sample id of partitions 1..K-1 (32 lowercase hex digits)."""
+    return np.array([format(k * _ID_SPACE // partitions, "032x") for k in range(1, partitions)], dtype=str)
+
+
+def partition_of(sample_ids: pa.Array | pa.ChunkedArray, bounds: np.ndarray) -> np.ndarray:
+    """The partition of each id: how many bounds are at or below it (code-point order, the
+    order Arrow sorts UTF-8 strings in). A null id goes to partition 0."""
+    if not len(bounds):
+        return np.zeros(len(sample_ids), np.int64)
+    out = np.empty(len(sample_ids), np.int64)
+    # In slices: a NumPy string array takes 4 bytes a character.
+    for start in range(0, len(sample_ids), _SLICE_ROWS):
+        ids = np.array(sample_ids.slice(start, _SLICE_ROWS).fill_null("").to_pylist(), dtype=str)
+        out[start : start + len(ids)] = np.searchsorted(bounds, ids, side="right")
+    return out
+
+
+class SpilledPartitions:
+    """One table's rows split into partitions, one IPC stream file each, opened on first use."""
+
+    def __init__(self, folder: str, schema: pa.Schema, bounds: np.ndarray):
+        os.makedirs(folder, exist_ok=True)
+        self.folder, self.schema, self.bounds = folder, schema, bounds
+        self.partitions = len(bounds) + 1
+        self._sinks: dict[int, tuple[pa.NativeFile, pa.ipc.RecordBatchStreamWriter]] = {}
+        self.rows = 0
+
+    def path(self, part: int) -> str:
+        return os.path.join(self.folder, f"part-{part:05d}.arrows")
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Append ``batch`` (cast to the schema), each row to its sample id's partition; rows
+        keep their order inside a partition."""
+        if not batch.num_rows:
+            return
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        table = table.select(self.schema.names).cast(self.schema)
+        parts = partition_of(table["sample_id"], self.bounds)
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        edges = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
+        taken = table.take(pa.array(order)) if self.partitions > 1 else table
+        for start, end in zip(edges[:-1].tolist(), edges[1:].tolist()):
+            self.put(int(sorted_parts[start]), taken.slice(start, end - start))
+
+    def put(self, part: int, table: pa.Table) -> None:
+        """Append ``table``, whose rows all belong to partition ``part``, as they are."""
+        if not table.num_rows:
+            return
+        if part not in self._sinks:
+            sink = pa.OSFile(self.path(part), "wb")
+            self._sinks[part] = (sink, pa.ipc.new_stream(sink, self.schema))
+        self._sinks[part][1].write_table(table.select(self.schema.names).cast(self.schema))
+        self.rows += table.num_rows
+
+    def batches(self):
+        """Every partition's record batches, partition by partition."""
+        for part in range(self.partitions):
+            if os.path.exists(self.path(part)):
+                with pa.OSFile(self.path(part), "rb") as source:
+                    yield from pa.ipc.open_stream(source)
+
+    def close(self) -> SpilledPartitions:
+        for sink, writer in self._sinks.values():
+            writer.close()
+            sink.close()
+        self._sinks = {}
+        return self
+
+    def read(self, part: int) -> pa.Table:
+        """Partition ``part`` (an empty table when no row fell in it)."""
+        if not os.path.exists(self.path(part)):
+            return self.schema.empty_table()
+        with pa.OSFile(self.path(part), "rb") as source:
+            return pa.ipc.open_stream(source).read_all()
+
+
+__all__ = ["MAX_PARTITION_ROWS", "SpilledPartitions", "partition_count", "partition_of", "range_bounds"]
