@@ -299,6 +299,7 @@ def plan(
         return spilled
 
     cur = spill("current", current, CURRENT_SCHEMA)
+    assert cur is not None  # the source's own rows are always scanned
     previous = spill("previous", prev, prev_schema)
     stored = spill("superseded", stored_sup, sup_schema)
     parts = cur.partitions

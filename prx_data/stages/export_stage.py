@@ -375,7 +375,9 @@ def _new_exports(planned, spill: str, source: str, stats: ExportStats, now, run_
     exports = SpilledPartitions(os.path.join(spill, "exports"), EXPORT_SCHEMA, range_bounds(planned.partitions))
     lineage_parts = _by_partition(lineage, exports.bounds)
     same = planned.previous is not None and planned.previous.schema.names == EXPORT_SCHEMA.names
-    exported, dropped, per_bucket = 0, Counter(), Counter()
+    exported = 0
+    dropped: Counter[str] = Counter()
+    per_bucket: Counter[str] = Counter()
     for part in range(planned.partitions):
         table = exports_table(source, stats.version, now, run_id, planned.planned.read(part), lineage_parts.get(part), late_drops)
         if same and not _same_exports(planned.previous.read(part), table):
