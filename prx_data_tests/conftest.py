@@ -153,9 +153,10 @@ def shared_ray_head(tmp_path_factory):
     # parallel workers (pytest-xdist), each with its own shared head.
     cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
            "--disable-usage-stats", f"--temp-dir={temp}", *_node_ports("--ray-client-server-port")]
-    # `ray start` turns token auth on by default; this head is for tests only, so it goes without
-    # and stays on loopback (the switch keeps Ray from moving 127.0.0.1 to the external address).
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    # `ray start` turns token auth on by default; this head is for tests only, so it goes without.
+    # No loopback switch here: a driver without it dials the external address and never reaches a
+    # head that has it (the CLI's head passes it to its drivers; core/ray_auth.py).
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and head.poll() is None and not _listening(port):
