@@ -247,7 +247,7 @@ def _run(job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, sp
             spill.add(result.metadata, result.unit, attempt)
         result.metadata = None
 
-    for result in run_units(job, ((unit, frozenset()) for unit in list_units(source, storage_options=job.source_options)), workers):
+    for result in run_units(job, ((unit, frozenset()) for unit in list_units(source, storage_options=job.source_options, workers=workers)), workers):
         seen.add(result.seen)
         result.seen = None
         keep(result, 0)
@@ -255,7 +255,7 @@ def _run(job: UnitJob, source: RegisteredSource, workers: int, seen: SeenIds, sp
     if duplicates:
         redo = (
             (unit, frozenset(duplicates[unit.index]))
-            for unit in list_units(source, storage_options=job.source_options)
+            for unit in list_units(source, storage_options=job.source_options, workers=workers)
             if unit.index in duplicates
         )
         for result in run_units(job, redo, workers):

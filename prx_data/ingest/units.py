@@ -12,6 +12,9 @@ is split. Units are yielded lazily: a folder of 100M files is never a list in th
   downloaded by ``workers`` tasks at once;
 - Parquet: one file, or runs of row groups of about ``parquet_rows`` rows (a URL list in one
   big file becomes several URL batches);
+- URL lists read by ``workers`` > 1: JSONL runs and Parquet pieces of ``URL_UNIT_ITEMS`` items
+  (a Parquet row group is cut into row ranges), so a list of a few thousand URLs is downloaded
+  by every worker's own session, not by one;
 - Lance: the whole table (one unit).
 """
 
@@ -30,6 +33,13 @@ FOLDER_BATCH = 512
 PARQUET_UNIT_ROWS = 8192
 # A URL line is ~100-300 bytes: 8192 lines is a unit of a few MB and a few minutes of downloads.
 JSONL_UNIT_LINES = 8192
+# A URL costs ~3 ms of one worker's CPU and ~100 ms of waiting: 512 URLs is a few seconds of
+# downloads, small enough that two workers share a 1,000-URL list, large enough that each
+# unit's tail (its last slow requests) is a small part of it.
+URL_UNIT_ITEMS = 512
+# Cutting one row group into pieces makes each piece decode the rows before it (Parquet cannot
+# seek to a row): at most this many pieces per group keeps that under ~1% of download CPU.
+MAX_PIECES_PER_ROW_GROUP = 64
 _SCAN_BLOCK = 4 * 1024 * 1024
 
 
@@ -42,6 +52,7 @@ class Unit:
     row_groups: tuple[int, ...] | None = None
     first_row: int = 0  # Parquet: rows before the first row group; JSONL: lines before the range
     byte_range: tuple[int, int] | None = None  # JSONL: the piece of the file, [start, end)
+    rows: int | None = None  # Parquet piece of a row group: rows to read from first_row
     label: str = field(default="", compare=False)
 
 
@@ -80,9 +91,15 @@ def list_units(
     parquet_rows: int | None = None,
     storage_options: dict | None = None,
     jsonl_lines: int | None = None,
+    workers: int | None = None,
 ) -> Iterator[Unit]:
     """The source's units in reading order; raises SourceUnavailable as the readers do.
-    ``storage_options`` reach an object-store location (see ``object_source``)."""
+    ``storage_options`` reach an object-store location (see ``object_source``). ``workers``
+    (default: the spec's) > 1 cuts URL lists into download-sized units."""
+    url_units = source.spec.fields.image_kind == "url" and (workers or source.spec.workers) > 1
+    if url_units:
+        jsonl_lines = jsonl_lines or URL_UNIT_ITEMS
+        parquet_rows = parquet_rows or URL_UNIT_ITEMS
     folder_batch = folder_batch or FOLDER_BATCH
     parquet_rows = parquet_rows or PARQUET_UNIT_ROWS
     jsonl_lines = jsonl_lines or JSONL_UNIT_LINES
@@ -116,13 +133,14 @@ def list_units(
                     yield Unit(index, shape, file=str(file), byte_range=(start, end), first_row=before, label=f"{file}:{before + 1}")
                     index += 1
                 continue
-        pieces = _row_group_runs(parquet_ctx, file, parquet_rows) if parquet_ctx is not None else None
+        split = parquet_rows if url_units else None
+        pieces = _row_group_runs(parquet_ctx, file, parquet_rows, split) if parquet_ctx is not None else None
         if not pieces:
             yield Unit(index, shape, file=str(file), label=str(file))
             index += 1
             continue
-        for groups, first_row in pieces:
-            yield Unit(index, shape, file=str(file), row_groups=groups, first_row=first_row, label=f"{file}#{groups[0]}")
+        for groups, first_row, rows in pieces:
+            yield Unit(index, shape, file=str(file), row_groups=groups, first_row=first_row, rows=rows, label=f"{file}#{groups[0]}+{first_row}")
             index += 1
 
 
@@ -161,9 +179,13 @@ def _line_runs(file, root: AnyRoot, lines: int) -> list[tuple[int, int, int]] | 
     return runs if len(runs) > 1 else None
 
 
-def _row_group_runs(ctx: readers._Context, file: PurePath, rows: int) -> list[tuple[tuple[int, ...], int]] | None:
-    """Runs of row groups of about ``rows`` rows; None to read the file whole (one row group, or
-    a file whose footer cannot be read: its reader then yields the file's error row)."""
+def _row_group_runs(
+    ctx: readers._Context, file: PurePath, rows: int, split: int | None = None
+) -> list[tuple[tuple[int, ...], int, int | None]] | None:
+    """(row groups, first row, rows or None for whole groups): runs of row groups of about
+    ``rows`` rows; with ``split``, a row group of more than ``rows`` rows is also cut into
+    row ranges (a URL list written as one row group). None to read the file whole (it fits in
+    one unit, or its footer cannot be read: its reader then yields the file's error row)."""
     import pyarrow.parquet as pq
 
     handle, refused = open_contained(file, ctx.root, random_access=True)
@@ -174,22 +196,31 @@ def _row_group_runs(ctx: readers._Context, file: PurePath, rows: int) -> list[tu
             meta = pq.ParquetFile(handle).metadata
     except Exception:  # noqa: BLE001 - a bad footer is reported by the reader, as one row
         return None
-    if meta.num_row_groups <= 1 or meta.num_rows <= rows:
+    if meta.num_rows <= rows or (meta.num_row_groups <= 1 and not split):
         return None
-    runs: list[tuple[tuple[int, ...], int]] = []
+    runs: list[tuple[tuple[int, ...], int, int | None]] = []
     current: list[int] = []
     first, seen = 0, 0
     for g in range(meta.num_row_groups):
+        size = meta.row_group(g).num_rows
+        if split and size > rows:
+            if current:
+                runs.append((tuple(current), first, None))
+                current = []
+            step = max(rows, -(-size // MAX_PIECES_PER_ROW_GROUP))
+            runs.extend(((g,), start, min(step, seen + size - start)) for start in range(seen, seen + size, step))
+            seen += size
+            continue
         if not current:
             first = seen
         current.append(g)
-        seen += meta.row_group(g).num_rows
+        seen += size
         if seen - first >= rows:
-            runs.append((tuple(current), first))
+            runs.append((tuple(current), first, None))
             current = []
     if current:
-        runs.append((tuple(current), first))
-    return runs
+        runs.append((tuple(current), first, None))
+    return runs if len(runs) > 1 else None
 
 
 def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None = None) -> Iterator[RawItem]:
@@ -207,7 +238,7 @@ def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None
             yield readers.read_folder_entry(ctx, _path(source, path), unlistable)
     elif unit.kind == "parquet":
         groups = list(unit.row_groups) if unit.row_groups is not None else None
-        yield from readers.read_parquet_file(ctx, _path(source, _unit_file(unit)), groups, unit.first_row)
+        yield from readers.read_parquet_file(ctx, _path(source, _unit_file(unit)), groups, unit.first_row, unit.rows)
     elif unit.kind == "jsonl":
         yield from readers.read_jsonl_file(ctx, _path(source, _unit_file(unit)), unit.byte_range, unit.first_row)
     else:
