@@ -228,6 +228,11 @@ def raw_samples(served: Served, urls: list[str], tmp: Path, workers: int = 1) ->
     wall = time.monotonic() - started
     cpu = _tree_cpu() - cpu
     assert stats.rows_by_status.get("ok") == len(urls), stats.rows_by_status
+    # workers > 1 only helps if the list became several units (list_units: URL_UNIT_ITEMS).
+    from prx_data.ingest.units import URL_UNIT_ITEMS
+
+    if workers > 1 and len(urls) > URL_UNIT_ITEMS:
+        assert stats.units > 1, f"{len(urls)} URLs were {stats.units} unit(s) with workers {workers}"
     return _measure(served, len(urls), started, wall, cpu)
 
 
