@@ -21,7 +21,8 @@ For each it prints the median wall time and images/s (start-up included), the do
 (images/s from the server's first request to its last answer), the time from start to the first
 request, and CPU seconds (the machine is shared: CPU is the steadier figure); then the ratio of
 ``raw_samples`` to img2dataset, whole command and download window (goal >= 1.0), and the load
-average. ``--skip-run`` leaves out the whole ``prx-data run`` (the slowest part).
+average. ``--skip-run`` leaves out the whole ``prx-data run`` (the slowest part). ``--breakdown`` prints
+only the CPU per image of the step's parts instead (download alone, with the probe, the step).
 """
 
 from __future__ import annotations
@@ -273,6 +274,43 @@ def img2dataset(served: Served, urls: list[str], tmp: Path) -> Measure:
     return _measure(served, len(urls), started, wall, _children_cpu() - cpu)
 
 
+def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
+    """CPU per image of the step's parts, one process, one host: the download session alone
+    (at three concurrencies), with the probe in its threads (as the step runs it), and the whole
+    step at workers 1. The differences say where a worker's CPU goes."""
+    from prx_data.ingest.download import DownloadSession
+    from prx_data.ingest.probe import probe_image
+    from prx_data.ingest.registry import DownloadConfig
+
+    def session(concurrency: int, probe: bool):
+        def run(served: Served, urls: list[str], _tmp: Path) -> None:
+            then = (lambda r: probe_image(r.data, 10**8)) if probe else None
+            config = DownloadConfig(allow_networks=["127.0.0.0/8"], concurrency=concurrency)
+            with DownloadSession(config) as sess:
+                assert sum(1 for _ in sess.stream(((i, f"k{i}", u) for i, u in enumerate(urls)), then=then)) == len(urls)
+        return run
+
+    parts = [
+        *((f"download only, concurrency {c}", session(c, False)) for c in (32, 64, 128)),
+        ("download + probe, concurrency 128", session(128, True)),
+        ("raw_samples step, workers 1", raw_samples),
+    ]
+    cpu: dict[str, list[float]] = {name: [] for name, _ in parts}
+    rate: dict[str, list[float]] = {name: [] for name, _ in parts}
+    offset = 10**8
+    with Served(1, images) as served:
+        for _ in range(repeat):
+            for name, fn in parts:
+                offset += n
+                urls = served.urls(n, offset)
+                used, started = time.process_time(), time.monotonic()
+                fn(served, urls, tmp)
+                rate[name].append(n / (time.monotonic() - started))
+                cpu[name].append((time.process_time() - used) / n * 1e3)
+    for name, _ in parts:
+        print(f"  CPU per image | {name:<34} {statistics.median(cpu[name]):.2f} ms  ({statistics.median(rate[name]):.0f} img/s)")
+
+
 def _median(measures: list[Measure]) -> Measure:
     return Measure(*(statistics.median(getattr(m, f.name) for m in measures) for f in fields(Measure)))
 
@@ -283,6 +321,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="measurements per tool and list; medians are printed (default 3)")
     parser.add_argument("--skip-run", action="store_true", help="leave out the whole `prx-data run` (the slowest part)")
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 20], help="lists to measure, by number of hosts (default: 1 20)")
+    parser.add_argument("--breakdown", action="store_true", help="only print CPU per image of the step's parts (download, probe, rest)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="raw_samples rows, by spec workers (default: 1 2)")
     args = parser.parse_args()
     images = make_jpegs(40)
@@ -294,6 +333,13 @@ def main() -> None:
 
     print(f"importing the ingest path (paid once per step process, before the first request): {time.monotonic() - started:.2f}s")
     tmp = Path(tempfile.mkdtemp(prefix="bench-url-"))
+    if args.breakdown:
+        try:
+            cpu_breakdown(args.n, images, tmp, args.repeat)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        return
     offset = 0
     steps = [(f"raw_samples w={w}", functools.partial(raw_samples, workers=w)) for w in args.workers]
     tools = [("img2dataset", img2dataset), *steps]
