@@ -140,7 +140,9 @@ def list_units(
             index += 1
             continue
         for groups, first_row, rows in pieces:
-            yield Unit(index, shape, file=str(file), row_groups=groups, first_row=first_row, rows=rows, label=f"{file}#{groups[0]}+{first_row}")
+            yield Unit(
+                index, shape, file=str(file), row_groups=groups, first_row=first_row, rows=rows, label=f"{file}#{groups[0]}+{first_row}"
+            )
             index += 1
 
 

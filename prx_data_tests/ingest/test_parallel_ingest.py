@@ -214,5 +214,7 @@ def test_url_lists_become_download_sized_units_with_several_workers(tmp_path: Pa
         assert len(list(units.list_units(two))) == 3
     # A huge row group is cut into at most MAX_PIECES_PER_ROW_GROUP pieces (each decodes the rows before it).
     monkeypatch.setattr(units, "MAX_PIECES_PER_ROW_GROUP", 2)
-    src = RegisteredSource(SourceSpec(name="upq", shape="parquet", location=str(tmp_path / "urls.parquet"), fields=fields), tmp_path / "u.yaml")
+    src = RegisteredSource(
+        SourceSpec(name="upq", shape="parquet", location=str(tmp_path / "urls.parquet"), fields=fields), tmp_path / "u.yaml"
+    )
     assert [u.rows for u in units.list_units(src, workers=2)] == [550, 550]
