@@ -9,21 +9,27 @@ photo-like JPEGs, once from one host (127.0.0.1) and once spread over 20 hosts
 
 - img2dataset 1.47.0 (``pip install .[bench]``) as a fresh process, copying bytes
   (``--resize_mode no``, 2 processes x 64 threads): the baseline;
-- ``raw_samples`` step alone: ``ingest_source`` on a JSONL URL list (``workers: 1``, default
-  download settings; the spec allows 127.0.0.0/8), in this process with its modules already
-  imported (the import time is printed once) and a fresh download session;
+- ``raw_samples`` step alone: ``ingest_source`` on a JSONL URL list (default download
+  settings; the spec allows 127.0.0.0/8), in this process with its modules already imported
+  (the import time is printed once) and a fresh download session; once per ``--workers`` value
+  (default 1 and 2). ``workers: 2`` runs the list's 512-URL units as Ray tasks on a local Ray
+  started once for the bench (as a run's Ray resource or shared head is) and warmed with one
+  small list (both printed); its CPU seconds include the Ray processes (workers, raylet, GCS);
 - ``prx-data run``, the whole command as a fresh process (start-up, every stage, shutdown).
 
 For each it prints the median wall time and images/s (start-up included), the download window
 (images/s from the server's first request to its last answer), the time from start to the first
 request, and CPU seconds (the machine is shared: CPU is the steadier figure); then the ratio of
 ``raw_samples`` to img2dataset, whole command and download window (goal >= 1.0), and the load
-average. ``--skip-run`` leaves out the whole ``prx-data run`` (the slowest part).
+average. ``--skip-run`` leaves out the whole ``prx-data run`` (the slowest part). ``--breakdown`` prints
+only the CPU per image of the step's parts instead (download alone, with the probe, the step).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import io
 import itertools
 import json
@@ -139,8 +145,14 @@ class Served:
         self._conn.send("stop")
         self._proc.join(10)
 
+    def __enter__(self) -> Served:
+        return self
 
-def write_spec(root: Path, urls: list[str]) -> None:
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_spec(root: Path, urls: list[str], workers: int = 1) -> None:
     (root / "sources").mkdir(parents=True, exist_ok=True)
     (root / "urls.jsonl").write_text("".join(json.dumps({"id": f"k{i}", "u": u, "c": f"photo {i}"}) + "\n" for i, u in enumerate(urls)))
     spec = {
@@ -149,6 +161,7 @@ def write_spec(root: Path, urls: list[str]) -> None:
         "location": str(root / "urls.jsonl"),
         "fields": {"key": "id", "image": "u", "image_kind": "url", "caption": "c"},
         "download": {"allow_networks": ["127.0.0.0/8"]},
+        "workers": workers,
     }
     (root / "sources" / "urls.yaml").write_text(json.dumps(spec))
 
@@ -169,11 +182,35 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _tree_cpu() -> float:
+    """CPU seconds of this process and every live descendant (the local Ray's raylet, GCS and
+    workers), from /proc: Ray workers are not our waited-for children, so rusage misses them."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields_ = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields_[1])
+        cpu[int(entry)] = (int(fields_[11]) + int(fields_[12])) / tick
+    me, total = os.getpid(), 0.0
+    for pid in cpu:
+        p = pid
+        while p > 1 and p != me:
+            p = parent.get(p, 0)
+        if p == me:
+            total += cpu[pid]
+    return total
+
+
 def _measure(served: Served, n: int, started: float, wall: float, cpu: float) -> Measure:
     return Measure(wall, served.first_request - started, cpu, n / (served.last_answer - served.first_request))
 
 
-def raw_samples(served: Served, urls: list[str], tmp: Path) -> Measure:
+def raw_samples(served: Served, urls: list[str], tmp: Path, workers: int = 1) -> Measure:
     """The step in this process, modules already imported (``main`` reports that cost), with a
     fresh download session as a step's own process would have."""
     from prx_data.ingest import download
@@ -182,16 +219,21 @@ def raw_samples(served: Served, urls: list[str], tmp: Path) -> Measure:
 
     root = tmp / "step"
     shutil.rmtree(root, ignore_errors=True)
-    write_spec(root, urls)
+    write_spec(root, urls, workers)
     source = load_registry(root / "sources").sources["urls"]
     download._close_shared()
     served.reset()
-    cpu = time.process_time()
+    cpu = _tree_cpu()
     started = time.monotonic()
     stats = ingest_source(source, str(root / "raw.lance"))
     wall = time.monotonic() - started
-    cpu = time.process_time() - cpu
+    cpu = _tree_cpu() - cpu
     assert stats.rows_by_status.get("ok") == len(urls), stats.rows_by_status
+    # workers > 1 only helps if the list became several units (list_units: URL_UNIT_ITEMS).
+    from prx_data.ingest.units import URL_UNIT_ITEMS
+
+    if workers > 1 and len(urls) > URL_UNIT_ITEMS:
+        assert stats.units > 1, f"{len(urls)} URLs were {stats.units} unit(s) with workers {workers}"
     return _measure(served, len(urls), started, wall, cpu)
 
 
@@ -232,6 +274,43 @@ def img2dataset(served: Served, urls: list[str], tmp: Path) -> Measure:
     return _measure(served, len(urls), started, wall, _children_cpu() - cpu)
 
 
+def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
+    """CPU per image of the step's parts, one process, one host: the download session alone
+    (at three concurrencies), with the probe in its threads (as the step runs it), and the whole
+    step at workers 1. The differences say where a worker's CPU goes."""
+    from prx_data.ingest.download import DownloadSession
+    from prx_data.ingest.probe import probe_image
+    from prx_data.ingest.registry import DownloadConfig
+
+    def session(concurrency: int, probe: bool):
+        def run(served: Served, urls: list[str], _tmp: Path) -> None:
+            then = (lambda r: probe_image(r.data, 10**8)) if probe else None
+            config = DownloadConfig(allow_networks=["127.0.0.0/8"], concurrency=concurrency)
+            with DownloadSession(config) as sess:
+                assert sum(1 for _ in sess.stream(((i, f"k{i}", u) for i, u in enumerate(urls)), then=then)) == len(urls)
+        return run
+
+    parts = [
+        *((f"download only, concurrency {c}", session(c, False)) for c in (32, 64, 128)),
+        ("download + probe, concurrency 128", session(128, True)),
+        ("raw_samples step, workers 1", raw_samples),
+    ]
+    cpu: dict[str, list[float]] = {name: [] for name, _ in parts}
+    rate: dict[str, list[float]] = {name: [] for name, _ in parts}
+    offset = 10**8
+    with Served(1, images) as served:
+        for _ in range(repeat):
+            for name, fn in parts:
+                offset += n
+                urls = served.urls(n, offset)
+                used, started = time.process_time(), time.monotonic()
+                fn(served, urls, tmp)
+                rate[name].append(n / (time.monotonic() - started))
+                cpu[name].append((time.process_time() - used) / n * 1e3)
+    for name, _ in parts:
+        print(f"  CPU per image | {name:<34} {statistics.median(cpu[name]):.2f} ms  ({statistics.median(rate[name]):.0f} img/s)")
+
+
 def _median(measures: list[Measure]) -> Measure:
     return Measure(*(statistics.median(getattr(m, f.name) for m in measures) for f in fields(Measure)))
 
@@ -242,6 +321,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="measurements per tool and list; medians are printed (default 3)")
     parser.add_argument("--skip-run", action="store_true", help="leave out the whole `prx-data run` (the slowest part)")
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 20], help="lists to measure, by number of hosts (default: 1 20)")
+    parser.add_argument("--breakdown", action="store_true", help="only print CPU per image of the step's parts (download, probe, rest)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="raw_samples rows, by spec workers (default: 1 2)")
     args = parser.parse_args()
     images = make_jpegs(40)
     print(f"{args.n} URLs per list, JPEGs of {sum(map(len, images)) / len(images) / 1000:.0f} KB on average, 50-150 ms per request")
@@ -252,10 +333,29 @@ def main() -> None:
 
     print(f"importing the ingest path (paid once per step process, before the first request): {time.monotonic() - started:.2f}s")
     tmp = Path(tempfile.mkdtemp(prefix="bench-url-"))
+    if args.breakdown:
+        try:
+            cpu_breakdown(args.n, images, tmp, args.repeat)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        return
     offset = 0
-    tools = [("img2dataset", img2dataset), ("raw_samples step", raw_samples)]
+    steps = [(f"raw_samples w={w}", functools.partial(raw_samples, workers=w)) for w in args.workers]
+    tools = [("img2dataset", img2dataset), *steps]
     if not args.skip_run:
         tools.append(("prx-data run", prx_run))
+    held = contextlib.ExitStack()
+    if max(args.workers) > 1:
+        from prx_data.ingest import parallel
+
+        started = time.monotonic()
+        held.enter_context(parallel._ray(max(args.workers)))
+        print(f"local Ray for workers > 1 (started once, as a run's Ray resource is): {time.monotonic() - started:.2f}s")
+        with Served(1, images) as warm:
+            started = time.monotonic()
+            raw_samples(warm, warm.urls(64), tmp, max(args.workers))
+            print(f"warm-up: 64 URLs with workers {max(args.workers)} (Ray workers import the ingest path): {time.monotonic() - started:.2f}s")
     try:
         for hosts in args.hosts:
             served = Served(hosts, images)
@@ -273,16 +373,19 @@ def main() -> None:
                         f"  {hosts:>2} host(s) | {name:<17} {m.wall:6.2f}s {args.n / m.wall:7.1f} img/s (each: {each}) "
                         f"download window {m.window:6.1f} img/s  first request after {m.first:.2f}s  CPU {m.cpu:.1f}s"
                     )
-                step, i2d = _median(runs["raw_samples step"]), _median(runs["img2dataset"])
-                print(
-                    f"  {hosts:>2} host(s) | raw_samples / img2dataset: {step.rate(args.n) / i2d.rate(args.n):.2f}x whole command, "
-                    f"{step.rate(args.n) / i2d.window:.2f}x its download window (goal >= 1.0)"
-                )
+                i2d = _median(runs["img2dataset"])
+                for name, _ in steps:
+                    step = _median(runs[name])
+                    print(
+                        f"  {hosts:>2} host(s) | {name} / img2dataset: {step.rate(args.n) / i2d.rate(args.n):.2f}x whole command, "
+                        f"{step.rate(args.n) / i2d.window:.2f}x its download window (goal >= 1.0)"
+                    )
                 if "prx-data run" in runs:
                     print(f"  {hosts:>2} host(s) | prx-data run / img2dataset: {_median(runs['prx-data run']).rate(args.n) / i2d.rate(args.n):.2f}x")
             finally:
                 served.close()
     finally:
+        held.close()
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 

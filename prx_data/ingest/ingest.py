@@ -292,7 +292,9 @@ def _run(
         result.metadata = None
 
     firsts: dict[int, pa.Table] = {}
-    for result in run_units(job, opened(list_units(source, storage_options=job.source_options, plan=plan)), workers, task_resources):
+    for result in run_units(
+        job, opened(list_units(source, storage_options=job.source_options, plan=plan, workers=workers)), workers, task_resources
+    ):
         seen.add(result.seen)
         if recorded is not None:
             firsts[result.unit] = result.seen
@@ -317,7 +319,7 @@ def _run(
         relist = plan.with_forced(involved) if plan is not None else None
         redo = (
             (unit, frozenset(duplicates[unit.index]))
-            for unit in list_units(source, storage_options=job.source_options, plan=relist)
+            for unit in list_units(source, storage_options=job.source_options, plan=relist, workers=workers)
             if isinstance(unit, Unit) and unit.index in duplicates
         )
         for result in run_units(job, redo, workers, task_resources):

@@ -254,9 +254,12 @@ def read_parquet(
         yield from read_parquet_file(ctx, file)
 
 
-def read_parquet_file(ctx: _Context, file: PurePath, row_groups: list[int] | None = None, first_row: int = 0) -> Iterator[RawItem]:
+def read_parquet_file(
+    ctx: _Context, file: PurePath, row_groups: list[int] | None = None, first_row: int = 0, rows: int | None = None
+) -> Iterator[RawItem]:
     """One Parquet file, or only ``row_groups`` of it (whose first row is ``first_row`` of the
-    file, so position keys are the same however the file is split)."""
+    file, so position keys are the same however the file is split); with ``rows``, only that
+    many rows from ``first_row``, which may lie inside the first group (a piece of a group)."""
     import pyarrow.parquet as pq
 
     handle, refused = open_contained(file, ctx.root, random_access=True)
@@ -268,10 +271,21 @@ def read_parquet_file(ctx: _Context, file: PurePath, row_groups: list[int] | Non
     with handle:
         try:
             parquet = pq.ParquetFile(handle)
+            skip, left = 0, rows
+            if rows is not None and row_groups:
+                skip = first_row - sum(parquet.metadata.row_group(g).num_rows for g in range(row_groups[0]))
             for batch in parquet.iter_batches(batch_size=256, row_groups=row_groups):
+                if left is not None:
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    batch, skip = batch.slice(skip, left), 0
+                    left -= batch.num_rows
                 for record in batch.to_pylist():
                     yield _record_to_item(record, ctx, file.parent, _position_key(ctx, file, row))
                     row += 1
+                if left == 0:
+                    break
         except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a bad file
             where = f"from row {row}" if row else "at all"
             item = _file_error(file, Status.UNREADABLE.value, f"cannot read {file.name} {where}: {type(exc).__name__}: {exc}"[:500])

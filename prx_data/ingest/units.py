@@ -12,6 +12,9 @@ is split. Units are yielded lazily: a folder of 100M files is never a list in th
   downloaded by ``workers`` tasks at once;
 - Parquet: one file, or runs of row groups of about ``parquet_rows`` rows (a URL list in one
   big file becomes several URL batches);
+- URL lists read by ``workers`` > 1: JSONL runs and Parquet pieces of ``URL_UNIT_ITEMS`` items
+  (a Parquet row group is cut into row ranges), so a list of a few thousand URLs is downloaded
+  by every worker's own session, not by one;
 - Lance: the whole table (one unit).
 """
 
@@ -31,6 +34,13 @@ FOLDER_BATCH = 512
 PARQUET_UNIT_ROWS = 8192
 # A URL line is ~100-300 bytes: 8192 lines is a unit of a few MB and a few minutes of downloads.
 JSONL_UNIT_LINES = 8192
+# A URL costs ~3 ms of one worker's CPU and ~100 ms of waiting: 512 URLs is a few seconds of
+# downloads, small enough that two workers share a 1,000-URL list, large enough that each
+# unit's tail (its last slow requests) is a small part of it.
+URL_UNIT_ITEMS = 512
+# Cutting one row group into pieces makes each piece decode the rows before it (Parquet cannot
+# seek to a row): at most this many pieces per group keeps that under ~1% of download CPU.
+MAX_PIECES_PER_ROW_GROUP = 64
 _SCAN_BLOCK = 4 * 1024 * 1024
 
 
@@ -43,6 +53,7 @@ class Unit:
     row_groups: tuple[int, ...] | None = None
     first_row: int = 0  # Parquet: rows before the first row group; JSONL: lines before the range
     byte_range: tuple[int, int] | None = None  # JSONL: the piece of the file, [start, end)
+    rows: int | None = None  # Parquet piece of a row group: rows to read from first_row
     label: str = field(default="", compare=False)
     # (object, signature) it reads, for the unit manifest: one per entry of an image-folder batch
     # (aligned with ``entries``), the file otherwise; signature None when it could not be taken.
@@ -85,11 +96,17 @@ def list_units(
     storage_options: dict | None = None,
     jsonl_lines: int | None = None,
     plan: ChangePlan | None = None,
+    workers: int | None = None,
 ) -> Iterator[Unit | Kept]:
     """The source's units in reading order; raises SourceUnavailable as the readers do.
     ``storage_options`` reach an object-store location (see ``object_source``). With a ``plan``,
     an object whose signature is unchanged is yielded as ``Kept`` and never opened (a JSONL
-    file is not scanned for line runs, a Parquet footer is not read)."""
+    file is not scanned for line runs, a Parquet footer is not read). ``workers`` (default: the
+    spec's) > 1 cuts URL lists into download-sized units."""
+    url_units = source.spec.fields.image_kind == "url" and (workers or source.spec.workers) > 1
+    if url_units:
+        jsonl_lines = jsonl_lines or URL_UNIT_ITEMS
+        parquet_rows = parquet_rows or URL_UNIT_ITEMS
     folder_batch = folder_batch or FOLDER_BATCH
     parquet_rows = parquet_rows or PARQUET_UNIT_ROWS
     jsonl_lines = jsonl_lines or JSONL_UNIT_LINES
@@ -152,12 +169,22 @@ def list_units(
                     )
                     index += 1
                 continue
-        pieces = _row_group_runs(parquet_ctx, file, parquet_rows) if parquet_ctx is not None else None
+        split = parquet_rows if url_units else None
+        pieces = _row_group_runs(parquet_ctx, file, parquet_rows, split) if parquet_ctx is not None else None
         if not pieces:
             yield Unit(index, shape, file=str(file), label=str(file), objects=objects)
             continue
-        for groups, first_row in pieces:
-            yield Unit(index, shape, file=str(file), row_groups=groups, first_row=first_row, label=f"{file}#{groups[0]}", objects=objects)
+        for groups, first_row, rows in pieces:
+            yield Unit(
+                index,
+                shape,
+                file=str(file),
+                row_groups=groups,
+                first_row=first_row,
+                rows=rows,
+                label=f"{file}#{groups[0]}+{first_row}",
+                objects=objects,
+            )
             index += 1
 
 
@@ -196,9 +223,13 @@ def _line_runs(file, root: AnyRoot, lines: int) -> list[tuple[int, int, int]] | 
     return runs if len(runs) > 1 else None
 
 
-def _row_group_runs(ctx: readers._Context, file: PurePath, rows: int) -> list[tuple[tuple[int, ...], int]] | None:
-    """Runs of row groups of about ``rows`` rows; None to read the file whole (one row group, or
-    a file whose footer cannot be read: its reader then yields the file's error row)."""
+def _row_group_runs(
+    ctx: readers._Context, file: PurePath, rows: int, split: int | None = None
+) -> list[tuple[tuple[int, ...], int, int | None]] | None:
+    """(row groups, first row, rows or None for whole groups): runs of row groups of about
+    ``rows`` rows; with ``split``, a row group of more than ``rows`` rows is also cut into
+    row ranges (a URL list written as one row group). None to read the file whole (it fits in
+    one unit, or its footer cannot be read: its reader then yields the file's error row)."""
     import pyarrow.parquet as pq
 
     handle, refused = open_contained(file, ctx.root, random_access=True)
@@ -209,22 +240,31 @@ def _row_group_runs(ctx: readers._Context, file: PurePath, rows: int) -> list[tu
             meta = pq.ParquetFile(handle).metadata
     except Exception:  # noqa: BLE001 - a bad footer is reported by the reader, as one row
         return None
-    if meta.num_row_groups <= 1 or meta.num_rows <= rows:
+    if meta.num_rows <= rows or (meta.num_row_groups <= 1 and not split):
         return None
-    runs: list[tuple[tuple[int, ...], int]] = []
+    runs: list[tuple[tuple[int, ...], int, int | None]] = []
     current: list[int] = []
     first, seen = 0, 0
     for g in range(meta.num_row_groups):
+        size = meta.row_group(g).num_rows
+        if split and size > rows:
+            if current:
+                runs.append((tuple(current), first, None))
+                current = []
+            step = max(rows, -(-size // MAX_PIECES_PER_ROW_GROUP))
+            runs.extend(((g,), start, min(step, seen + size - start)) for start in range(seen, seen + size, step))
+            seen += size
+            continue
         if not current:
             first = seen
         current.append(g)
-        seen += meta.row_group(g).num_rows
+        seen += size
         if seen - first >= rows:
-            runs.append((tuple(current), first))
+            runs.append((tuple(current), first, None))
             current = []
     if current:
-        runs.append((tuple(current), first))
-    return runs
+        runs.append((tuple(current), first, None))
+    return runs if len(runs) > 1 else None
 
 
 def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None = None) -> Iterator[RawItem]:
@@ -242,7 +282,7 @@ def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None
             yield readers.read_folder_entry(ctx, _path(source, path), unlistable)
     elif unit.kind == "parquet":
         groups = list(unit.row_groups) if unit.row_groups is not None else None
-        yield from readers.read_parquet_file(ctx, _path(source, _unit_file(unit)), groups, unit.first_row)
+        yield from readers.read_parquet_file(ctx, _path(source, _unit_file(unit)), groups, unit.first_row, unit.rows)
     elif unit.kind == "jsonl":
         yield from readers.read_jsonl_file(ctx, _path(source, _unit_file(unit)), unit.byte_range, unit.first_row)
     else:

@@ -220,3 +220,29 @@ def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, t
     again = ingest_source(source, storage_root.uri("split.lance"), storage_options=storage_root.options)
     assert again.new == 0 and again.unchanged == split.new
     assert http_server.hits("/j0.jpg") == hits
+
+    # With workers > 1 the list is cut into URL_UNIT_ITEMS units (a Parquet row group into row
+    # ranges), on either root, each unit reading exactly its piece of the one-unit read.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(units, "URL_UNIT_ITEMS", 9)
+    monkeypatch.setattr(units, "JSONL_UNIT_LINES", 8192)
+    buf = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist([{"id": f"p{i}", "u": http_server.url(f"/j{i}.jpg"), "c": f"c{i}"} for i in range(40)]), buf)
+    if storage_root.kind == "local":
+        pq_location = str(tmp_path / "list.parquet")
+        Path(pq_location).write_bytes(buf.getvalue().to_pybytes())
+    else:
+        pq_location = storage_root.uri("sources", "list.parquet")
+        write_bytes(locate(pq_location, storage_root.options), buf.getvalue().to_pybytes())
+    pq_source = RegisteredSource(source.spec.model_copy(update={"shape": "parquet", "location": pq_location}), source.path)
+    # 40 lines in runs of 9; the JSONL's blank line 21 is skipped, not an item.
+    for src, expected in ((source, [9, 9, 8, 9, 4]), (pq_source, [9, 9, 9, 9, 4])):
+        one = [u for u in units.list_units(src, storage_options=storage_root.options)]
+        many = [u for u in units.list_units(src, storage_options=storage_root.options, workers=2)]
+        assert len(one) == 1
+        pieces = [[(it.key, it.url, it.error) for it in units.read_unit(src, u, storage_root.options)] for u in many]
+        whole = [(it.key, it.url, it.error) for it in units.read_unit(src, one[0], storage_root.options)]
+        assert [len(p) for p in pieces] == expected
+        assert [x for p in pieces for x in p] == whole

@@ -187,3 +187,34 @@ def test_run_killed_after_some_units_wrote_fragments_keeps_the_last_version(tmp_
     after = content(uri)
     assert len(after) == 12 and len({r["sample_id"] for r in after}) == 12
     assert {r["image_sha256"] for r in after}.isdisjoint({r["image_sha256"] for r in before})
+
+
+def test_url_lists_become_download_sized_units_with_several_workers(tmp_path: Path, monkeypatch):
+    """A URL list of 1,100 lines (JSONL) or one 1,100-row group (Parquet) is one unit at its
+    default sizes; with workers > 1 it becomes units of URL_UNIT_ITEMS (a row group cut into row
+    ranges), each reading exactly its piece of the whole reader's items, keys and order."""
+    n = 1100
+    records = [{"id": f"k{i}", "u": f"https://img{i % 7}.example/{i}.jpg", "c": f"photo {i}"} for i in range(n)]
+    (tmp_path / "urls.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "urls.parquet")  # one row group
+    fields = {"key": "id", "image": "u", "image_kind": "url", "caption": "c"}
+    for shape in ("jsonl", "parquet"):
+        src = RegisteredSource(
+            SourceSpec(name=f"u{shape}", shape=shape, location=str(tmp_path / f"urls.{shape}"), fields=fields), tmp_path / "u.yaml"
+        )
+        assert len(list(units.list_units(src))) == 1
+        listed = list(units.list_units(src, workers=2))
+        assert [sum(1 for _ in units.read_unit(src, u)) for u in listed] == [512, 512, 76], shape
+        assert len({u.index for u in listed}) == 3 and [u.index for u in listed] == sorted(u.index for u in listed)
+        split = [(it.key, it.url, it.caption) for u in listed for it in units.read_unit(src, u)]
+        assert split == [(it.key, it.url, it.caption) for it in read_source(src)]
+        assert [k for k, _, _ in split] == [r["id"] for r in records]
+        # The spec's own workers count decides when the caller names none.
+        two = RegisteredSource(src.spec.model_copy(update={"workers": 2}), src.path)
+        assert len(list(units.list_units(two))) == 3
+    # A huge row group is cut into at most MAX_PIECES_PER_ROW_GROUP pieces (each decodes the rows before it).
+    monkeypatch.setattr(units, "MAX_PIECES_PER_ROW_GROUP", 2)
+    src = RegisteredSource(
+        SourceSpec(name="upq", shape="parquet", location=str(tmp_path / "urls.parquet"), fields=fields), tmp_path / "u.yaml"
+    )
+    assert [u.rows for u in units.list_units(src, workers=2)] == [550, 550]
