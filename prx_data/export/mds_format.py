@@ -32,7 +32,10 @@ VERSION = 2
 # streaming 0.13's Writer default; ours always passes one.
 DEFAULT_SIZE_LIMIT = 1 << 26
 
-_SCALARS = {name: np.dtype(name) for name in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32", "float64")}
+_SCALARS = {
+    name: np.dtype(name)
+    for name in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+}
 SUPPORTED_ENCODINGS = ("bytes", "str", "int", *_SCALARS)
 
 
@@ -107,7 +110,9 @@ class MdsShardWriter:
 
     extra_bytes_per_sample = 4  # the sample's offset in the header
 
-    def __init__(self, out: str, columns: Mapping[str, str], *, hashes: Iterable[str] = (), size_limit: int | None = DEFAULT_SIZE_LIMIT) -> None:
+    def __init__(
+        self, out: str, columns: Mapping[str, str], *, hashes: Iterable[str] = (), size_limit: int | None = DEFAULT_SIZE_LIMIT
+    ) -> None:
         hashes = list(hashes)
         if hashes != sorted(set(hashes)):
             raise ValueError(f"shard hashes must be unique and sorted (streaming's rule), got {hashes}")
@@ -187,7 +192,11 @@ class MdsShardWriter:
                 fp.write(piece)
                 for hasher in hashers:
                     hasher.update(piece)
-        raw_data = {"basename": basename, "bytes": int(offsets[-1]), "hashes": {algo: h.hexdigest() for algo, h in zip(self.hashes, hashers)}}
+        raw_data = {
+            "basename": basename,
+            "bytes": int(offsets[-1]),
+            "hashes": {algo: h.hexdigest() for algo, h in zip(self.hashes, hashers)},
+        }
         self.shards.append({"samples": len(samples), "raw_data": raw_data, "zip_data": None, **self.config})
         self.new_samples = []
         self.buffered = self.extra_bytes_per_shard
