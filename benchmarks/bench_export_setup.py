@@ -11,7 +11,9 @@ write+read seconds, total seconds, peak RSS (MB) of the process, and whether tor
 transformers / streaming were loaded; then the ratios streaming/ours. The 1-min load average is
 printed before and after: on a shared machine wall times move with it, the ratios much less.
 A third variant times the export's own path (``write_partition`` + ``ShardReader``) from a
-fresh interpreter, as an export Ray task runs it.
+fresh interpreter, as an export Ray task runs it. ``--mb`` then times steady-state writing:
+``--mb`` MB of 256 KB samples into 128 MB shards, each writer in its own process (imports not
+counted), medians of ``--repeats``, MB/s and ratio.
 """
 
 from __future__ import annotations
@@ -89,11 +91,44 @@ def _run(imports: str, body: str, n: int, kb: int) -> dict:
     return json.loads(line.removeprefix("RESULT="))
 
 
+THROUGHPUT = """
+import os, shutil, sys, tempfile, time
+kind, mb = sys.argv[1], int(sys.argv[2])
+from prx_data.export.mds_rows import MdsWriterConfig
+columns = MdsWriterConfig().columns()
+if kind == "streaming":
+    from streaming.base.format.mds.writer import MDSWriter
+else:
+    from prx_data.export.mds_format import MdsShardWriter
+payload = b"\\xff\\xd8\\xff" + os.urandom(256 * 1024)
+rows = [dict(image=payload, caption=f"caption {i}", sample_id=f"s{i:06d}", source="alpha", original_width=512,
+             original_height=512, label="visual", caption_model="m") for i in range(mb * 4)]
+out = tempfile.mkdtemp()
+t0 = time.perf_counter()
+if kind == "streaming":
+    w = MDSWriter(out=out, columns=columns, compression=None, size_limit=128 << 20)
+else:
+    w = MdsShardWriter(out, columns, size_limit=128 << 20)
+for r in rows:
+    w.write(r)
+w.finish()
+print("SECONDS=%f" % (time.perf_counter() - t0))
+shutil.rmtree(out)
+"""
+
+
+def _throughput(kind: str, mb: int) -> float:
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", THROUGHPUT, kind, str(mb)], env=env, capture_output=True, text=True, check=True, timeout=600)
+    return float(next(line for line in out.stdout.splitlines() if line.startswith("SECONDS=")).removeprefix("SECONDS="))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--kb", type=int, default=64)
+    parser.add_argument("--mb", type=int, default=0, help="also time steady-state writing of this many MB (0: skip)")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     results: dict[str, list[dict]] = {name: [] for name in VARIANTS}
@@ -111,6 +146,15 @@ def main() -> None:
     before, after = med["streaming MDSWriter + reader_from_json (before)"], med["prx mds_format writer + reader (after)"]
     print(f"ratio before/after: import {before['imports'] / after['imports']:.1f}x  total {before['total'] / after['total']:.1f}x  "
           f"peak RSS {before['rss_mb'] / after['rss_mb']:.1f}x")
+    if args.mb:
+        times: dict[str, list[float]] = {"streaming": [], "ours": []}
+        for _ in range(args.repeats):
+            for kind in times:
+                times[kind].append(_throughput(kind, args.mb))
+        rates = {kind: args.mb / statistics.median(t) for kind, t in times.items()}
+        print(f"steady-state write, {args.mb} MB in 128 MB shards: streaming MDSWriter {rates['streaming']:.0f} MB/s, "
+              f"mds_format {rates['ours']:.0f} MB/s, ratio ours/streaming {rates['ours'] / rates['streaming']:.2f}")
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
