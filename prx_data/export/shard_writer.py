@@ -1,9 +1,9 @@
 """Write samples as MDS shards straight into the MDS root, under run-scoped names, from any node.
 
 One call is one writer (the driver, or one of ``write_workers`` Ray tasks). Each bucket's
-``MdsShardWriter`` (``export.mds_format``: streaming's MDS bytes without importing streaming,
-whose start-up loads torch and transformers) fills a folder in this process's own temp dir (the node's disk, never a path the
-driver chose); every shard is moved to ``<root>/<tier>/<HxW>/<source>/<run>.<tag>.shard.NNNNN.mds``
+``MdsShardWriter`` (``export.mds_format``: streaming's MDS bytes without streaming's start-up,
+which loads torch and transformers) fills a folder in this process's own temp dir (the node's
+disk, never a path the driver chose); every shard is moved to ``<root>/<tier>/<HxW>/<source>/<run>.<tag>.shard.NNNNN.mds``
 as soon as it is closed, so the local copy never holds more than one shard per open bucket.
 Nothing written here is visible to readers: they resolve ``index.json``, which only the commit
 (``export.commit``) writes. What comes back (``WrittenShards``) is small and picklable: the
