@@ -1,6 +1,6 @@
-"""mosaicml-streaming: what the skip-aware loader and the MDS writer need beyond its public API.
+"""mosaicml-streaming: what the skip-aware loader needs beyond its public API.
 
-- ``flush_shard``: ``MDSWriter`` has no public "close this shard now".
+(The export writes and re-reads MDS shards with ``prx_data.export.mds_format``, not streaming.)
 - ``resample_kept``: ``StreamingDataset.resample_streams`` is the documented override point for
   the epoch's sample ids, but it has no notion of skipped samples, so the kept-sample variant
   re-states streaming's algorithm. It must stay sample-for-sample identical to the pinned
@@ -28,24 +28,16 @@ from typing import Any
 import numpy as np
 import streaming
 from numpy.typing import NDArray
-from streaming import MDSWriter, Stream, StreamingDataset
+from streaming import Stream, StreamingDataset
 from streaming.base.sampling import get_sampling
 from streaming.base.storage import CloudDownloader
 from streaming.base.storage.download import S3Downloader
 
 from prx_data.core.storage import s3_credentials
 
-# Re-read streaming's resample_streams, Writer.write/_reset_cache and Stream.__init__ /
-# apply_weights before changing this.
+# Re-read streaming's resample_streams and Stream.__init__ / apply_weights before changing this
+# (and its MDS writer/reader: prx_data_tests/export/test_mds_format.py compares ours with them).
 WRITTEN_FOR = "0.13.0"
-
-
-def flush_shard(writer: MDSWriter) -> None:
-    """Close the writer's open shard now (no-op when empty): the two calls ``Writer.write``
-    makes when a shard is full."""
-    if writer.new_samples:
-        writer.flush_shard()
-        writer._reset_cache()
 
 
 def reset_weights(stream: Stream) -> None:
@@ -196,6 +188,6 @@ def version_mismatch() -> str | None:
     return (
         f"mosaicml-streaming is {streaming.__version__}, prx_data.compat.streaming_internals was "
         f"written for {WRITTEN_FOR}: re-check StreamingDataset.resample_streams (resample_kept "
-        "re-states it), Writer.write/_reset_cache (flush_shard), Stream.__init__/apply_weights "
+        "re-states it), the MDS writer/reader (export.mds_format re-states them), Stream.__init__/apply_weights "
         "(reset_weights) and CloudDownloader's not-found errors, then update WRITTEN_FOR"
     )

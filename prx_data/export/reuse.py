@@ -9,11 +9,11 @@ its live samples' bytes from the shards it replaces. Works on local and object-s
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from prx_data.core.storage import drop_local_copy, fetch_local, locate, try_read_bytes
+from prx_data.export.mds_format import MdsShardReader
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets
 
 
@@ -58,15 +58,12 @@ class ShardReader:
             info = self.info.get(shard)
             if info is None:
                 raise KeyError(f"shard {shard} is not in the source's index")
-            # streaming's readers open real files: a remote shard is fetched, read, and dropped.
+            # A remote shard is fetched, read, and dropped (reads seek within the file).
             loc = self.root.child(*shard.split("/"))
             path = fetch_local(loc, self.scratch)
             try:
-                # lazy: any streaming submodule runs the package's __init__ (torch, transformers)
-                from streaming.base.format import reader_from_json
-
-                reader = reader_from_json(os.path.dirname(path), None, info)
-                for index in sorted(by_shard[shard]):
-                    yield shard, index, reader[index]
+                with MdsShardReader(path, info) as reader:
+                    for index in sorted(by_shard[shard]):
+                        yield shard, index, reader[index]
             finally:
                 drop_local_copy(loc, path)

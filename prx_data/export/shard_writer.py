@@ -1,8 +1,9 @@
 """Write samples as MDS shards straight into the MDS root, under run-scoped names, from any node.
 
 One call is one writer (the driver, or one of ``write_workers`` Ray tasks). Each bucket's
-``MDSWriter`` fills a folder in this process's own temp dir (the node's disk, never a path the
-driver chose); every shard is moved to ``<root>/<tier>/<HxW>/<source>/<run>.<tag>.shard.NNNNN.mds``
+``MdsShardWriter`` (``export.mds_format``: streaming's MDS bytes without streaming's start-up,
+which loads torch and transformers) fills a folder in this process's own temp dir (the node's
+disk, never a path the driver chose); every shard is moved to ``<root>/<tier>/<HxW>/<source>/<run>.<tag>.shard.NNNNN.mds``
 as soon as it is closed, so the local copy never holds more than one shard per open bucket.
 Nothing written here is visible to readers: they resolve ``index.json``, which only the commit
 (``export.commit``) writes. What comes back (``WrittenShards``) is small and picklable: the
@@ -22,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from prx_data.core.storage import Location, locate, upload_file
+from prx_data.export.mds_format import MdsShardWriter
 from prx_data.export.mds_rows import LINEAGE_SCHEMA, MdsWriterConfig, to_row
 from prx_data.export.tree import SHARD_KEYS, BucketRef, check_source
 
@@ -48,27 +50,19 @@ class WrittenShards:
 
 
 class _BucketWriter:
-    """One open MDSWriter whose closed shards are moved to the root as they appear."""
+    """One open shard writer whose closed shards are moved to the root as they appear."""
 
     def __init__(self, ref: BucketRef, local: str, dest: Location, run_id: str, tag: str, config: MdsWriterConfig) -> None:
-        # lazy: `import streaming` loads torch and transformers (STACK.md), seconds per Ray task
-        from streaming.base.format.mds.writer import MDSWriter
-
         self.ref, self.local, self.dest, self.run_id, self.tag = ref, local, dest, run_id, tag
-        self.writer = MDSWriter(
-            out=local,
-            columns=config.columns(),
-            compression=None,  # JPEG is already compressed
-            hashes=list(config.hashes) or None,
-            size_limit=config.size_limit,
-        )
+        # Uncompressed: JPEG is already compressed.
+        self.writer = MdsShardWriter(local, config.columns(), hashes=config.hashes, size_limit=config.size_limit)
         self.sample_ids: list[str] = []
         self.moved = 0  # shards already moved to the root
         self.bytes = 0
 
     @property
     def buffered(self) -> int:
-        return int(self.writer.new_shard_size)
+        return self.writer.buffered
 
     def write(self, row: dict[str, Any]) -> None:
         self.writer.write(row)
@@ -77,10 +71,7 @@ class _BucketWriter:
         self._move_closed()
 
     def flush_early(self) -> None:
-        # lazy: compat.streaming_internals imports streaming's top level (torch)
-        from prx_data.compat.streaming_internals import flush_shard
-
-        flush_shard(self.writer)
+        self.writer.flush_shard()
         self._move_closed()
 
     def _move_closed(self) -> None:
@@ -103,9 +94,6 @@ class _BucketWriter:
                     info[key] = {**info[key], "basename": shard_object_name(self.run_id, self.tag, info[key]["basename"])}
             shards.append(info)
         return shards
-
-    def cancel(self) -> None:
-        self.writer.cancel_future_jobs()
 
 
 def lineage_for_bucket(ref: BucketRef, source: str, shards: list[dict], sample_ids: list[str]) -> pa.Table:
@@ -181,10 +169,6 @@ def write_shards(
                 out.shards[ref] = writers[ref].finish()
                 tables.append(lineage_for_bucket(ref, source, out.shards[ref], writers[ref].sample_ids))
                 out.bytes_written += writers[ref].bytes
-        except BaseException:
-            for writer in writers.values():
-                writer.cancel()
-            raise
         finally:
             shutil.rmtree(local, ignore_errors=True)
     if tables:

@@ -92,26 +92,6 @@ def test_skip_aware_epoch_order_equals_the_plain_dataset(streams_dir, batching_m
     _release(plain)
 
 
-def test_flush_shard_closes_the_open_shard_like_a_full_one(tmp_path: Path) -> None:
-    out = tmp_path / "w"
-    writer = MDSWriter(out=str(out), columns=COLUMNS, size_limit=1 << 20)
-    compat.flush_shard(writer)  # nothing buffered: no empty shard
-    assert writer.shards == []
-    for i in range(3):
-        writer.write({"sample_id": str(i), "payload": b"x"})
-    compat.flush_shard(writer)
-    assert len(writer.shards) == 1 and writer.new_samples == []
-    assert writer.new_shard_size == writer.extra_bytes_per_shard
-    for i in range(3, 5):
-        writer.write({"sample_id": str(i), "payload": b"x"})
-    writer.finish()
-    index = json.loads((out / "index.json").read_text())
-    assert [s["samples"] for s in index["shards"]] == [3, 2]
-    ds = StreamingDataset(local=str(out), batch_size=1, shuffle=False)
-    assert [ds[i]["sample_id"] for i in range(5)] == ["0", "1", "2", "3", "4"]
-    _release(ds)
-
-
 def test_reset_weights_restores_what_the_user_gave(streams_dir) -> None:
     stream = Stream(local=streams_dir[0], proportion=0.25)
     Stream.apply_weights([stream, Stream(local=streams_dir[1], proportion=0.75)], np.array([37, 22]), 100, 0)
