@@ -41,7 +41,7 @@ from prx_data.core.storage import Location, delete_file, exists, list_dir, locat
 from prx_data.export._fs import dumps_stable
 from prx_data.export.tree import INDEX_BASENAME, SHARD_KEYS, BucketRef, check_source, list_buckets
 
-if TYPE_CHECKING:  # shard_writer imports streaming (torch); the commit needs neither
+if TYPE_CHECKING:  # the commit reads only what the writers returned
     from prx_data.export.shard_writer import WrittenShards
 
 logger = logging.getLogger(__name__)
