@@ -114,8 +114,10 @@ def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host:
         raise KeyboardInterrupt
 
     # SIGTERM and a closed terminal stop it as Ctrl-C does: dagster dev and Ray run in their own
-    # process groups, so nothing else would stop them.
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # process groups, so nothing else would stop them. SIGINT too, explicitly: a command started
+    # in the background by a non-interactive shell inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt for it.
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     with shared_local_ray(records_dir=dagster_home / RECORDS_DIR) as ray_address:
         process = start_ui(dagster_home, port, host)
         try:

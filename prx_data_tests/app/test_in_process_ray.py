@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
 
 SCRIPT = textwrap.dedent(
@@ -48,6 +50,7 @@ SCRIPT = textwrap.dedent(
 def test_ingest_fallback_ray_has_a_token_and_stays_on_loopback(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ENABLE_WINDOWS"))}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)  # prx_data_tests.app.sockets
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]

@@ -128,8 +128,20 @@ def test_single_host_list_reaches_per_host_in_flight_with_default_settings(http_
 
 
 def test_per_host_limit_holds_across_concurrent_streams_of_one_session(http_server: HTTPTestServer):
+    # Counted inside the handler: a client holds its slot from before the request is sent until
+    # the body is read, which contains the handler's run. The server's own count also covers
+    # writing the response, which a loaded machine can overlap with the next request.
+    lock, running, peak = threading.Lock(), [0], [0]
+
     def latency(req):
-        req.wait(0.05)
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            req.wait(0.05)
+        finally:
+            with lock:
+                running[0] -= 1
         return JPEG
 
     for i in range(80):
@@ -147,7 +159,7 @@ def test_per_host_limit_holds_across_concurrent_streams_of_one_session(http_serv
         t.join()
     session.close()
     assert len(out) == 80 and all(r.ok for r in out)
-    assert http_server.max_concurrent() <= 3
+    assert 2 <= peak[0] <= 3
 
 
 def test_stream_passes_items_without_url_through_and_closing_early_stops(http_server: HTTPTestServer):
