@@ -21,7 +21,6 @@ included (a stable sort on the keys that order its output).
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from collections.abc import Iterable
 
@@ -29,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.spill import PartitionFiles
 from prx_data.curation.dedup import DedupConfig, ar_keys, find_duplicates
 
 # About 100 bytes a record in memory while a partition is decided: 2 M rows stay near 200 MB.
@@ -75,45 +75,6 @@ def _fixed8(column: pa.ChunkedArray | pa.Array) -> bytes:
     return fixed.buffers()[1].to_pybytes()[fixed.offset * 8 : (fixed.offset + len(fixed)) * 8]
 
 
-class _Spill:
-    """One Arrow IPC stream per partition, opened on first use."""
-
-    def __init__(self, folder: str):
-        self.folder = folder
-        self.writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
-        self.sinks: dict[int, pa.OSFile] = {}
-        self.schema: pa.Schema | None = None
-
-    def path(self, part: int) -> str:
-        return os.path.join(self.folder, f"part-{part:05d}.arrows")
-
-    def add(self, table: pa.Table, parts: np.ndarray) -> None:
-        if self.schema is None:
-            self.schema = table.schema
-        elif table.schema != self.schema:
-            table = table.cast(self.schema)  # sources disagree only on nullability/width
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        bounds = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
-        taken = table.take(pa.array(order))
-        for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            part = int(sorted_parts[start])
-            if part not in self.writers:
-                self.sinks[part] = pa.OSFile(self.path(part), "wb")
-                self.writers[part] = pa.ipc.new_stream(self.sinks[part], self.schema)
-            self.writers[part].write_table(taken.slice(start, end - start))
-
-    def close(self) -> list[int]:
-        for part in self.writers:
-            self.writers[part].close()
-            self.sinks[part].close()
-        return sorted(self.writers)
-
-    def read(self, part: int) -> pa.Table:
-        with pa.OSFile(self.path(part), "rb") as source:
-            return pa.ipc.open_stream(source).read_all()
-
-
 def spilled_duplicates(
     batches: Iterable[pa.Table],
     config: DedupConfig,
@@ -133,7 +94,7 @@ def spilled_duplicates(
     bits = 0 if config.radius else partition_bits(total_rows, max_partition_rows)
     results: list[pa.Table] = []
     with tempfile.TemporaryDirectory(prefix="prx-dedup-", dir=scratch_dir) as folder:
-        spill = _Spill(folder)
+        spill = PartitionFiles(folder)
         try:
             for batch in batches:
                 if not batch.num_rows:
@@ -142,7 +103,7 @@ def spilled_duplicates(
                 parts = ar if config.radius else _fingerprint_partitions(batch, bits)
                 if "ar_index" in batch.column_names:
                     batch = batch.drop_columns(["ar_index"])
-                spill.add(batch.append_column("ar_index", pa.array(ar, pa.int64())), parts)
+                spill.split(batch.append_column("ar_index", pa.array(ar, pa.int64())), parts)
         finally:
             parts_written = spill.close()
         for part in parts_written:

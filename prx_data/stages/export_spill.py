@@ -10,17 +10,19 @@ balance suffers). Ranges, not a scrambling hash: partitions read in order and ea
 sample id are the whole table sorted by sample id, so the exports table comes out byte for byte
 as one partition would make it.
 
-Each partition is one Arrow IPC stream file; the folder is the caller's (a temporary directory
-under ``scratch_dir``), removed by it.
+Each partition is one Arrow IPC stream file (``core.spill``); the folder is the caller's (a
+temporary directory under ``scratch_dir``), removed by it.
 """
 
 from __future__ import annotations
 
 import math
-import os
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+
+from prx_data.core.spill import PartitionFiles
 
 # Planning a partition peaks near 1.7 KB a row on the driver (the joined narrow columns, their
 # sorted copies, the new and previous exports rows compared; benchmarks/bench_export_memory.py
@@ -58,64 +60,29 @@ def partition_of(sample_ids: pa.Array | pa.ChunkedArray, bounds: np.ndarray) -> 
     return out
 
 
-class SpilledPartitions:
-    """One table's rows split into partitions, one IPC stream file each, opened on first use."""
+class SpilledPartitions(PartitionFiles):
+    """One table's rows split into sample-id range partitions (``bounds``)."""
 
     def __init__(self, folder: str, schema: pa.Schema, bounds: np.ndarray):
-        os.makedirs(folder, exist_ok=True)
-        self.folder, self.schema, self.bounds = folder, schema, bounds
+        super().__init__(folder, schema)
+        self.bounds = bounds
         self.partitions = len(bounds) + 1
-        self._sinks: dict[int, tuple[pa.NativeFile, pa.ipc.RecordBatchStreamWriter]] = {}
-        self.rows = 0
-
-    def path(self, part: int) -> str:
-        return os.path.join(self.folder, f"part-{part:05d}.arrows")
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Append ``batch`` (cast to the schema), each row to its sample id's partition; rows
-        keep their order inside a partition."""
+        """Append ``batch`` (cast to the schema), each row to its sample id's partition."""
         if not batch.num_rows:
             return
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-        table = table.select(self.schema.names).cast(self.schema)
-        parts = partition_of(table["sample_id"], self.bounds)
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        edges = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
-        taken = table.take(pa.array(order)) if self.partitions > 1 else table
-        for start, end in zip(edges[:-1].tolist(), edges[1:].tolist()):
-            self.put(int(sorted_parts[start]), taken.slice(start, end - start))
+        self.split(table, partition_of(table["sample_id"], self.bounds))
 
-    def put(self, part: int, table: pa.Table) -> None:
-        """Append ``table``, whose rows all belong to partition ``part``, as they are."""
-        if not table.num_rows:
-            return
-        if part not in self._sinks:
-            sink = pa.OSFile(self.path(part), "wb")
-            self._sinks[part] = (sink, pa.ipc.new_stream(sink, self.schema))
-        self._sinks[part][1].write_table(table.select(self.schema.names).cast(self.schema))
-        self.rows += table.num_rows
-
-    def batches(self):
+    def batches(self) -> Iterator[pa.RecordBatch]:
         """Every partition's record batches, partition by partition."""
         for part in range(self.partitions):
-            if os.path.exists(self.path(part)):
-                with pa.OSFile(self.path(part), "rb") as source:
-                    yield from pa.ipc.open_stream(source)
+            yield from self.read_batches(part)
 
-    def close(self) -> SpilledPartitions:
-        for sink, writer in self._sinks.values():
-            writer.close()
-            sink.close()
-        self._sinks = {}
+    def close(self) -> SpilledPartitions:  # type: ignore[override]
+        super().close()
         return self
-
-    def read(self, part: int) -> pa.Table:
-        """Partition ``part`` (an empty table when no row fell in it)."""
-        if not os.path.exists(self.path(part)):
-            return self.schema.empty_table()
-        with pa.OSFile(self.path(part), "rb") as source:
-            return pa.ipc.open_stream(source).read_all()
 
 
 __all__ = ["MAX_PARTITION_ROWS", "SpilledPartitions", "partition_count", "partition_of", "range_bounds"]
