@@ -23,6 +23,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -158,9 +159,16 @@ class Location:
         return Location(self.fs, posixpath.join(self.path, *parts), join(self.uri, *parts))
 
 
+# ``s3:/bucket/x`` or ``s3:``: an object-store URI that went through a path join or Path(), which
+# would otherwise be written as a folder named ``s3:`` in the current directory.
+_MANGLED_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:(/(?!/).*)?")
+
+
 def locate(uri: str, storage_options: Mapping[str, str] | None = None) -> Location:
     options = dict(storage_options or {})
     if not is_remote(uri):
+        if _MANGLED_URI.fullmatch(uri):
+            raise ValueError(f"{uri!r} looks like an object-store URI that lost a slash of its '://'; refusing to use it as a local path")
         local = uri.removeprefix("file://")
         return Location(pafs.LocalFileSystem(), os.path.abspath(local), local)
     parsed = urlparse(uri)

@@ -123,8 +123,20 @@ def key_uri(lance_root: str) -> str:
 
 
 def key_uri_for_table(table_uri: str) -> str:
-    """The key of the root a raw table (``<lance_root>/sources/<name>.lance``) lives under."""
-    return key_uri(posixpath.dirname(posixpath.dirname(table_uri.rstrip("/"))))
+    """The key of the root a raw table (``<lance_root>/sources/<name>.lance``) lives under.
+
+    Never above the bucket: a table at ``s3://bucket/t.lance`` keys under ``s3://bucket``, where
+    two plain dirnames would give ``s3:``, a relative local path that put a key in the cwd."""
+    table_uri = table_uri.rstrip("/")
+    root = posixpath.dirname(posixpath.dirname(table_uri))
+    scheme, sep, rest = table_uri.partition("://")
+    if sep:
+        bucket = f"{scheme}://{rest.split('/', 1)[0]}"
+        if not root.startswith(bucket):
+            root = bucket
+    elif not root:
+        root = "."
+    return key_uri(root)
 
 
 def load_url_key(
