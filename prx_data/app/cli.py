@@ -12,6 +12,7 @@ from pathlib import Path
 
 from prx_data.app.local_ray import starting_local_ray
 from prx_data.app.ui import install_config, serve_ui
+from prx_data.core.ray_tasks import ray_provider
 from prx_data.core.reasons import reason_code
 
 
@@ -176,12 +177,11 @@ def _run_everything(args: argparse.Namespace) -> int:
     outcome: dict[str, bool] = {}
     corpus_ok = True
     if plan.to_run or plan.corpus_needed():
-        # One Ray for the whole command: every source's run and every step connect to it. It
-        # starts in the background while the instance is opened; a run with nothing to do
-        # starts none.
-        with starting_local_ray(records_dir=_ray_records_dir()) as ray_head:
+        # One Ray for the whole command: every source's run and every step that needs Ray joins
+        # it. It starts when a stage first submits Ray work (core.ray_tasks.ensure_ray), so a
+        # command whose runs have little to do starts none.
+        with starting_local_ray(records_dir=_ray_records_dir(), lazy=True) as ray_head, ray_provider("start", ray_head.wait_or_fail):
             with open_instance(sources) as instance:
-                ray_head.wait()
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
                 force = getattr(args, "force", False)
                 outcome = materialize_sources(defs, instance, plan.to_run, _workspace_file(), reread_unchanged=force)

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,16 +159,19 @@ def clean_stale_heads(records_dir: Path, log=print) -> int:
     return stopped
 
 
-def start_head(num_cpus: int | None = None, records_dir: Path | None = None) -> LocalRayHead:
+def start_head(
+    num_cpus: int | None = None, records_dir: Path | None = None, port: int | None = None, token_path: str | None = None
+) -> LocalRayHead:
     """Start the head and its watchdog and return at once; ``wait_ready`` blocks until it is up
-    (so a command overlaps the head's start-up with its own work)."""
+    (so a command overlaps the head's start-up with its own work). ``port`` and ``token_path``:
+    an address and token handed out before the head was started (``starting_local_ray(lazy=True)``)."""
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if not ray_bin:
         raise LocalRayError("the `ray` command is not installed next to this Python")
-    port = free_port()
+    port = port or free_port()
     # A short path: Ray's unix socket paths must stay under ~107 bytes. mkdtemp makes it 0700.
     temp = tempfile.mkdtemp(prefix="prx-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    token_path = write_token()
+    token_path = token_path or write_token()
     env = head_env(token_path)
     cleanup = os.pathsep.join((temp, os.path.dirname(token_path)))
     cmd = [
@@ -265,28 +268,51 @@ def shared_local_ray(log=print, records_dir: Path | None = None) -> Iterator[str
 
 
 class PendingRay:
-    """A head being started: ``wait()`` returns its address once it is up (None without one)."""
+    """A head being started, or to be started on first use: ``wait()`` returns its address once
+    it is up (None without one)."""
 
-    def __init__(self, head: LocalRayHead | None, address: str | None, log) -> None:
-        self.head, self._address, self._log = head, address, log
+    def __init__(self, head: LocalRayHead | None, address: str | None, log, start: Callable[[], LocalRayHead] | None = None) -> None:
+        self.head, self._address, self._log, self._start = head, address, log, start
+
+    def _started(self) -> LocalRayHead | None:
+        if self.head is None and self._start is not None:
+            start, self._start = self._start, None
+            self.head = start()
+        return self.head
+
+    def wait_or_fail(self) -> None:
+        """For a stage that needs Ray now (``core.ray_tasks.ray_provider("start", ...)``): the
+        runs were built to join this head, so a head that did not start fails the stage, saying
+        why, instead of each run starting a Ray of its own."""
+        try:
+            head = self._started()
+            if head is not None:
+                head.wait_ready()
+        except (LocalRayError, OSError) as exc:
+            raise LocalRayError(f"{exc}\nSet {ADDRESS_VAR} to a running Ray to use that instead.") from None
 
     def wait(self) -> str | None:
-        if self.head is None:
-            return self._address
         try:
-            self.head.wait_ready()
-        except LocalRayError as exc:
+            head = self._started()
+            if head is None:
+                return self._address
+            head.wait_ready()
+        except (LocalRayError, OSError) as exc:
             self._log(f"warning: no shared local Ray ({exc}); each run starts its own")
             self.head = None
             os.environ.pop(ADDRESS_VAR, None)
             return None
-        return self.head.address
+        return head.address
 
 
 @contextlib.contextmanager
-def starting_local_ray(log=print, records_dir: Path | None = None) -> Iterator[PendingRay]:
+def starting_local_ray(log=print, records_dir: Path | None = None, lazy: bool = False) -> Iterator[PendingRay]:
     """Like ``shared_local_ray``, but yields while the head is still starting: the caller does
-    its own set-up meanwhile and calls ``wait()`` before the first run."""
+    its own work meanwhile and calls ``wait()`` (or ``wait_or_fail()``) when it needs Ray.
+
+    ``lazy``: the address and token are handed out now and the head starts on the first
+    ``wait``, so a command whose runs never need Ray starts none (a head costs ~3 s of CPU to
+    start and ~2 s to stop, measured on this 2-core machine)."""
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.core.settings import get_settings
 
@@ -296,19 +322,26 @@ def starting_local_ray(log=print, records_dir: Path | None = None) -> Iterator[P
         return
     if records_dir is not None:
         clean_stale_heads(records_dir, log)
+    if lazy:
+        port, token_path = free_port(), write_token()
+        address, env = f"127.0.0.1:{port}", head_env(token_path)
+        pending = PendingRay(None, address, log, start=lambda: start_head(records_dir=records_dir, port=port, token_path=token_path))
+    else:
+        try:
+            head = start_head(records_dir=records_dir)
+        except (LocalRayError, OSError) as exc:
+            log(f"warning: no shared local Ray ({exc}); each run starts its own")
+            yield PendingRay(None, None, log)
+            return
+        pending, address, env, token_path = PendingRay(head, None, log), head.address, head.env, head.env["RAY_AUTH_TOKEN_PATH"]
     try:
-        head = start_head(records_dir=records_dir)
-    except (LocalRayError, OSError) as exc:
-        log(f"warning: no shared local Ray ({exc}); each run starts its own")
-        yield PendingRay(None, None, log)
-        return
-    pending = PendingRay(head, None, log)
-    try:
-        with _environment({ADDRESS_VAR: head.address, **head.env}):
+        with _environment({ADDRESS_VAR: address, **env}):
             get_settings.cache_clear()
             try:
                 yield pending
             finally:
                 get_settings.cache_clear()
     finally:
-        head.stop()
+        if pending.head is not None:
+            pending.head.stop()
+        shutil.rmtree(os.path.dirname(token_path), ignore_errors=True)

@@ -4,12 +4,56 @@ that many queued tasks, results come back in completion order, and a worker's ow
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 # The address of the Ray a command started (prx_data.app.local_ray); Ray tasks join it when set.
 ADDRESS_VAR = "PRX_RAY_ADDRESS"
+
+# Ray on demand. Nothing joins Ray until a stage submits Ray work: a run with little to do never
+# needs it, and joining costs seconds (waiting for the command's head, ~5 s; the run's
+# connection, ~3.5 s; measured on the demo). Whoever can provide Ray registers here for as long
+# as it can: the command's local head ("start": make it run) and the run's dagster-ray resource
+# ("connect": ray.init to it). A module-level list, because the stages (importable by Ray workers
+# without Dagster) must not be handed Dagster resources.
+_PROVIDERS: list[tuple[Literal["start", "connect"], Callable[[], None]]] = []
+
+
+@contextlib.contextmanager
+def ray_provider(kind: Literal["start", "connect"], provide: Callable[[], None]) -> Iterator[None]:
+    entry = (kind, provide)
+    _PROVIDERS.append(entry)
+    try:
+        yield
+    finally:
+        _PROVIDERS.remove(entry)
+
+
+def start_ray() -> None:
+    """Make sure the Ray this process is meant to join runs (the command's head, once up)."""
+    for kind, provide in list(_PROVIDERS):
+        if kind == "start":
+            provide()
+
+
+def ensure_ray(required: bool = True):
+    """The ``ray`` module, initialised: already, or by the innermost registered connector.
+    ``required=False`` returns None instead of raising when nothing can connect."""
+    # lazy: ray is a measured heavy import (~1.5 s)
+    import ray
+
+    if not ray.is_initialized():
+        start_ray()
+        connectors = [provide for kind, provide in _PROVIDERS if kind == "connect"]
+        if connectors:
+            connectors[-1]()
+    if ray.is_initialized():
+        return ray
+    if required:
+        raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource (or call ray.init first)")
+    return None
 
 
 def bounded(ray, submit: Callable[[Any], Any], items: Iterator[Any], limit: int) -> Iterator[Any]:

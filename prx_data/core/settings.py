@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     # PRX_RAY_TASK_RESOURCES='{"cpu_pool": 0.01}' places that work only on nodes started with
     # the resource (a KubeRay worker group's rayStartParams resources). Empty: anywhere.
     ray_task_resources: dict[str, float] = Field(default_factory=dict)
+    # Up to this many rows of a CPU stage's work (phash, CPU captioners and labellers, export)
+    # run in the run's own process instead of as Ray tasks (executor "auto", the default), so a
+    # run with little to do never joins Ray (seconds per run). 0: always Ray. Work pinned by
+    # PRX_RAY_TASK_RESOURCES always goes to Ray.
+    local_max_rows: int = Field(256, ge=0)
     # Cluster profile only (deployments/): Dagster's PostgreSQL (the same URL the deployment's
     # dagster.yaml reads), the RayCluster spec a run gets when no PRX_RAY_ADDRESS is set, and
     # whether the code location checks its services when it loads (cluster.check_cluster_startup).

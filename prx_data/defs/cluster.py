@@ -17,14 +17,19 @@ hours later.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import dagster as dg
 import yaml
 from dagster_ray import LocalRay, RayResource
+from dagster_ray.configs import Lifecycle
 
+from prx_data.core.ray_tasks import ray_provider
 from prx_data.core.settings import Settings
 from prx_data.core.storage import ObjectStoreError, check_access
 
@@ -36,7 +41,22 @@ class ClusterStartupError(RuntimeError):
     """A cluster deployment cannot work as configured; the message names the setting."""
 
 
-class RayClusterAddress(LocalRay):
+class ConnectOnDemand:
+    """A dagster-ray resource that joins Ray when a stage first submits Ray work
+    (``core.ray_tasks.ensure_ray``), not when the run starts, when built with
+    ``Lifecycle(connect=False)``: a run with little to do never pays for the connection."""
+
+    @contextlib.contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[Any]:
+        with super().yield_for_execution(context) as resource:  # type: ignore[misc]
+            if resource.lifecycle.connect:
+                yield resource
+            else:
+                with ray_provider("connect", lambda: resource._connect(context)):
+                    yield resource
+
+
+class RayClusterAddress(ConnectOnDemand, LocalRay):
     """A Ray cluster that already runs (KubeRay RayCluster or ``ray start --head``): connect only.
 
     LocalRay's lifecycle (nothing to create, wait for or delete) is exactly right; only the
@@ -106,7 +126,7 @@ def build_cluster_ray(settings: Settings) -> RayResource:
     if settings.startup_checks:
         check_cluster_startup(settings)
     if settings.ray_address:
-        return RayClusterAddress(address=settings.ray_address, ray_init_options=_REMOTE_RAY_INIT)
+        return RayClusterAddress(address=settings.ray_address, ray_init_options=_REMOTE_RAY_INIT, lifecycle=Lifecycle(connect=False))
     return build_kuberay_job(load_raycluster_manifest(settings.kuberay_spec))
 
 

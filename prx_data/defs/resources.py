@@ -9,7 +9,7 @@ from typing import Any
 
 import dagster as dg
 from dagster_ray import LocalRay, RayResource
-from dagster_ray.configs import RayDataExecutionOptions
+from dagster_ray.configs import Lifecycle, RayDataExecutionOptions
 from pydantic import Field, PrivateAttr
 
 from prx_data.core.locking import LockPolicy
@@ -19,7 +19,7 @@ from prx_data.core.ray_auth import in_process_ray_auth
 from prx_data.core.settings import Settings, get_settings
 from prx_data.core.storage import OPTION_ENV
 from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
-from prx_data.defs.cluster import RayClusterAddress, build_cluster_ray
+from prx_data.defs.cluster import ConnectOnDemand, RayClusterAddress, build_cluster_ray
 from prx_data.ingest.registry import Registry, load_registry
 
 # storage_options keys that are secrets, and the environment variable each comes from. Dagster
@@ -102,9 +102,9 @@ class RayTasksResource(dg.ConfigurableResource):
         return dict(self.task_resources) or None
 
 
-class RunLocalRay(LocalRay):
-    """Ray started inside the run's process and stopped when the run ends, shared by the run's
-    steps. Used only when no Ray address is set (plain ``dagster dev``); ``prx-data run``,
+class RunLocalRay(ConnectOnDemand, LocalRay):
+    """Ray started inside the run's process (when a stage first needs it) and stopped when the
+    run ends, shared by the run's steps. Used only when no Ray address is set (plain ``dagster dev``); ``prx-data run``,
     ``demo`` and ``ui`` keep one local Ray for all their runs and connect to it instead."""
 
     _auth: contextlib.ExitStack | None = PrivateAttr(default=None)
@@ -138,19 +138,18 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
     if settings.env == "cluster":
         ray = build_cluster_ray(settings)
     elif settings.ray_address:
-        from dagster_ray.configs import Lifecycle
-
-        # A cluster this run did not create: connect and disconnect, never "delete" it (dagster-ray
-        # would log that it deleted it, though deleting does nothing here).
+        # A cluster this run did not create: connect (on demand) and disconnect, never "delete" it
+        # (dagster-ray would log that it deleted it, though deleting does nothing here).
         ray = RayClusterAddress(
             address=settings.ray_address,
             ray_init_options=_LOCAL_RAY_INIT,
-            lifecycle=Lifecycle(cleanup="never"),
+            lifecycle=Lifecycle(connect=False, cleanup="never"),
             data_execution_options=RayDataExecutionOptions(verbose_progress=False),
         )
     else:
         ray = RunLocalRay(
             ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"},
+            lifecycle=Lifecycle(connect=False),
             data_execution_options=RayDataExecutionOptions(verbose_progress=False),
         )
     # lazy: pulls in streaming (torch)

@@ -15,7 +15,7 @@ from typing import Any
 
 from prx_data.core.quiet import quiet_ray_env
 from prx_data.core.ray_auth import in_process_ray_auth
-from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, task_options
+from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, ensure_ray, task_options
 from prx_data.ingest.changes import UnitJob, UnitResult, process_unit
 from prx_data.ingest.units import Unit
 
@@ -45,7 +45,8 @@ def _on_ray(ray, job: UnitJob, units: Iterator[UnitWork], workers: int, task_res
 def _ray(workers: int):
     import ray
 
-    if ray.is_initialized():
+    # The run's own connection when it has one (joined now, on demand), else the command's head.
+    if ensure_ray(required=False) is not None:
         yield ray
         return
     address = os.environ.get(ADDRESS_VAR) or None

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from prx_data.core.filters import is_set
 from prx_data.core.lance_io import storage_options_of
+from prx_data.core.ray_tasks import ensure_ray
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
 from prx_data.models.captioning.caption_columns import caption_results_table
 from prx_data.models.captioning.config import (
@@ -32,7 +33,7 @@ from prx_data.models.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VER
 from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
-from prx_data.stages.executors import make_processor
+from prx_data.stages.executors import Executor, make_processor
 
 
 def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
@@ -120,6 +121,7 @@ def vllm_processor(config: VLLMCaptionerConfig, chunk_rows: int = 256, task_reso
         ]
         if not chunks:
             return
+        ensure_ray()  # joins the run's Ray here, not when the run starts (core.ray_tasks)
         rows = ray.data.from_items(chunks).flat_map(
             functools.partial(_read_chunk, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
@@ -136,7 +138,7 @@ def compute_captions(
     table_uri: str,
     config: CaptionerConfig | dict,
     *,
-    executor: Literal["ray", "local"] = "ray",
+    executor: Executor = "ray",
     chunk_rows: int = 64,
     storage_options: dict | None = None,
     progress=None,

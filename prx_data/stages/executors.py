@@ -13,11 +13,27 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.lance_io import storage_options_of
-from prx_data.core.ray_tasks import bounded, task_options
+from prx_data.core.ray_tasks import bounded, ensure_ray, task_options
+from prx_data.core.settings import get_settings
 from prx_data.stages.column_stage import Processor, address_chunks, read_images, read_rows
 
-# Where a column stage runs its chunks: Ray tasks, or this process (tests, small sources).
-Executor = Literal["ray", "local"]
+# Where a stage runs its chunks: Ray tasks, this process, or "auto": this process when the work
+# is small (PRX_LOCAL_MAX_ROWS, default 256: joining Ray costs seconds, more than one core spends
+# on 256 rows of any CPU stage; export, the slowest, does ~40 images/s per core) and not pinned
+# to labelled nodes, else Ray.
+Executor = Literal["ray", "local", "auto"]
+
+
+def resolve_executor(
+    executor: Executor, rows: int, task_resources: dict[str, float] | None = None, local_max_rows: int | None = None
+) -> Literal["ray", "local"]:
+    """Where ``rows`` rows of work run. Work pinned to nodes (``task_resources``) always goes to
+    Ray: the pin says this process's node must not do it."""
+    if executor != "auto":
+        return executor
+    limit = get_settings().local_max_rows if local_max_rows is None else local_max_rows
+    return "local" if rows <= limit and not task_resources else "ray"
+
 
 # fn(sample_ids, images, rows) -> table with sample_id + the stage's columns. Must be picklable
 # (a module-level function or a functools.partial of one) to run on Ray.
@@ -54,10 +70,7 @@ def make_processor(
             yield _run_chunk(ds.uri, ds.version, options, chunk, fn, column_names, with_images)
 
     def on_ray(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
-        import ray
-
-        if not ray.is_initialized():
-            raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource")
+        ray = ensure_ray()
         remote = ray.remote(**options_of_task)(_run_chunk)
         options = storage_options_of(ds)
         fn_ref = ray.put(fn)
@@ -65,4 +78,8 @@ def make_processor(
         submit = lambda chunk: remote.remote(ds.uri, ds.version, options, chunk, fn_ref, column_names, with_images)  # noqa: E731
         yield from bounded(ray, submit, address_chunks(todo, chunk_rows), limit)
 
-    return on_ray if executor == "ray" else local
+    def auto(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+        where = resolve_executor("auto", todo.num_rows, task_resources)
+        yield from (on_ray if where == "ray" else local)(ds, todo)
+
+    return {"ray": on_ray, "local": local, "auto": auto}[executor]

@@ -36,7 +36,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
 
 import lance
 import numpy as np
@@ -46,7 +45,7 @@ import pyarrow.compute as pc
 from prx_data.core.lance_io import open_table, storage_options_of
 from prx_data.core.locking import table_lock
 from prx_data.core.paths import superseded_uri
-from prx_data.core.ray_tasks import task_options
+from prx_data.core.ray_tasks import ensure_ray, task_options
 from prx_data.core.reasons import reason_code
 from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
 from prx_data.export.commit import abandon, begin, new_run_id, recover
@@ -58,7 +57,7 @@ from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop
 from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
 from prx_data.stages.column_stage import address_chunks, read_images, read_rows
-from prx_data.stages.executors import make_processor
+from prx_data.stages.executors import Executor, make_processor, resolve_executor
 from prx_data.stages.export_plan import META_COLUMNS, exports_table, find_orphans, plan, scan_current
 from prx_data.stages.export_spill import MAX_PARTITION_ROWS, SpilledPartitions, partition_of, range_bounds
 
@@ -147,7 +146,7 @@ def export_source(
     exports_uri: str,
     bucket_cfg: BucketConfig | None = None,
     writer_cfg: MdsWriterConfig | None = None,
-    executor: Literal["ray", "local"] = "ray",
+    executor: Executor = "ray",
     chunk_rows: int = 32,
     require_caption: bool = True,
     storage_options: dict | None = None,
@@ -164,7 +163,8 @@ def export_source(
     """Bring the source's export up to date with its table, doing only the work that changed.
 
     Holds the source's table lock (``prx_data.core.locking``) for the whole run. ``write_workers``
-    > 1 (with ``executor='ray'``) splits the rows to encode into that many Ray tasks, each of
+    > 1 (with ``executor='ray'``, or ``'auto'`` past ``LOCAL_MAX_ROWS`` rows to encode) splits
+    the rows to encode into that many Ray tasks, each of
     which encodes its rows and writes its own shards per bucket straight into ``mds_root`` (so
     they may run on any node that reaches the root, and need nothing the driver sees); the
     driver then publishes all of them in one commit. ``task_resources`` (e.g.
@@ -309,6 +309,7 @@ def _export(
         export = None
         if encode.num_rows or reuse.num_rows or rewrite:
             check()  # a lost lease must not commit
+            where = resolve_executor(executor, encode.num_rows, task_resources)
             export = _write(
                 ds,
                 source,
@@ -316,7 +317,7 @@ def _export(
                 options=options,
                 writer_cfg=writer_cfg,
                 bucket_cfg=bucket_cfg,
-                executor=executor,
+                executor=where,
                 chunk_rows=chunk_rows,
                 progress=progress,
                 scratch_dir=scratch_dir,
@@ -326,7 +327,7 @@ def _export(
                 meta_columns=meta_columns,
                 rewrite=rewrite,
                 late_drops=late_drops,
-                write_workers=write_workers if executor == "ray" else 1,
+                write_workers=write_workers if where == "ray" else 1,
                 task_resources=task_resources,
             )
         del encode, reuse
@@ -429,7 +430,11 @@ def _write(
     task_resources,
 ):
     processor = make_processor(
-        functools.partial(prepare_with_meta, bucket_cfg.model_dump_json()), columns=meta_columns, executor=executor, chunk_rows=chunk_rows
+        functools.partial(prepare_with_meta, bucket_cfg.model_dump_json()),
+        columns=meta_columns,
+        executor=executor,
+        chunk_rows=chunk_rows,
+        task_resources=task_resources,
     )
 
     def reused(scratch: str) -> Iterator[dict]:
@@ -585,11 +590,7 @@ def _write_parallel(
 ):
     """``workers`` Ray tasks encode and write; the driver writes the re-used bytes (``reused``)
     meanwhile. Returns every writer's unpublished shards; the caller publishes them."""
-    # lazy: ray is a measured heavy import
-    import ray
-
-    if not ray.is_initialized():
-        raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource")
+    ray = ensure_ray()
     task = ray.remote(**task_options(num_cpus=1, max_retries=0, resources=task_resources))(_write_part)
     refs = []
     for k, group in enumerate(np.array_split(np.arange(todo.num_rows), workers), start=1):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
-from typing import Literal
 
 import lance
 import pyarrow as pa
 
 from prx_data.core.filters import STATUS_OK, all_of, is_set
 from prx_data.core.lance_io import storage_options_of
+from prx_data.core.ray_tasks import ensure_ray
 from prx_data.core.schema import LABEL_COLUMNS
 from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.models.labeling.base import LabelResult
@@ -29,7 +29,7 @@ from prx_data.models.labeling.minilm import minilm_label_version
 from prx_data.models.labeling.prompt import label_prompt_version
 from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
-from prx_data.stages.executors import make_processor
+from prx_data.stages.executors import Executor, make_processor
 
 NO_FUSED_LABEL = "no_fused_label"
 
@@ -89,6 +89,7 @@ def vllm_label_processor(config: VLLMClassifierConfig, task_resources: dict[str,
         chunks = [{"addresses": c.column("_rowaddr").to_pylist()} for c in address_chunks(todo, config.chunk_rows)]
         if not chunks:
             return
+        ensure_ray()  # joins the run's Ray here, not when the run starts (core.ray_tasks)
         rows = ray.data.from_items(chunks).flat_map(
             functools.partial(_read_captions, uri=ds.uri, version=ds.version, options=storage_options_of(ds)),
             num_cpus=config.cpu_stage_num_cpus,
@@ -122,7 +123,7 @@ def compute_labels(
     table_uri: str,
     config: ClassifierConfig | dict,
     *,
-    executor: Literal["ray", "local"] = "ray",
+    executor: Executor = "ray",
     chunk_rows: int = 256,
     storage_options: dict | None = None,
     progress=None,

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import pyarrow as pa
 
 from prx_data.core.schema import PHASH_COLUMNS
 from prx_data.imaging.phash import PHASH_VERSION, phash_row
 from prx_data.stages.column_stage import ColumnStage, StageStats, run_column_stage
-from prx_data.stages.executors import make_processor
+from prx_data.stages.executors import Executor, make_processor
 
 # A phash follows its image bytes (named by image_sha256); older code replaced the whole row on a
 # new image, so hashes made before the fingerprint existed are adopted, not redone.
@@ -32,7 +30,7 @@ def hash_rows(sample_ids: list[str], images: list[bytes | None], _rows: pa.Table
 def compute_phashes(
     table_uri: str,
     *,
-    executor: Literal["ray", "local"] = "ray",
+    executor: Executor = "ray",
     chunk_rows: int = 256,
     storage_options: dict | None = None,
     progress=None,

@@ -32,7 +32,7 @@ def _fail_clearly_when_down(kind: str, backend: str):
 
 
 class StageRunConfig(dg.Config):
-    executor: Executor = "ray"
+    executor: Executor = "auto"
     chunk_rows: int = 64
 
 

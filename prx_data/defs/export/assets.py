@@ -20,7 +20,7 @@ from prx_data.stages.export_stage import export_source
 
 
 class ExportRunConfig(dg.Config):
-    executor: Executor = "ray"
+    executor: Executor = "auto"
     chunk_rows: int = 32
     # Ray tasks that each encode a share of the rows and write their own shards (1: one writer
     # in the run process); each writes straight into the MDS root, so they may run on any node

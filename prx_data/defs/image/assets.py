@@ -16,7 +16,7 @@ from prx_data.stages.phash_stage import compute_phashes
 
 class PhashConfig(dg.Config):
     chunk_rows: int = 256
-    executor: Executor = "ray"
+    executor: Executor = "auto"
 
 
 @dg.asset(
