@@ -23,8 +23,8 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 class _SerializedShmPrefix(importlib.abc.MetaPathFinder):
     """streaming names a dataset's shared memory by the first free number on the machine, found
     and then created without a lock: two test workers (pytest-xdist) opening datasets at the
-    same moment can pick the same number, and one gets FileExistsError. The bucket check retries
-    that (export/stream_check.py); tests open datasets everywhere, so here the choice is serialized across this machine's test processes by a file lock, installed when
+    same moment can pick the same number, and one gets FileExistsError. Tests open datasets
+    everywhere, so here the choice is serialized across this machine's test processes by a file lock, installed when
     streaming's dataset module is first imported (importing streaming costs seconds: never here).
     Safe in tests only: a torch.distributed job holding the lock across a barrier would hang."""
 

@@ -1,18 +1,32 @@
-"""Open one published bucket the way a trainer does, and read a sample back.
+"""Check that one published bucket is streamable, as a trainer opens it, without importing streaming.
 
-A plain ``streaming.StreamingDataset`` over the bucket's merged ``index.json`` is what PRX's
-trainer builds, so this is the test that the export is streamable: local folder or object store.
+PRX's trainer builds a plain ``streaming.StreamingDataset`` over a bucket's merged ``index.json``
+(a local folder or an object store). ``read_bucket`` checks the bucket the way that dataset opens
+it: it reads the merged index through ``prx_data.core.storage``, validates what StreamingDataset
+needs from it (index version, shard entries, sample counts, basenames inside the bucket folder),
+then reads the first and the last sample back with the project's MDS reader
+(``export/mds_format.py``). That reader reproduces streaming 0.13's reading of MDS shards: parity
+is tested in ``prx_data_tests/export/test_mds_format.py``
+(``test_reader_returns_what_streamings_reader_returns``), and
+``prx_data_tests/export/test_stream_check.py`` checks that this module's count and samples are
+what ``StreamingDataset`` reads from the same bucket.
+
+Importing ``streaming`` runs its package ``__init__`` (torch, transformers): seconds for every run
+that changes the corpus, where this check is a blocking one. This module imports neither.
+Training still reads with ``StreamingDataset``.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import tempfile
-import time
+from collections.abc import Mapping
+from typing import Any
 
-from prx_data.core.storage import local_path
+from prx_data.core.storage import Location, fetch_local, locate, try_read_bytes
 from prx_data.export.corpus_index import unpublished_buckets
-from prx_data.export.tree import BucketRef, list_buckets, list_sources
+from prx_data.export.mds_format import FORMAT, VERSION, MdsShardReader
+from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets, list_sources
 
 MDS_COLUMNS = {"image", "caption", "sample_id"}
 
@@ -28,56 +42,110 @@ def stream_buckets(mds_root: str, storage_options: dict | None = None) -> list[B
     ]
 
 
-def read_bucket(bucket_dir: str, storage_options: dict | None = None, attempts: int = 4) -> int:
-    """Open one bucket with a plain ``StreamingDataset`` and read its first and last sample (two
-    shards at most: a remote bucket is not downloaded whole). Returns the sample count; raises
-    what streaming raises.
+def read_bucket(bucket_dir: str, storage_options: dict | None = None) -> int:
+    """Check one bucket as ``StreamingDataset`` would open it and read its first and last sample
+    (two shards at most: a remote bucket is never downloaded whole). Returns the sample count.
 
-    streaming names its shared memory by the first free number on the machine: two processes
-    opening datasets at the same moment (another run's check, a trainer) can pick the same name
-    and one gets FileExistsError. That says nothing about the bucket, so it is tried again.
+    Raises ValueError naming the bucket (and the shard) on any problem: no or malformed
+    ``index.json``, a shard entry streaming would refuse, no samples, a basename leaving the
+    bucket folder, a missing, truncated or corrupt shard, a sample without its columns or image.
     """
-    for attempt in range(attempts):
-        try:
-            return _read_bucket_once(bucket_dir, storage_options)
-        except FileExistsError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
+    return read_edge_samples(bucket_dir, storage_options)[0]
 
 
-def _read_bucket_once(bucket_dir: str, storage_options: dict | None) -> int:
-    from streaming import Stream, StreamingDataset
-    from streaming.base.util import clean_stale_shared_memory
-
-    # lazy: imports streaming's top level (torch), like the two imports above
-    from prx_data.compat.streaming_internals import configure_downloads
-
-    clean_stale_shared_memory()
-    with contextlib.ExitStack() as stack:
-        folder = local_path(bucket_dir)
-        if folder is not None:  # streaming reads a local bucket in place
-            ds = StreamingDataset(local=folder, shuffle=False, batch_size=1)
+def read_edge_samples(bucket_dir: str, storage_options: dict | None = None) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """``read_bucket``'s work: (sample count, first sample, last sample), numbered as
+    ``StreamingDataset`` numbers them (shard after shard, in index order)."""
+    bucket = locate(bucket_dir, storage_options)
+    shards = _index_shards(bucket, bucket_dir)
+    total = sum(info["samples"] for info in shards)
+    if total == 0:
+        raise ValueError(f"bucket {bucket_dir}: its {INDEX_BASENAME} lists {len(shards)} shard(s) and no samples")
+    holding = [info for info in shards if info["samples"]]
+    first, last = holding[0], holding[-1]
+    with tempfile.TemporaryDirectory(prefix="prx-stream-check-") as scratch:
+        if first is last:
+            head, tail = _read_samples(bucket, bucket_dir, first, [0, first["samples"] - 1], scratch)
         else:
-            # The stream's downloads use these options, as the training loader's do; nothing
-            # is read from (or set in) this process's environment.
-            cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="prx-stream-check-"))
-            stream = configure_downloads(Stream(remote=bucket_dir, local=cache), storage_options)
-            ds = StreamingDataset(streams=[stream], shuffle=False, batch_size=1)
-        try:
-            n = ds.num_samples
-            if n == 0:
-                raise ValueError("the index lists no samples")
-            for i in {0, n - 1}:
-                sample = ds[i]
+            (head,) = _read_samples(bucket, bucket_dir, first, [0], scratch)
+            (tail,) = _read_samples(bucket, bucket_dir, last, [last["samples"] - 1], scratch)
+    return total, head, tail
+
+
+def _index_shards(bucket: Location, bucket_dir: str) -> list[dict[str, Any]]:
+    """The shard entries of the bucket's merged index, each checked for what streaming needs."""
+    where = f"bucket {bucket_dir}: {INDEX_BASENAME}"
+    try:
+        raw = try_read_bytes(bucket.child(INDEX_BASENAME))
+    except OSError as exc:
+        raise ValueError(f"{where} could not be read: {exc}") from exc
+    if raw is None:
+        raise ValueError(f"{where} does not exist (the bucket is not published)")
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{where} is not valid JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} holds a JSON {type(obj).__name__}, not an object")
+    if obj.get("version") != 2:  # streaming's index version, not the shard format's
+        raise ValueError(f"{where} has version {obj.get('version')!r}; streaming reads version 2")
+    shards = obj.get("shards")
+    if not isinstance(shards, list) or not shards:
+        raise ValueError(f"{where} lists no shards ('shards' is {shards!r:.80})")
+    for number, info in enumerate(shards):
+        _check_entry(info, f"{where}: shard entry {number}")
+    return shards
+
+
+def _check_entry(info: Any, where: str) -> None:
+    if not isinstance(info, dict):
+        raise ValueError(f"{where} is a {type(info).__name__}, not an object")
+    raw_data = info.get("raw_data")
+    basename = raw_data.get("basename") if isinstance(raw_data, dict) else None
+    if not isinstance(basename, str) or not basename:
+        raise ValueError(f"{where} has no raw_data.basename")
+    where = f"{where} ({basename})"
+    if basename.startswith("/") or "\\" in basename or any(part in ("", ".", "..") for part in basename.split("/")):
+        raise ValueError(
+            f"{where}: the basename must be a relative path inside the bucket folder (no '..', '.', empty part, absolute path or backslash)"
+        )
+    if info.get("format") != FORMAT or info.get("version") != VERSION:
+        raise ValueError(f"{where} is format {info.get('format')!r} version {info.get('version')!r}; expected {FORMAT!r} version {VERSION}")
+    names = info.get("column_names")
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"{where} has no column_names list")
+    lacking = MDS_COLUMNS - set(names)
+    if lacking:
+        raise ValueError(f"{where} lacks column(s) {sorted(lacking)} (has {names})")
+    for key in ("column_encodings", "column_sizes"):
+        if not isinstance(info.get(key), list) or len(info[key]) != len(names):
+            raise ValueError(f"{where}: {key} does not match column_names {names}")
+    samples = info.get("samples")
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
+        raise ValueError(f"{where}: samples is {samples!r}, not a count")
+
+
+def _read_samples(bucket: Location, bucket_dir: str, info: Mapping[str, Any], indices: list[int], scratch: str) -> list[dict[str, Any]]:
+    """Open one shard (a local file in place, an object copied into ``scratch``) and read the
+    samples at ``indices`` (positions in the shard), each checked for its columns and image."""
+    basename = info["raw_data"]["basename"]
+    where = f"bucket {bucket_dir}: shard {basename}"
+    loc = bucket.child(*basename.split("/"))  # inside the bucket: _check_entry vetted the basename
+    samples = []
+    try:
+        path = fetch_local(loc, scratch)
+        with MdsShardReader(path, info) as shard:
+            for index in indices:
+                sample = shard[index]
                 lacking = MDS_COLUMNS - set(sample)
                 if lacking:
-                    raise ValueError(f"sample {i} lacks column(s) {sorted(lacking)}")
-                if not sample["image"]:
-                    raise ValueError(f"sample {i} has no image bytes")
-            return n
-        finally:
-            # Two live datasets on one folder in a process collide in streaming's shared memory.
-            del ds
-            clean_stale_shared_memory()
+                    raise ValueError(f"sample {index} lacks column(s) {sorted(lacking)}")
+                image = sample["image"]
+                if not isinstance(image, bytes) or not image:
+                    raise ValueError(f"sample {index} has no image bytes")
+                samples.append(sample)
+    except FileNotFoundError as exc:
+        raise ValueError(f"{where} is listed in {INDEX_BASENAME} but does not exist") from exc
+    except (OSError, ValueError, IndexError, KeyError, TypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    return samples

@@ -16,8 +16,11 @@ CHECKS_DOC = "docs/ui.md#asset-checks"
 @dg.asset_check(
     asset="corpus_index",
     blocking=True,
-    description="Every bucket folder opens as a plain streaming.StreamingDataset and its first and "
-    "last samples read back with image, caption and sample_id. Blocks skip_lists in the same run.",
+    description="Every published bucket's merged index.json holds what a streaming.StreamingDataset "
+    "needs (version 2, mds shard entries with image, caption and sample_id, samples, basenames inside "
+    "the bucket), and its first and last samples read back with image bytes, caption and sample_id "
+    "through the project's MDS reader (streaming 0.13's reading, without importing streaming). Blocks "
+    "skip_lists in the same run.",
 )
 def bucket_streams_readable(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     # Only published buckets are streams; unpublished and retired ones have no index.json on purpose.
