@@ -6,6 +6,7 @@ import argparse
 import os
 import shutil
 import sys
+import warnings
 from collections import Counter
 from datetime import UTC
 from pathlib import Path
@@ -569,6 +570,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Dagster warns on every load that APIs this project relies on are in preview or beta (asset
+    # checks on partitions, observable source assets, owners): a dozen lines over every command's
+    # output that say nothing about the user's data. Checked when Dagster is upgraded, not here.
+    warnings.filterwarnings("ignore", message=r".*is currently in (preview|beta)")
     # Commands with their own argument parsers get the rest of the line untouched.
     if argv[:1] == ["jpeg-study"]:
         # lazy: pulls in PIL, numpy, pydantic
