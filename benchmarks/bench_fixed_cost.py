@@ -11,7 +11,9 @@ Every figure is the median wall time of ``--repeats`` fresh processes. Baselines
   package's ``__init__`` (torch, transformers);
 - Ray stop: ``LocalRayHead.stop`` now, against the old stop (SIGTERM to the head's group, then
   wait up to 10 s before SIGKILL);
-- no-change run: ``prx-data run`` on the built demo root, against the first run of the same root.
+- no-change run: ``prx-data run`` on the built demo root, against the first run of the same root;
+- a run with a small change (two new images in one source), against the same with every stage
+  on Ray (``PRX_LOCAL_MAX_ROWS=0``).
 The machine's load average is printed beside the figures: on a shared 2-core machine every wall
 time moves with it, the ratios much less.
 """
@@ -179,6 +181,40 @@ def bench_no_change(env, root: Path, repeats: int, first: float | None = None, f
     print(f"  no-change run, 3 sources:         {again3:6.2f} s  {_cpu(three)}{ratio}")
 
 
+def bench_small_change(env, root: Path, repeats: int) -> None:
+    """A run that has a little to do, the commonest run a sensor starts: two new images in one
+    source. Each repeat adds two more. Baseline: the same with PRX_LOCAL_MAX_ROWS=0, every stage
+    on Ray as before executor "auto" (the head then starts when the first stage needs it)."""
+    from PIL import Image
+
+    folder = root / "photos" / "bench_new"
+    folder.mkdir(exist_ok=True)
+    counter = iter(range(10**6))
+
+    def add_two() -> None:
+        for _ in range(2):
+            i = next(counter)
+            colour = (37 * i % 256, 91 * i % 256, 53 * i % 256)
+            Image.new("RGB", (640, 480), colour).save(folder / f"n{i}.jpg", quality=90)
+            (folder / f"n{i}.txt").write_text(f"a plain field of colour number {i}, added by the benchmark")
+
+    run = _cli("run", "--root", str(root))
+    print("\n== a run with a small change (2 new images in one source; median wall s) ==")
+    figures = {}
+    for label, extra in (("auto (small work in the run's process)", {}), ("baseline: every stage on Ray", {"PRX_LOCAL_MAX_ROWS": "0"})):
+        times, cpus = [], []
+        for _ in range(repeats):
+            add_two()
+            t, out = _wall(run, {**env, **extra}, 1)
+            assert "FAILED" not in out, out[-3000:]
+            times.append(t)
+            cpus.append(CPU[" ".join(run)])
+        figures[label] = statistics.median(times)
+        print(f"  {label:<40} {figures[label]:6.2f} s  cpu {statistics.median(cpus):5.2f} s")
+    auto, ray = figures.values()
+    print(f"  ratio auto/baseline = {auto / ray:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -187,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", help="an existing, built demo root for the command and no-change timings (default: a fresh one)")
     parser.add_argument("--skip-imports", action="store_true")
     parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--skip-small-change", action="store_true", help="no runs with 2 new images (adds images to the root)")
     args = parser.parse_args(argv)
 
     print(f"load average: {os.getloadavg()}  cores: {os.cpu_count()}")
@@ -203,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.root:
             print("\n== no-change runs of the given root ==")
             bench_no_change(env, root, args.repeats)
+        if (root / "lance").exists() and not args.skip_small_change:
+            bench_small_change(env, root, args.repeats)
         if (root / "lance").exists():
             bench_commands(env, root, args.repeats)
         print(f"\nload average at the end: {os.getloadavg()}")

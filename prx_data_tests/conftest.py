@@ -3,6 +3,7 @@ partitions through the real job."""
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.util
 import os
@@ -28,10 +29,9 @@ class _SerializedShmPrefix(importlib.abc.MetaPathFinder):
     streaming's dataset module is first imported (importing streaming costs seconds: never here).
     Safe in tests only: a torch.distributed job holding the lock across a barrier would hang."""
 
-    NAME = "streaming.base.dataset"
-
     def find_spec(self, fullname, path, target=None):
-        if fullname != self.NAME:
+        patch = _SHM_PATCHES.get(fullname)
+        if patch is None:
             return None
         sys.meta_path.remove(self)
         try:
@@ -44,16 +44,22 @@ class _SerializedShmPrefix(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             load(module)
-            _serialize_prefix(module)
+            patch(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-def _serialize_prefix(module) -> None:
+@functools.cache
+def _shm_lock():
+    """One lock object per process (a FileLock is re-entrant per object, not per path)."""
     import filelock
 
-    lock = filelock.FileLock(os.path.join(tempfile.gettempdir(), "prx-tests-streaming-shm.lock"))
+    return filelock.FileLock(os.path.join(tempfile.gettempdir(), "prx-tests-streaming-shm.lock"))
+
+
+def _serialize_prefix(module) -> None:
+    lock = _shm_lock()
     choose = module.get_shm_prefix
 
     def get_shm_prefix(*args, **kwargs):
@@ -63,6 +69,24 @@ def _serialize_prefix(module) -> None:
     module.get_shm_prefix = get_shm_prefix
 
 
+def _serialize_cleaning(module) -> None:
+    """``clean_stale_shared_memory`` unlinks what it finds stale; two test workers cleaning at
+    once race to unlink the same block and the loser gets FileNotFoundError (seen in a full run).
+    Same lock as the prefix choice; a block already gone is what cleaning wanted."""
+    lock = _shm_lock()
+    clean = module.clean_stale_shared_memory
+
+    def clean_stale_shared_memory(*args, **kwargs):
+        with lock:
+            try:
+                return clean(*args, **kwargs)
+            except FileNotFoundError:
+                return None
+
+    module.clean_stale_shared_memory = clean_stale_shared_memory
+
+
+_SHM_PATCHES = {"streaming.base.dataset": _serialize_prefix, "streaming.base.util": _serialize_cleaning}
 sys.meta_path.insert(0, _SerializedShmPrefix())
 
 

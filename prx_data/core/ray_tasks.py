@@ -12,6 +12,12 @@ from typing import Any, Literal
 # The address of the Ray a command started (prx_data.app.local_ray); Ray tasks join it when set.
 ADDRESS_VAR = "PRX_RAY_ADDRESS"
 
+# Default of PRX_LOCAL_MAX_ROWS: up to this many rows a stage with executor "auto" runs in the
+# run's process. Joining Ray costs seconds (the command's head, the run's connection, a fresh
+# worker's imports), more than one core spends on 256 rows of any CPU stage (export, the
+# slowest, does ~40 images/s per core).
+LOCAL_MAX_ROWS = 256
+
 # Ray on demand. Nothing joins Ray until a stage submits Ray work: a run with little to do never
 # needs it, and joining costs seconds (waiting for the command's head, ~5 s; the run's
 # connection, ~3.5 s; measured on the demo). Whoever can provide Ray registers here for as long

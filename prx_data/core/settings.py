@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 from pydantic_settings.exceptions import SettingsError
 
 from prx_data.core.locking import LockPolicy
+from prx_data.core.ray_tasks import LOCAL_MAX_ROWS
 from prx_data.core.storage import is_remote, storage_options_from_env
 
 EnvName = Literal["local", "cluster"]
@@ -74,7 +75,7 @@ class Settings(BaseSettings):
     # run in the run's own process instead of as Ray tasks (executor "auto", the default), so a
     # run with little to do never joins Ray (seconds per run). 0: always Ray. Work pinned by
     # PRX_RAY_TASK_RESOURCES always goes to Ray.
-    local_max_rows: int = Field(256, ge=0)
+    local_max_rows: int = Field(LOCAL_MAX_ROWS, ge=0)
     # Cluster profile only (deployments/): Dagster's PostgreSQL (the same URL the deployment's
     # dagster.yaml reads), the RayCluster spec a run gets when no PRX_RAY_ADDRESS is set, and
     # whether the code location checks its services when it loads (cluster.check_cluster_startup).

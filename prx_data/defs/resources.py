@@ -16,6 +16,7 @@ from prx_data.core.locking import LockPolicy
 from prx_data.core.locking import configure as configure_locks
 from prx_data.core.paths import StoragePaths
 from prx_data.core.ray_auth import in_process_ray_auth
+from prx_data.core.ray_tasks import LOCAL_MAX_ROWS
 from prx_data.core.settings import Settings, get_settings
 from prx_data.core.storage import OPTION_ENV
 from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
@@ -96,6 +97,8 @@ class RayTasksResource(dg.ConfigurableResource):
     (PRX_RAY_TASK_RESOURCES), passed to every stage that submits Ray work. Empty: any node."""
 
     task_resources: dict[str, float] = Field(default_factory=dict)
+    # Executor "auto" runs up to this many rows in the run's process (PRX_LOCAL_MAX_ROWS).
+    local_max_rows: int = Field(LOCAL_MAX_ROWS, ge=0)
 
     @property
     def resources(self) -> dict[str, float] | None:
@@ -170,7 +173,7 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
         ),
         "registry": SourceRegistryResource(sources_dir=settings.sources_dir, optout_dir=settings.optout_dir),
         "ray": ray,
-        "ray_tasks": RayTasksResource(task_resources=settings.ray_task_resources),
+        "ray_tasks": RayTasksResource(task_resources=settings.ray_task_resources, local_max_rows=settings.local_max_rows),
     }
 
 

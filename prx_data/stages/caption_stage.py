@@ -144,6 +144,7 @@ def compute_captions(
     progress=None,
     run_id: str | None = None,
     task_resources: dict[str, float] | None = None,
+    local_max_rows: int | None = None,
 ) -> StageStats:
     """``task_resources``: custom Ray resources the stage's CPU tasks ask for (the chunk tasks,
     or the vLLM path's table reads; the engine follows its own ``worker_env.node_resource``)."""
@@ -161,6 +162,7 @@ def compute_captions(
             executor=executor,
             chunk_rows=chunk_rows,
             task_resources=task_resources,
+            local_max_rows=local_max_rows,
         )
     stats = run_column_stage(
         table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="caption_error"

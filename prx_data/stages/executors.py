@@ -13,14 +13,12 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.lance_io import storage_options_of
-from prx_data.core.ray_tasks import bounded, ensure_ray, task_options
-from prx_data.core.settings import get_settings
+from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, bounded, ensure_ray, task_options
 from prx_data.stages.column_stage import Processor, address_chunks, read_images, read_rows
 
 # Where a stage runs its chunks: Ray tasks, this process, or "auto": this process when the work
-# is small (PRX_LOCAL_MAX_ROWS, default 256: joining Ray costs seconds, more than one core spends
-# on 256 rows of any CPU stage; export, the slowest, does ~40 images/s per core) and not pinned
-# to labelled nodes, else Ray.
+# is small (``local_max_rows``: PRX_LOCAL_MAX_ROWS, core.ray_tasks.LOCAL_MAX_ROWS) and not
+# pinned to labelled nodes, else Ray.
 Executor = Literal["ray", "local", "auto"]
 
 
@@ -31,7 +29,7 @@ def resolve_executor(
     Ray: the pin says this process's node must not do it."""
     if executor != "auto":
         return executor
-    limit = get_settings().local_max_rows if local_max_rows is None else local_max_rows
+    limit = LOCAL_MAX_ROWS if local_max_rows is None else local_max_rows
     return "local" if rows <= limit and not task_resources else "ray"
 
 
@@ -58,9 +56,11 @@ def make_processor(
     num_cpus: float = 1,
     max_in_flight: int | None = None,
     task_resources: dict[str, float] | None = None,
+    local_max_rows: int | None = None,
 ) -> Processor:
     """``task_resources``: custom Ray resources each chunk task asks for, so the work runs only
-    on nodes that offer them (PRX_RAY_TASK_RESOURCES)."""
+    on nodes that offer them (PRX_RAY_TASK_RESOURCES). ``local_max_rows``: the "auto" executor's
+    threshold (None: ``LOCAL_MAX_ROWS``)."""
     options_of_task = task_options(num_cpus=num_cpus, max_retries=2, resources=task_resources)  # checked before any work
     column_names = list(columns)
 
@@ -79,7 +79,7 @@ def make_processor(
         yield from bounded(ray, submit, address_chunks(todo, chunk_rows), limit)
 
     def auto(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
-        where = resolve_executor("auto", todo.num_rows, task_resources)
+        where = resolve_executor("auto", todo.num_rows, task_resources, local_max_rows)
         yield from (on_ray if where == "ray" else local)(ds, todo)
 
     return {"ray": on_ray, "local": local, "auto": auto}[executor]

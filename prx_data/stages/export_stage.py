@@ -157,6 +157,7 @@ def export_source(
     run_id: str | None = None,
     max_caption_chars: int | None = MAX_CAPTION_CHARS,
     task_resources: dict[str, float] | None = None,
+    local_max_rows: int | None = None,
     plan_batch_rows: int = PLAN_BATCH_ROWS,
     max_partition_rows: int = MAX_PARTITION_ROWS,
 ) -> ExportStats:
@@ -204,6 +205,7 @@ def export_source(
             run_id=run_id,
             max_caption_chars=max_caption_chars,
             task_resources=task_resources,
+            local_max_rows=local_max_rows,
             plan_batch_rows=plan_batch_rows,
             max_partition_rows=max_partition_rows,
         )
@@ -254,6 +256,7 @@ def _export(
     write_workers,
     run_id=None,
     task_resources=None,
+    local_max_rows=None,
     max_caption_chars=MAX_CAPTION_CHARS,
     plan_batch_rows=PLAN_BATCH_ROWS,
     max_partition_rows=MAX_PARTITION_ROWS,
@@ -309,7 +312,7 @@ def _export(
         export = None
         if encode.num_rows or reuse.num_rows or rewrite:
             check()  # a lost lease must not commit
-            where = resolve_executor(executor, encode.num_rows, task_resources)
+            where = resolve_executor(executor, encode.num_rows, task_resources, local_max_rows)
             export = _write(
                 ds,
                 source,

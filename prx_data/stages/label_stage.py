@@ -129,6 +129,7 @@ def compute_labels(
     progress=None,
     run_id: str | None = None,
     task_resources: dict[str, float] | None = None,
+    local_max_rows: int | None = None,
 ) -> StageStats:
     """``task_resources``: custom Ray resources the stage's CPU tasks ask for (the chunk tasks,
     or the vLLM path's table reads; the engine follows its own ``worker_env.node_resource``)."""
@@ -147,6 +148,7 @@ def compute_labels(
             executor=executor,
             chunk_rows=chunk_rows,
             task_resources=task_resources,
+            local_max_rows=local_max_rows,
         )
     stats = run_column_stage(
         table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="label_error"

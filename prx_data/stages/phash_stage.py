@@ -36,9 +36,12 @@ def compute_phashes(
     progress=None,
     run_id: str | None = None,
     task_resources: dict[str, float] | None = None,
+    local_max_rows: int | None = None,
 ) -> StageStats:
     """``task_resources``: custom Ray resources each hashing task asks for (PRX_RAY_TASK_RESOURCES)."""
-    processor = make_processor(hash_rows, executor=executor, chunk_rows=chunk_rows, task_resources=task_resources)
+    processor = make_processor(
+        hash_rows, executor=executor, chunk_rows=chunk_rows, task_resources=task_resources, local_max_rows=local_max_rows
+    )
     return run_column_stage(
         table_uri, PHASH_STAGE, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="phash_error"
     )

@@ -59,7 +59,7 @@ def _gone(pids, timeout_s: float = 15.0) -> list[int]:
 
 def test_run_and_ui_listen_on_loopback_only(tmp_path):
     root = tiny_root(tmp_path / "data")
-    env = cli_env(tmp_path)
+    env = {**cli_env(tmp_path), "PRX_LOCAL_MAX_ROWS": "0"}  # every stage on Ray: the head starts
     with open(tmp_path / "run.log", "w") as log:
         run = subprocess.Popen(cli("run", "--root", str(root)), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -150,7 +150,7 @@ def test_head_is_token_protected_and_stops_within_a_second(tmp_path, monkeypatch
 
 def test_kill_9_of_run_stops_its_ray(tmp_path):
     root = tiny_root(tmp_path / "data", images=2)
-    env = cli_env(tmp_path)
+    env = {**cli_env(tmp_path), "PRX_LOCAL_MAX_ROWS": "0"}  # every stage on Ray: the head starts
     with open(tmp_path / "run.log", "w") as log:
         run = subprocess.Popen(cli("run", "--root", str(root)), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     records = root / ".dagster" / "local_ray"

@@ -17,6 +17,7 @@ from prx_data.app.cli import main
 from prx_data.core import ray_tasks
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
+from prx_data.definitions import build_defs
 from prx_data.stages.executors import resolve_executor
 from prx_data_tests.app.helpers import cli, cli_env, tiny_root
 from prx_data_tests.conftest import run_source
@@ -85,7 +86,7 @@ def test_a_small_run_never_joins_ray_and_a_large_one_does(data_root, prx_defs, i
     # The same work past the threshold runs as Ray tasks, with the same hashes.
     monkeypatch.setenv("PRX_LOCAL_MAX_ROWS", "0")
     get_settings.cache_clear()
-    large = run_source(prx_defs, instance, "again", selection=[RAW, PHASH])
+    large = run_source(build_defs(), instance, "again", selection=[RAW, PHASH])
     assert large.success
     assert _connected(instance, large), "work over the threshold did not join Ray"
     assert _phashes("again") == local

@@ -64,6 +64,7 @@ def captions(
             progress=ProgressLogger(context.log, "captioned"),
             run_id=context.run_id,
             task_resources=ray_tasks.resources,
+            local_max_rows=ray_tasks.local_max_rows,
         )
     words = caption_word_counts(uri, storage.options)
     return dg.MaterializeResult(
@@ -102,6 +103,7 @@ def caption_labels(
             progress=ProgressLogger(context.log, "labelled"),
             run_id=context.run_id,
             task_resources=ray_tasks.resources,
+            local_max_rows=ray_tasks.local_max_rows,
         )
     return dg.MaterializeResult(
         metadata={

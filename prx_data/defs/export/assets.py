@@ -64,6 +64,7 @@ def mds_shards(
         chunk_rows=config.chunk_rows,
         write_workers=config.write_workers,
         task_resources=ray_tasks.resources,
+        local_max_rows=ray_tasks.local_max_rows,
         run_id=context.run_id,
         require_caption=export.require_caption,
         max_caption_chars=export.max_caption_chars,

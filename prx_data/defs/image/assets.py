@@ -44,6 +44,7 @@ def phashes(
         progress=ProgressLogger(context.log, "hashed"),
         run_id=context.run_id,
         task_resources=ray_tasks.resources,
+        local_max_rows=ray_tasks.local_max_rows,
     )
     return dg.MaterializeResult(
         metadata={
