@@ -31,6 +31,8 @@ FORMAT = "mds"
 VERSION = 2
 # streaming 0.13's Writer default; ours always passes one.
 DEFAULT_SIZE_LIMIT = 1 << 26
+# A closed shard's spool is copied after its header this much at a time.
+_COPY_CHUNK = 8 << 20
 
 _SCALARS = {
     name: np.dtype(name)
@@ -104,8 +106,12 @@ class MdsShardWriter:
     ``shards`` lists the index entry of every shard written so far; ``buffered`` is the size the
     open shard will have on disk. Unlike ``MDSWriter`` there are no upload threads (the caller
     moves closed shards) and no ``index.json`` (the commit writes indexes): ``finish`` only
-    closes the last shard. A shard is written without first joining it into one bytes object,
-    so a shard costs its samples' memory once, not twice.
+    closes the last shard.
+
+    The open shard's samples are spooled to a file beside it as they come, not held in memory
+    (``MDSWriter`` holds them: up to a shard, 128 MB, per open bucket, which made a driver's RSS
+    grow with the number of buckets a source feeds). The header needs every sample's size, so
+    closing a shard writes the header and copies the spool after it: one local copy per shard.
     """
 
     extra_bytes_per_sample = 4  # the sample's offset in the header
@@ -138,7 +144,8 @@ class MdsShardWriter:
         self.config_data = json.dumps(self.config, sort_keys=True).encode("utf-8")
         self.extra_bytes_per_shard = 4 + 4 + len(self.config_data)
         self.shards: list[dict[str, Any]] = []
-        self.new_samples: list[bytes] = []
+        self._sizes: list[int] = []  # of the open shard's samples, in the spool in this order
+        self._spool: BinaryIO | None = None
         self.buffered = self.extra_bytes_per_shard
         os.makedirs(out, exist_ok=True)
 
@@ -164,12 +171,19 @@ class MdsShardWriter:
         size = len(encoded) + self.extra_bytes_per_sample
         if self.size_limit and self.size_limit < self.buffered + size:
             self._write_shard()
-        self.new_samples.append(encoded)
+        if self._spool is None:
+            self._spool = open(self._spool_path(), "wb")
+        self._spool.write(encoded)
+        self._sizes.append(len(encoded))
         self.buffered += size
+
+    @property
+    def open_samples(self) -> int:
+        return len(self._sizes)
 
     def flush_shard(self) -> None:
         """Close the open shard now (no-op when it is empty)."""
-        if self.new_samples:
+        if self._sizes:
             self._write_shard()
 
     def finish(self) -> list[dict[str, Any]]:
@@ -177,34 +191,43 @@ class MdsShardWriter:
         self.flush_shard()
         return self.shards
 
+    def _spool_path(self) -> str:
+        return os.path.join(self.out, f".shard.{len(self.shards):05}.{FORMAT}.spool")
+
     def _write_shard(self) -> None:
         basename = f"shard.{len(self.shards):05}.{FORMAT}"
-        samples = self.new_samples
-        sizes = np.fromiter(map(len, samples), np.int64, len(samples))
-        header_size = 4 + 4 * (len(samples) + 1) + len(self.config_data)
+        sizes = np.array(self._sizes, np.int64)
+        header_size = 4 + 4 * (len(sizes) + 1) + len(self.config_data)
         offsets = np.concatenate([[0], np.cumsum(sizes)]) + header_size
         if offsets[-1] >= 2**32:
             raise ValueError(f"shard {basename} would be {int(offsets[-1])} bytes: MDS offsets are uint32")
-        pieces = [np.uint32(len(samples)).tobytes(), offsets.astype(np.uint32).tobytes(), self.config_data]
+        header = [np.uint32(len(sizes)).tobytes(), offsets.astype(np.uint32).tobytes(), self.config_data]
         hashers = [make() for make in self._hashers]
+        if self._spool is not None:
+            self._spool.close()
+        spool = self._spool_path()
         with open(os.path.join(self.out, basename), "wb") as fp:
-            for piece in _chain(pieces, samples):
+            for piece in header:
                 fp.write(piece)
                 for hasher in hashers:
                     hasher.update(piece)
+            if self._spool is not None:
+                with open(spool, "rb") as body:
+                    while piece := body.read(_COPY_CHUNK):
+                        fp.write(piece)
+                        for hasher in hashers:
+                            hasher.update(piece)
+        if self._spool is not None:
+            os.remove(spool)
         raw_data = {
             "basename": basename,
             "bytes": int(offsets[-1]),
             "hashes": {algo: h.hexdigest() for algo, h in zip(self.hashes, hashers)},
         }
-        self.shards.append({"samples": len(samples), "raw_data": raw_data, "zip_data": None, **self.config})
-        self.new_samples = []
+        self.shards.append({"samples": len(sizes), "raw_data": raw_data, "zip_data": None, **self.config})
+        self._sizes = []
+        self._spool = None
         self.buffered = self.extra_bytes_per_shard
-
-
-def _chain(*parts: list[bytes]) -> Iterable[bytes]:
-    for part in parts:
-        yield from part
 
 
 class MdsShardReader:

@@ -31,8 +31,9 @@ class MdsWriterConfig(BaseModel):
     max_buffered_bytes: int = Field(
         1024 * 1024 * 1024,
         gt=0,
-        description="Cap on bytes held by all open bucket writers together; when passed, the "
-        "fullest writer flushes an early (smaller) shard. Bounds memory for unordered input.",
+        description="Cap on the bytes of all open shards together (spooled on the local scratch "
+        "disk, not held in memory); when passed, the fullest writer flushes an early (smaller) "
+        "shard. Bounds scratch space for input that feeds many buckets at once.",
     )
     extra_columns: tuple[str, ...] = Field(
         ("label", "caption_model"),

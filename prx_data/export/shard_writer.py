@@ -135,8 +135,8 @@ def write_shards(
 ) -> WrittenShards:
     """Write ``samples`` (each with ``tier, height, width`` of its bucket) as unpublished shards.
 
-    ``scratch_dir``: where this process buffers the open shards (default: its own temp dir);
-    it needs one shard per open bucket. On failure the shards already moved stay as garbage of
+    ``scratch_dir``: where this process spools the open shards (default: its own temp dir);
+    up to ``config.max_buffered_bytes`` in all, plus the closed shard being moved. On failure the shards already moved stay as garbage of
     the run: the caller's run marker protects and later removes them (``export.commit``).
     """
     check_source(source)

@@ -112,3 +112,25 @@ def test_bad_settings_input_and_shards_are_refused_with_the_reason(tmp_path: Pat
         MdsShardReader(str(path), info)
     with pytest.raises(ValueError, match="compressed"):
         MdsShardReader(str(path), {**info, "compression": "zstd"})
+
+
+def test_an_open_shard_is_spooled_to_disk_not_held_in_memory(tmp_path: Path) -> None:
+    """40 MB into one open shard: the Python heap holds a sample at a time, not the shard (the
+    driver's RSS grew with open buckets when shards were built in memory)."""
+    import tracemalloc
+
+    writer = MdsShardWriter(str(tmp_path / "w"), {"x": "bytes", "i": "int32"}, hashes=["xxh64"], size_limit=1 << 27)
+    blob = bytes(range(256)) * 400  # 100 KB
+    tracemalloc.start()
+    try:
+        for i in range(400):
+            writer.write({"x": blob, "i": i})
+        assert writer.open_samples == 400 and writer.buffered > 40_000_000
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, f"the open shard's samples were held in memory: heap peak {peak:,} bytes"
+    (info,) = writer.finish()
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["shard.00000.mds"]  # the spool is gone
+    with MdsShardReader(str(tmp_path / "w" / "shard.00000.mds"), info) as reader:
+        assert len(reader) == 400 and reader[399] == {"x": blob, "i": 399}
