@@ -273,11 +273,20 @@ class PendingRay:
 
     def __init__(self, head: LocalRayHead | None, address: str | None, log, start: Callable[[], LocalRayHead] | None = None) -> None:
         self.head, self._address, self._log, self._start = head, address, log, start
+        self._failed: Exception | None = None
 
     def _started(self) -> LocalRayHead | None:
+        # A start that failed fails every later caller too, instead of letting it dial an
+        # address nothing listens on.
+        if self._failed is not None:
+            raise self._failed
         if self.head is None and self._start is not None:
             start, self._start = self._start, None
-            self.head = start()
+            try:
+                self.head = start()
+            except (LocalRayError, OSError) as exc:
+                self._failed = exc
+                raise
         return self.head
 
     def wait_or_fail(self) -> None:
@@ -289,6 +298,7 @@ class PendingRay:
             if head is not None:
                 head.wait_ready()
         except (LocalRayError, OSError) as exc:
+            self._failed = self._failed or exc
             raise LocalRayError(f"{exc}\nSet {ADDRESS_VAR} to a running Ray to use that instead.") from None
 
     def wait(self) -> str | None:

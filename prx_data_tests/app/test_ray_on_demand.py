@@ -123,3 +123,17 @@ def test_the_command_starts_its_head_only_for_a_run_that_needs_ray(tmp_path, mon
         return sorted(table.select(["sample_id", "shard", "drop_reason"]).to_pylist(), key=str)
 
     assert len(exports("large")) == 2 and exports("large") == exports("small")
+
+
+def test_a_head_that_cannot_start_fails_every_stage_that_needs_it_saying_why():
+    attempts = []
+
+    def broken_start():
+        attempts.append(1)
+        raise local_ray.LocalRayError("the `ray` command is not installed next to this Python")
+
+    pending = local_ray.PendingRay(None, "127.0.0.1:1", print, start=broken_start)
+    for _ in range(2):  # the second stage gets the same answer at once, not a dial to nowhere
+        with pytest.raises(local_ray.LocalRayError, match="not installed.*\n.*PRX_RAY_ADDRESS"):
+            pending.wait_or_fail()
+    assert attempts == [1]
