@@ -179,9 +179,14 @@ def _run_everything(args: argparse.Namespace) -> int:
     corpus_ok = True
     if plan.to_run or plan.corpus_needed():
         # One Ray for the whole command: every source's run and every step that needs Ray joins
-        # it. It starts when a stage first submits Ray work (core.ray_tasks.ensure_ray), so a
-        # command whose runs have little to do starts none.
-        with starting_local_ray(records_dir=_ray_records_dir(), lazy=True) as ray_head, ray_provider("start", ray_head.wait_or_fail):
+        # it. It starts when a stage first submits Ray work (core.ray_tasks.ensure_ray), or in the
+        # background once ingest has written more rows than the stages do locally (prefetch_ray),
+        # so a command whose runs have little to do starts none.
+        with (
+            starting_local_ray(records_dir=_ray_records_dir(), lazy=True) as ray_head,
+            ray_provider("start", ray_head.wait_or_fail),
+            ray_provider("prefetch", ray_head.prefetch),
+        ):
             with open_instance(sources) as instance:
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
                 force = getattr(args, "force", False)

@@ -289,6 +289,11 @@ class PendingRay:
                 raise
         return self.head
 
+    def prefetch(self) -> None:
+        """Start the head now without waiting for it; a failure is kept for ``wait_or_fail``."""
+        with contextlib.suppress(LocalRayError, OSError):
+            self._started()
+
     def wait_or_fail(self) -> None:
         """For a stage that needs Ray now (``core.ray_tasks.ray_provider("start", ...)``): the
         runs were built to join this head, so a head that did not start fails the stage, saying

@@ -22,19 +22,29 @@ LOCAL_MAX_ROWS = 256
 # needs it, and joining costs seconds (waiting for the command's head, ~5 s; the run's
 # connection, ~3.5 s; measured on the demo). Whoever can provide Ray registers here for as long
 # as it can: the command's local head ("start": make it run) and the run's dagster-ray resource
-# ("connect": ray.init to it). A module-level list, because the stages (importable by Ray workers
-# without Dagster) must not be handed Dagster resources.
-_PROVIDERS: list[tuple[Literal["start", "connect"], Callable[[], None]]] = []
+# ("connect": ray.init to it), and what can get Ray going without waiting for it ("prefetch": a
+# stage that finds much work ahead, so the head starts while that work is done). A module-level
+# list, because the stages (importable by Ray workers without Dagster) must not be handed Dagster
+# resources.
+ProviderKind = Literal["start", "connect", "prefetch"]
+_PROVIDERS: list[tuple[ProviderKind, Callable[[], None]]] = []
 
 
 @contextlib.contextmanager
-def ray_provider(kind: Literal["start", "connect"], provide: Callable[[], None]) -> Iterator[None]:
+def ray_provider(kind: ProviderKind, provide: Callable[[], None]) -> Iterator[None]:
     entry = (kind, provide)
     _PROVIDERS.append(entry)
     try:
         yield
     finally:
         _PROVIDERS.remove(entry)
+
+
+def prefetch_ray() -> None:
+    """Work ahead will need Ray: get it starting now, without waiting (no-op when nothing can)."""
+    for kind, provide in list(_PROVIDERS):
+        if kind == "prefetch":
+            provide()
 
 
 def start_ray() -> None:

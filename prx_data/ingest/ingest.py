@@ -36,6 +36,7 @@ from prx_data.compat.lance_rows import delete_in_fragment
 from prx_data.core.lance_io import ensure_columns, open_table, storage_options_of
 from prx_data.core.locking import locks_table
 from prx_data.core.paths import unit_manifest_uri
+from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, prefetch_ray
 from prx_data.core.schema import PHASH_COLUMNS, raw_schema
 from prx_data.core.urls import key_uri_for_table, load_url_key
 from prx_data.ingest.changes import REPLACED_SCHEMA, SEEN_SCHEMA, UnitJob, UnitResult
@@ -153,6 +154,7 @@ def ingest_source(
     source_storage_options: dict | None = None,
     task_resources: dict[str, float] | None = None,
     reread_unchanged: bool = False,
+    local_max_rows: int = LOCAL_MAX_ROWS,
 ) -> IngestStats:
     """``run_id`` (e.g. Dagster's ``context.run_id``) goes to ``ingest_run_id`` on every row this
     run writes, so lineage names the run that made each row. ``workers`` overrides the spec's
@@ -161,7 +163,9 @@ def ingest_source(
     ``source_storage_options``, else with ``storage_options`` (the roots' settings).
     ``task_resources``: custom Ray resources each unit task asks for (PRX_RAY_TASK_RESOURCES).
     Objects whose signature matches the unit manifest (``unit_manifest.py``) are not opened;
-    ``reread_unchanged`` (or the spec's) opens every object, and rewrites the manifest."""
+    ``reread_unchanged`` (or the spec's) opens every object, and rewrites the manifest. Past
+    ``local_max_rows`` new or changed rows, the later stages will run on Ray: Ray is told to
+    start now (``core.ray_tasks.prefetch_ray``), while the rest is ingested."""
     started = time.perf_counter()
     stats = IngestStats(source=source.name)
     spec = source.spec
@@ -209,7 +213,9 @@ def ingest_source(
     spill = _Spill(metadata_schema(schema))
     recorded = ManifestRows(fingerprint) if fingerprint else None
     try:
-        results, kept, involved = _run(job, source, workers, seen, spill, plan, recorded, manifest_uri, stats, task_resources)
+        results, kept, involved = _run(
+            job, source, workers, seen, spill, plan, recorded, manifest_uri, stats, task_resources, local_max_rows
+        )
         for result in results.values():
             stats.absorb(result.stats)
         if stats.seen == 0 and existing_rows and not spec.allow_empty:
@@ -265,6 +271,7 @@ def _run(
     manifest_uri: str,
     stats: IngestStats,
     task_resources: dict[str, float] | None,
+    local_max_rows: int = LOCAL_MAX_ROWS,
 ) -> tuple[dict[int, UnitResult], dict[str, int], set[str]]:
     """Every unit's result, the kept objects (object -> unit index) and the objects a
     duplicated key involved (left out of the manifest: read again next run).
@@ -292,9 +299,13 @@ def _run(
         result.metadata = None
 
     firsts: dict[int, pa.Table] = {}
+    changed = 0
     for result in run_units(
         job, opened(list_units(source, storage_options=job.source_options, plan=plan, workers=workers)), workers, task_resources
     ):
+        changed += result.stats.new + result.stats.updated
+        if changed > local_max_rows:
+            prefetch_ray()
         seen.add(result.seen)
         if recorded is not None:
             firsts[result.unit] = result.seen

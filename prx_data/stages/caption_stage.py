@@ -155,6 +155,9 @@ def compute_captions(
     else:
         fn = functools.partial(caption_rows, config.model_dump_json())
         needs_image = not isinstance(config, SourceCaptionerConfig)
+        if executor == "auto" and not needs_image and not task_resources:
+            # The source backend copies a text column: Ray tasks would cost more than the copy.
+            executor = "local"
         processor = make_processor(
             fn,
             columns=["source_caption"],

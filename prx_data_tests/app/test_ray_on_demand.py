@@ -117,6 +117,7 @@ def test_the_command_starts_its_head_only_for_a_run_that_needs_ray(tmp_path, mon
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "Connected to Ray cluster at 127.0.0.1:" in log, log[-4000:]
+
     # Same placements (here: both images too small for any tier) as the run that stayed local.
     def exports(root: str) -> list[dict]:
         table = lance.dataset(str(tmp_path / root / "lance" / "exports" / "photos.lance")).to_table()
@@ -133,7 +134,22 @@ def test_a_head_that_cannot_start_fails_every_stage_that_needs_it_saying_why():
         raise local_ray.LocalRayError("the `ray` command is not installed next to this Python")
 
     pending = local_ray.PendingRay(None, "127.0.0.1:1", print, start=broken_start)
+    pending.prefetch()  # in the background of a stage's work: says nothing yet
     for _ in range(2):  # the second stage gets the same answer at once, not a dial to nowhere
         with pytest.raises(local_ray.LocalRayError, match="not installed.*\n.*PRX_RAY_ADDRESS"):
             pending.wait_or_fail()
     assert attempts == [1]
+
+
+def test_ingest_gets_ray_starting_once_it_has_written_more_than_the_stages_do_locally(tmp_path):
+    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.registry import load_registry
+
+    root = tiny_root(tmp_path / "data", images=3)
+    source = load_registry(root / "sources").get("photos")
+    prefetched: list[int] = []
+    with ray_tasks.ray_provider("prefetch", lambda: prefetched.append(1)):
+        ingest_source(source, str(tmp_path / "a.lance"), local_max_rows=3)
+        assert prefetched == []  # 3 rows: the stages after it stay local
+        ingest_source(source, str(tmp_path / "b.lance"), local_max_rows=2)
+    assert prefetched, "3 new rows over a threshold of 2 did not get Ray starting"

@@ -60,6 +60,7 @@ def raw_samples(
             optout=ingest_matcher(registry.optout_dir),
             run_id=context.run_id,
             task_resources=ray_tasks.resources,
+            local_max_rows=ray_tasks.local_max_rows,
             reread_unchanged=config.reread_unchanged,
         )
     except SourceUnavailable as exc:
