@@ -307,17 +307,16 @@ class PendingRay:
             raise LocalRayError(f"{exc}\nSet {ADDRESS_VAR} to a running Ray to use that instead.") from None
 
     def wait(self) -> str | None:
+        """``wait_or_fail`` for a caller that builds its runs after this: a head that did not
+        start leaves no address set, so each run starts its own Ray."""
         try:
-            head = self._started()
-            if head is None:
-                return self._address
-            head.wait_ready()
-        except (LocalRayError, OSError) as exc:
+            self.wait_or_fail()
+        except LocalRayError as exc:
             self._log(f"warning: no shared local Ray ({exc}); each run starts its own")
             self.head = None
             os.environ.pop(ADDRESS_VAR, None)
             return None
-        return head.address
+        return self._address if self.head is None else self.head.address
 
 
 @contextlib.contextmanager
