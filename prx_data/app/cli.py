@@ -154,14 +154,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_everything(args: argparse.Namespace) -> int:
-    # lazy: pulls in Dagster
     from prx_data.app.run_plan import plan_run, record_corpus, record_sources
 
     # lazy: pulls in tqdm
     from prx_data.core.progress import enable_bars
     from prx_data.core.settings import get_settings
-    from prx_data.defs.build import build_defs
-    from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
     from prx_data.ingest.registry import load_registry
 
     enable_bars()  # drawn only when stderr is a terminal
@@ -170,14 +167,17 @@ def _run_everything(args: argparse.Namespace) -> int:
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}")
     sources = [s for s in registry.sources if not args.source or s in args.source]
-    defs = build_defs()
-    plan = plan_run(defs, settings, registry, sources, force=getattr(args, "force", False))
+    plan = plan_run(settings, registry, sources, force=getattr(args, "force", False))
     for source in plan.unchanged:
         print(f"[{source}] inputs unchanged since its last successful run: skipped (--force runs it)")
 
     outcome: dict[str, bool] = {}
     corpus_ok = True
     if plan.to_run or plan.corpus_needed():
+        # lazy: Dagster and the Definitions (1-2 s), only for a command with work to do
+        from prx_data.defs.build import build_defs
+        from prx_data.defs.orchestrate import materialize_corpus, materialize_sources, open_instance
+
         # One Ray for the whole command: every source's run and every step that needs Ray joins
         # it. It starts when a stage first submits Ray work (core.ray_tasks.ensure_ray), or in the
         # background once ingest has written more rows than the stages do locally (prefetch_ray),

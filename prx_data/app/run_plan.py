@@ -16,6 +16,7 @@ from prx_data.app.run_inputs import (
 )
 from prx_data.core.paths import StoragePaths
 from prx_data.curation.optout.requests import folder_version
+from prx_data.defs.code_versions import asset_code_versions
 
 
 @dataclass
@@ -41,11 +42,9 @@ def _source_tables(paths: StoragePaths, source: str) -> list[str]:
     return [paths.raw_table(source), paths.exports_table(source)]
 
 
-def plan_run(defs, settings, registry, sources: list[str], *, force: bool = False) -> RunPlan:
-    # lazy: Dagster (already loaded by the caller's build_defs)
-    from prx_data.defs.orchestrate import asset_code_versions
-
-    code_versions = asset_code_versions(defs)
+def plan_run(settings, registry, sources: list[str], *, force: bool = False) -> RunPlan:
+    """Decided without the Definitions or Dagster: a run with nothing to do loads neither."""
+    code_versions = asset_code_versions()
     optout_version = folder_version(settings.optout_dir)[0]
     paths = StoragePaths.from_settings(settings)
     records = RunRecords(settings.lance_root, settings.storage_options)

@@ -1,8 +1,15 @@
 """Code versions: what decides each model-made or export output, read from the settings when the
 Definitions are built (not when a module is imported), so a new captioner or prompt version marks
-exactly the partitions it changes as stale."""
+exactly the partitions it changes as stale.
+
+No Dagster here: ``prx-data run`` compares :func:`asset_code_versions` with its records to skip a
+source that has nothing to do before it loads the Definitions or Dagster itself.
+"""
 
 from __future__ import annotations
+
+# Bump when ingest semantics change (schema, probe rules), so the UI shows partitions as stale.
+INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typed records, structural truncation
 
 
 def captions_code_version() -> str:
@@ -28,8 +35,24 @@ def labels_code_version() -> str:
 
 
 def export_code_version() -> str:
-    # lazy: pulls in Dagster
-    from prx_data.defs.export.resources import ExportResource
+    """Of the default bucket layout (``ExportResource``'s defaults are ``BucketConfig``'s)."""
+    # lazy: pulls in lance, PIL
+    from prx_data.imaging.buckets import BucketConfig
     from prx_data.stages.export_stage import export_version
 
-    return export_version(ExportResource().bucket_config())
+    return export_version(BucketConfig())
+
+
+def asset_code_versions() -> dict[str, str]:
+    """The code version of every asset that has one, by asset key, as the Definitions give them
+    (prx_data_tests/automation/test_policy.py checks that they agree)."""
+    # lazy: pulls in numpy, PIL
+    from prx_data.imaging.phash import PHASH_VERSION
+
+    return {
+        "raw_samples": INGEST_CODE_VERSION,
+        "phashes": PHASH_VERSION,
+        "captions": captions_code_version(),
+        "caption_labels": labels_code_version(),
+        "mds_shards": export_code_version(),
+    }

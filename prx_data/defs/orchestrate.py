@@ -87,15 +87,3 @@ def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, works
     log("[corpus] materializing corpus-wide assets ...")
     result = execute_named_job(defs, "corpus", instance, repository_origin(workspace, defs), run_config=QUIET, tags=CLI_TAGS)
     return result.success
-
-
-def asset_code_versions(defs: dg.Definitions) -> dict[str, str]:
-    """The code version of every asset in the Definitions (assets without one are left out):
-    part of what `prx-data run` compares to decide a source or the corpus has nothing to do."""
-    graph = defs.resolve_asset_graph()
-    versions = {}
-    for key in graph.get_all_asset_keys():
-        version = graph.get(key).code_version
-        if version is not None:
-            versions[key.to_user_string()] = str(version)
-    return versions

@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import dagster as dg
 
@@ -13,6 +16,8 @@ from prx_data.app import local_ray
 from prx_data.app.cli import main
 from prx_data.core.settings import get_settings
 from prx_data_tests.app.helpers import tiny_root
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(root) -> tuple[int, str]:
@@ -68,6 +73,18 @@ def test_no_change_run_launches_nothing_and_changes_run(tmp_path, monkeypatch):
     assert "materializing" not in out
     assert _run_count(home) == runs
     assert "Summary" in out  # the summary is still printed
+
+    # In a fresh interpreter, as a user runs it, the command loads neither Dagster nor Ray.
+    probe = (
+        "import sys\n"
+        "from prx_data.app.cli import main\n"
+        f"code = main(['run', '--root', {str(root)!r}])\n"
+        "print('HEAVY', sorted(m for m in ('dagster', 'ray', 'torch', 'streaming') if m in sys.modules))\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "[photos] inputs unchanged" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "HEAVY []" in proc.stdout, proc.stdout
 
     # A new mtime on the same bytes is a change: the source and the corpus run again.
     image = root / "photos" / "p0.jpg"

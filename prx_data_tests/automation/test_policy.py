@@ -10,7 +10,7 @@ import yaml
 from prx_data.models.captioning.prompt import caption_prompt_version
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.export.resources import ExportResource
-from prx_data.defs.ingest.assets import INGEST_CODE_VERSION
+from prx_data.defs.code_versions import INGEST_CODE_VERSION, asset_code_versions
 from prx_data.imaging.phash import PHASH_VERSION
 from prx_data.stages.export_stage import export_version
 from prx_data_tests.automation.conftest import PER_SOURCE
@@ -63,6 +63,8 @@ def test_code_versions_name_what_decides_each_output(prx_defs, redeploy):
     assert version["captions"] == "source@source"  # the CPU default keeps source captions
     assert version["caption_labels"].startswith("sentence-transformers/all-MiniLM-L6-v2@")
     assert version["mds_shards"] == export_version(ExportResource().bucket_config())
+    # What `prx-data run` compares before it builds the Definitions is what they carry.
+    assert asset_code_versions() == {k: v for k, v in version.items() if v is not None}
 
     other = redeploy({"backend": "openai", "model_id": "qwen3-vl-8b", "server": {"base_url": "http://127.0.0.1:9/v1", "model": "served"}})
     assert other.resolve_asset_graph().get(dg.AssetKey("captions")).code_version == f"qwen3-vl-8b@{caption_prompt_version()}"

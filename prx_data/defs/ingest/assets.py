@@ -5,6 +5,7 @@ from pydantic import Field
 
 from prx_data.core.ids import printable
 from prx_data.curation.optout.requests import ingest_matcher
+from prx_data.defs.code_versions import INGEST_CODE_VERSION
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
@@ -12,9 +13,6 @@ from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.resources import RayTasksResource, SourceRegistryResource, StorageResource
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.readers import SourceUnavailable
-
-# Bump when ingest semantics change (schema, probe rules), so the UI shows partitions as stale.
-INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typed records, structural truncation
 
 
 class RawSamplesConfig(dg.Config):
