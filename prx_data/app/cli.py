@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prx_data.app.local_ray import starting_local_ray
 from prx_data.app.ui import install_config, serve_ui
-from prx_data.core.ray_tasks import ray_provider
+from prx_data.core.ray_tasks import connection_held, ray_provider
 from prx_data.core.reasons import reason_code
 
 
@@ -182,10 +182,13 @@ def _run_everything(args: argparse.Namespace) -> int:
         # it. It starts when a stage first submits Ray work (core.ray_tasks.ensure_ray), or in the
         # background once ingest has written more rows than the stages do locally (prefetch_ray),
         # so a command whose runs have little to do starts none.
+        # The first run that joins it keeps its connection for the others (connection_held), so
+        # they find the Ray workers already up, with their imports and models.
         with (
             starting_local_ray(records_dir=_ray_records_dir(), lazy=True) as ray_head,
             ray_provider("start", ray_head.wait_or_fail),
             ray_provider("prefetch", ray_head.prefetch),
+            connection_held(),
         ):
             with open_instance(sources) as instance:
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -38,6 +39,30 @@ def ray_provider(kind: ProviderKind, provide: Callable[[], None]) -> Iterator[No
         yield
     finally:
         _PROVIDERS.remove(entry)
+
+
+# Set while a command that runs several Dagster runs in its process (``prx-data run``) wants the
+# driver's Ray connection kept from one run to the next: the job's workers then stay up, with
+# their imports and loaded models (a new connection is a new Ray job, with new workers).
+_HELD: list[None] = []
+
+
+@contextlib.contextmanager
+def connection_held() -> Iterator[None]:
+    """Keep the Ray connection a run's resource makes for the runs after it; close it at the end."""
+    _HELD.append(None)
+    try:
+        yield
+    finally:
+        _HELD.pop()
+        if not _HELD:
+            ray = sys.modules.get("ray")  # never imported: never connected
+            if ray is not None and ray.is_initialized():
+                ray.shutdown()
+
+
+def connection_is_held() -> bool:
+    return bool(_HELD)
 
 
 def prefetch_ray() -> None:

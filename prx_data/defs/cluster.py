@@ -29,7 +29,7 @@ import yaml
 from dagster_ray import LocalRay, RayResource
 from dagster_ray.configs import Lifecycle
 
-from prx_data.core.ray_tasks import ray_provider
+from prx_data.core.ray_tasks import connection_is_held, ray_provider
 from prx_data.core.settings import Settings
 from prx_data.core.storage import ObjectStoreError, check_access
 
@@ -60,10 +60,16 @@ class RayClusterAddress(ConnectOnDemand, LocalRay):
     """A Ray cluster that already runs (KubeRay RayCluster or ``ray start --head``): connect only.
 
     LocalRay's lifecycle (nothing to create, wait for or delete) is exactly right; only the
-    address differs.
+    address differs. Within ``core.ray_tasks.connection_held`` (``prx-data run``) the connection
+    outlives the run, so the command's next run finds its Ray workers warm.
     """
 
     address: str
+
+    def cleanup(self, context, exception):
+        if connection_is_held():
+            self._context = None  # not ours to disconnect any more: the command closes it
+        super().cleanup(context, exception)
 
     @property
     def ray_address(self) -> str:  # type: ignore[override]

@@ -112,11 +112,16 @@ def test_the_command_starts_its_head_only_for_a_run_that_needs_ray(tmp_path, mon
     # Work over the threshold, as a user runs it (a fresh process, so Ray is imported with the
     # head's environment): the head starts when the first stage needs it and every Ray stage
     # joins it, at the address the runs were built with.
+    # Two sources: the second run keeps the first one's connection (a new one would be a new
+    # Ray job, with new workers to start and import).
     env = {**cli_env(tmp_path), "PRX_LOCAL_MAX_ROWS": "0", "DAGSTER_HOME": str(tmp_path / "home2")}
-    proc = subprocess.run(cli("run", "--root", str(tiny_root(tmp_path / "large"))), env=env, capture_output=True, text=True, timeout=600)
+    large = tiny_root(tmp_path / "large")
+    (large / "sources" / "photos_again.yaml").write_text((large / "sources" / "photos.yaml").read_text().replace("name: photos", "name: photos_again"))
+    proc = subprocess.run(cli("run", "--root", str(large)), env=env, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
-    assert "Connected to Ray cluster at 127.0.0.1:" in log, log[-4000:]
+    assert "[photos] materializing" in log and "[photos_again] materializing" in log, log[-4000:]
+    assert log.count("Connected to Ray cluster at 127.0.0.1:") == 1, log[-4000:]
 
     # Same placements (here: both images too small for any tier) as the run that stayed local.
     def exports(root: str) -> list[dict]:
