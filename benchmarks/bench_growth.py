@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.bench_growth              # 5,000 and 20,000 images
     .venv/bin/python -m benchmarks.bench_growth --n 500      # 500 and 2,000
     .venv/bin/python -m benchmarks.bench_growth --n 500 --repeats 1
+    .venv/bin/python -m benchmarks.bench_growth --n 500 --one-command 3   # per source run, one command
 
 Builds 4N photo-like JPEGs on the fly (smooth blurred colour fields with shapes and grain, 0.3-0.5
 MP, five aspect ratios, a .txt caption beside each, one in twenty a re-encoded near-duplicate of
@@ -22,6 +23,13 @@ through the two points, t(N) - (t(4N) - t(N)) / 3. Every goal gets a PASS or MIS
 average is printed beside the figures (on a shared machine wall times move with it). An uncounted
 warm-up run on 20 images goes first (``--no-warmup`` skips it): otherwise the N run alone pays
 cold file caches for the imports and the model, which flatters the ratios.
+
+``--one-command K`` measures instead the fixed cost of a source run inside one command, as a
+corpus with many sources (or a re-run after new sources land) meets it: one ``prx-data run`` on a
+root with a 20-image source first (it pays the code location load and the Ray start), then K
+sources of N and K of 4N images, alternating (hard links of the same images). Per source run
+(the Dagster run's own start to end, from the instance) and per stage it prints the medians at N
+and 4N and the intercept.
 """
 
 from __future__ import annotations
@@ -268,6 +276,48 @@ def run_chain(folder: Path, root: Path, images: int, log: Path) -> RunResult:
     return RunResult(images, wall, stage_seconds(root / ".dagster"), peaks.driver(), peaks.largest_ray_worker(), peaks.ray_workers())
 
 
+def run_sources_in_one_command(work: Path, n: int, k: int) -> list[str]:
+    """One command over a warm-up source and K sources each of N and 4N images: the per-run
+    figures (Dagster run start to end) of the 2K measured source runs."""
+    # lazy: dagster is only needed once the runs are over
+    import dagster as dg
+
+    root = work / "root_one_command"
+    (root / "sources").mkdir(parents=True)
+    plan = [("s00_warm", DUPLICATE_EVERY)] + [(f"s{2 * i + j + 1:02d}_{size}", size) for i in range(k) for j, size in enumerate((n, 4 * n))]
+    for name, images in plan:
+        link_first(work / "all", work / name, images)
+        spec = {"name": name, "shape": "image_folder", "location": str(work / name), "license": "CC0-1.0"}
+        (root / "sources" / f"{name}.yaml").write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root)]
+    started = time.perf_counter()
+    with (work / "one_command.log").open("w") as out:
+        code = subprocess.run(cmd, env=_env(root), cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    wall = time.perf_counter() - started
+    if code != 0:
+        raise SystemExit(f"prx-data run failed ({code}); its output:\n{(work / 'one_command.log').read_text()[-4000:]}")
+    os.environ["DAGSTER_HOME"] = str(root / ".dagster")
+    per_size: dict[int, list[dict[str, float]]] = {n: [], 4 * n: []}
+    with dg.DagsterInstance.get() as instance:
+        for record in instance.get_run_records():
+            source = record.dagster_run.tags.get("dagster/partition")
+            images = dict(plan).get(source or "")
+            if images not in per_size:
+                continue  # the warm-up source and the corpus run
+            figures = {"source run (Dagster run start to end)": record.end_time - record.start_time}
+            for step in instance.get_run_step_stats(record.dagster_run.run_id):
+                figures[step.step_key] = step.end_time - step.start_time
+            per_size[images].append(figures)
+    lines = [f"one command, {len(plan)} sources: {wall:.2f} s wall (warm-up source of {DUPLICATE_EVERY} images first, then "
+             f"{k} x {n} and {k} x {4 * n} alternating)",
+             f"{'per source run (median of ' + str(k) + ')':<38} {f't@{n} s':>10} {f't@{4 * n} s':>10} {'ratio':>6}  {'intercept s':>11}"]
+    for key in per_size[n][0]:
+        a = statistics.median(f[key] for f in per_size[n] if key in f)
+        b = statistics.median(f[key] for f in per_size[4 * n] if key in f)
+        lines.append(f"{key:<38} {a:>10.2f} {b:>10.2f} {b / a if a else float('inf'):>6.2f}  {intercept(a, b, 4):>11.2f}")
+    return lines
+
+
 # --- the table --------------------------------------------------------------------------------
 
 def verdict(ok: bool) -> str:
@@ -328,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the uncounted first run on a few images (without it the N run pays cold file caches)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per size, interleaved; times are medians (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the images, roots and logs (path printed)")
+    parser.add_argument("--one-command", type=int, default=0, metavar="K",
+                        help="instead: K sources of N and K of 4N in one command; the fixed cost per source run")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -343,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         size = sum(p.stat().st_size for p in (work / "all").glob("*.jpg"))
         print(f"built {4 * args.n} JPEGs ({size / 1e6:.1f} MB, {4 * args.n // DUPLICATE_EVERY} planted near-duplicates) "
               f"in {time.perf_counter() - started:.1f} s")
+        if args.one_command:
+            print("\n".join(run_sources_in_one_command(work, args.n, args.one_command)))
+            return 0
         if not args.no_warmup:
             link_first(work / "all", work / "warm", DUPLICATE_EVERY)
             warm = run_chain(work / "warm", work / "root_warm", DUPLICATE_EVERY, work / "warm.log")
