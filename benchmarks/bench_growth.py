@@ -28,8 +28,9 @@ cold file caches for the imports and the model, which flatters the ratios.
 corpus with many sources (or a re-run after new sources land) meets it: one ``prx-data run`` on a
 root with a 20-image source first (it pays the code location load and the Ray start), then K
 sources of N and K of 4N images, alternating (hard links of the same images). Per source run
-(the Dagster run's own start to end, from the instance) and per stage it prints the medians at N
-and 4N and the intercept.
+(the Dagster run's own start to end, from the instance, and the same plus the command's gap
+since the previous run ended) and per stage it prints the medians at N and 4N and the intercept,
+against a baseline measured in the same run: the same sources, each as a command of its own.
 """
 
 from __future__ import annotations
@@ -299,18 +300,40 @@ def run_sources_in_one_command(work: Path, n: int, k: int) -> list[str]:
     os.environ["DAGSTER_HOME"] = str(root / ".dagster")
     per_size: dict[int, list[dict[str, float]]] = {n: [], 4 * n: []}
     with dg.DagsterInstance.get() as instance:
-        for record in instance.get_run_records():
+        records = sorted(instance.get_run_records(), key=lambda r: r.start_time)
+        for before, record in zip([None, *records], records):
             source = record.dagster_run.tags.get("dagster/partition")
             images = dict(plan).get(source or "")
-            if images not in per_size:
+            if images not in per_size or before is None:
                 continue  # the warm-up source and the corpus run
-            figures = {"source run (Dagster run start to end)": record.end_time - record.start_time}
+            figures = {
+                "source run, with the gap before it": record.end_time - before.end_time,
+                "source run (Dagster run start to end)": record.end_time - record.start_time,
+            }
             for step in instance.get_run_step_stats(record.dagster_run.run_id):
                 figures[step.step_key] = step.end_time - step.start_time
             per_size[images].append(figures)
+    # Baseline, same run: each source as a command of its own (as separate sensor-started runs
+    # meet it), so each pays the start-up, the code location and its own Ray.
+    alone: dict[int, list[float]] = {n: [], 4 * n: []}
+    base = work / "root_one_each"
+    (base / "sources").mkdir(parents=True)
+    for name, _ in plan:
+        shutil.copy(root / "sources" / f"{name}.yaml", base / "sources" / f"{name}.yaml")
+    for name, images in plan:
+        t = time.perf_counter()
+        with (work / f"alone_{name}.log").open("w") as out:
+            code = subprocess.run([*cmd[:-1], str(base), "--source", name], env=_env(base), cwd=REPO, stdout=out,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        if code != 0:
+            raise SystemExit(f"prx-data run --source {name} failed ({code}); its output:\n{(work / f'alone_{name}.log').read_text()[-4000:]}")
+        if images in alone:
+            alone[images].append(time.perf_counter() - t)
+    a, b = statistics.median(alone[n]), statistics.median(alone[4 * n])
     lines = [f"one command, {len(plan)} sources: {wall:.2f} s wall (warm-up source of {DUPLICATE_EVERY} images first, then "
              f"{k} x {n} and {k} x {4 * n} alternating)",
-             f"{'per source run (median of ' + str(k) + ')':<38} {f't@{n} s':>10} {f't@{4 * n} s':>10} {'ratio':>6}  {'intercept s':>11}"]
+             f"{'per source run (median of ' + str(k) + ')':<38} {f't@{n} s':>10} {f't@{4 * n} s':>10} {'ratio':>6}  {'intercept s':>11}",
+             f"{'baseline: a command per source (wall)':<38} {a:>10.2f} {b:>10.2f} {b / a:>6.2f}  {intercept(a, b, 4):>11.2f}"]
     for key in per_size[n][0]:
         a = statistics.median(f[key] for f in per_size[n] if key in f)
         b = statistics.median(f[key] for f in per_size[4 * n] if key in f)

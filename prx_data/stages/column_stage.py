@@ -20,20 +20,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.filters import STATUS_OK, Expr, all_of, any_of, differs, equals
-from prx_data.core.lance_io import ensure_columns, open_table, update_columns
+from prx_data.core.lance_io import ensure_columns, fragment_of, open_table, storage_options_of, update_columns
 from prx_data.core.locking import locks_table
 from prx_data.core.schema import input_fingerprint_field
+from prx_data.core.spill import PartitionFiles
 from prx_data.core.storage import delete_tree, locate
 
 
@@ -141,7 +144,8 @@ def input_fingerprints(table: pa.Table | pa.RecordBatch, inputs: tuple[str, ...]
 class Pending:
     """What a run must do: ``todo`` (sample_id + row address) to compute, ``adopt`` (sample_id +
     fingerprint) rows made before fingerprints existed that only get theirs recorded, and the
-    current fingerprint of every eligible row."""
+    current fingerprint of each row to do (of those only: a re-run holds what changed, not one
+    entry per row of the source)."""
 
     todo: pa.Table
     adopt: pa.Table | None = None
@@ -180,7 +184,6 @@ def find_pending(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str] |
         stored = batch.column(fp_col).to_pylist() if has_fp else [None] * batch.num_rows
         addresses = batch.column("_rowaddr").to_pylist()
         for sid, fp, old, address in zip(ids, now, stored, addresses):
-            fingerprints[sid] = fp
             if sid in stale_ids:
                 redo = True
             elif old is None:
@@ -194,6 +197,7 @@ def find_pending(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str] |
             if redo and sid not in exclude:
                 todo_ids.append(sid)
                 todo_addr.append(address)
+                fingerprints[sid] = fp
     todo = pa.table({"sample_id": pa.array(todo_ids, pa.string()), "_rowaddr": pa.array(todo_addr, pa.uint64())})
     adopt = pa.table({"sample_id": pa.array(adopt_ids, pa.string()), fp_col: pa.array(adopt_fp, pa.string())})
     return Pending(todo, adopt, fingerprints, changed)
@@ -210,6 +214,7 @@ Processor = Callable[[lance.LanceDataset, pa.Table], Iterable[pa.Table]]
 # 0.9 s batched; benchmarks/bench_growth.py, the captions row).
 STAGING_FLUSH_S = 5.0
 STAGING_FLUSH_ROWS = 65_536
+COMMIT_BATCH_ROWS = 65_536
 
 
 class _StagingWriter:
@@ -269,12 +274,14 @@ def run_column_stage(
             done = set(kept.column("sample_id").to_pylist())
         else:
             # A staged result counts only if it was made from the inputs the row holds now.
+            # (only rows to do have a fingerprint in ``pending``)
             done = {
                 sid
                 for sid, fp in zip(kept.column("sample_id").to_pylist(), kept.column(fp_col).to_pylist())
                 if fp is not None and pending.fingerprints.get(sid) == fp
             }
-        done &= set(pending.todo.column("sample_id").to_pylist())
+        if fp_col is None:
+            done &= set(pending.todo.column("sample_id").to_pylist())
     todo = pending.todo.filter(_by_id(pending.todo.column("sample_id"), done)) if done else pending.todo
     stats.pending = todo.num_rows + len(done)
     stats.resumed = len(done)
@@ -309,25 +316,9 @@ def run_column_stage(
 
     final = open_table(staging, storage_options)
     if final is not None:
-        results = final.to_table(filter=stage.current_filter())
-        # Latest staged result per sample wins (a row re-done after a crash appears twice).
-        results = _last_per_sample(results)
-        if fp_col is not None:
-            # Staged by a killed run from inputs that have changed since: redone above, or gone.
-            current = pa.array(
-                [
-                    pending.fingerprints.get(sid) == fp
-                    for sid, fp in zip(results.column("sample_id").to_pylist(), results.column(fp_col).to_pylist())
-                ],
-                pa.bool_(),
-            )
-            results = results.filter(current)
-        results = _invalidate(ds, stage, results)
         if run_id is not None:
-            column = run_id_column(stage.name)
-            ds = ensure_columns(ds, pa.schema([column]))
-            results = results.append_column(column, pa.array([run_id] * results.num_rows, pa.string()))
-        ds = update_columns(ds, results)
+            ds = ensure_columns(ds, pa.schema([run_id_column(stage.name)]))
+        ds = _commit_staged(ds, stage, final, pending, run_id)
         _remove(staging, storage_options)
     if pending.adopt is not None and pending.adopt.num_rows:
         # Made before fingerprints existed: record what they were made from, redo nothing.
@@ -338,21 +329,61 @@ def run_column_stage(
     return stats
 
 
-def _invalidate(ds: lance.LanceDataset, stage: ColumnStage, results: pa.Table) -> pa.Table:
+def _commit_staged(ds: lance.LanceDataset, stage: ColumnStage, final: lance.LanceDataset, pending: Pending, run_id: str | None):
+    """The current staged results of the rows to do, written into their fragments with one commit.
+
+    One pass over the staging table spills the results by fragment to local disk; then one
+    fragment's results at a time are in memory (at most ``rows_per_fragment`` rows' values, never
+    the source's: the captions of a 50M-row source are tens of GB)."""
+    fp_col = stage.fingerprint_column
+    frag_of = dict(zip(pending.todo.column("sample_id").to_pylist(), fragment_of(pending.todo.column("_rowaddr")).to_pylist()))
+    updated, fields_modified = [], set()
+    with tempfile.TemporaryDirectory(prefix=f"prx-commit-{stage.name}-") as folder:
+        spill = PartitionFiles(folder)
+        for batch in final.to_batches(filter=stage.current_filter(), batch_size=COMMIT_BATCH_ROWS):
+            ids = batch.column("sample_id").to_pylist()
+            # -1: not a row to do any more (committed by a run killed before it removed its staging).
+            frags = np.array([frag_of.get(sid, -1) for sid in ids], dtype=np.int64)
+            if fp_col is not None:
+                # Staged by a killed run from inputs that have changed since: redone, or gone.
+                made_from = batch.column(fp_col).to_pylist()
+                frags[np.array([pending.fingerprints.get(sid) != fp for sid, fp in zip(ids, made_from)], dtype=bool)] = -1
+            keep = frags >= 0
+            spill.split(pa.Table.from_batches([batch]).filter(pa.array(keep)), frags[keep])
+        del frag_of
+        for frag_id in spill.close():
+            fragment = ds.get_fragment(frag_id)
+            # The id came from a row address scanned from this very version, so it exists.
+            assert fragment is not None, f"fragment {frag_id} vanished from version {ds.version}"
+            # Latest staged result per sample wins (a row re-done after a crash appears twice).
+            results = _invalidate(fragment, ds.schema, stage, _last_per_sample(spill.read(frag_id)))
+            if run_id is not None:
+                results = results.append_column(run_id_column(stage.name), pa.array([run_id] * results.num_rows, pa.string()))
+            metadata, fields = fragment.update_columns(results, left_on="sample_id", right_on="sample_id")
+            updated.append(metadata)
+            fields_modified.update(fields)
+    if not updated:
+        return ds
+    op = lance.LanceOperation.Update(updated_fragments=updated, fields_modified=sorted(fields_modified))
+    return lance.LanceDataset.commit(ds.uri, op, read_version=ds.version, storage_options=storage_options_of(ds))
+
+
+def _invalidate(fragment, schema: pa.Schema, stage: ColumnStage, results: pa.Table) -> pa.Table:
     """Null the downstream columns of every row whose value this run changed; a row redone to the
-    same value (a re-run after an upgrade, a caption edited back) keeps its downstream values."""
-    downstream = [n for n in stage.invalidates if n in ds.schema.names and n not in results.column_names]
+    same value (a re-run after an upgrade, a caption edited back) keeps its downstream values.
+    ``fragment``: the Lance fragment holding every row of ``results``."""
+    downstream = [n for n in stage.invalidates if n in schema.names and n not in results.column_names]
     if not downstream or results.num_rows == 0:
         return results
     values = stage.columns.names
     ids = results.column("sample_id")
-    stored = ds.to_table(columns=["sample_id", *values, *downstream], filter=pc.field("sample_id").isin(ids))
+    stored = fragment.to_table(columns=["sample_id", *values, *downstream], filter=pc.field("sample_id").isin(ids))
     before = {r["sample_id"]: r for r in stored.to_pylist()}
     made = results.select(["sample_id", *values]).to_pylist()
     same = [bool(before.get(r["sample_id"])) and all(before[r["sample_id"]][v] == r[v] for v in values) for r in made]
     for name in downstream:
         kept = [before[r["sample_id"]][name] if keep else None for r, keep in zip(made, same)]
-        results = results.append_column(ds.schema.field(name), pa.array(kept, ds.schema.field(name).type))
+        results = results.append_column(schema.field(name), pa.array(kept, schema.field(name).type))
     return results
 
 
