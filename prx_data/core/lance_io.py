@@ -65,10 +65,19 @@ def update_columns(ds: lance.LanceDataset, updates: pa.Table, key: str = "sample
     for frag_id, k in zip(frag_ids, located.column(key).to_pylist()):
         keys_by_fragment[frag_id].append(k)
 
+    parts = (
+        (frag_id, updates.filter(pc.is_in(updates.column(key), value_set=pa.array(keys)))) for frag_id, keys in keys_by_fragment.items()
+    )
+    return update_fragments(ds, parts, key)
+
+
+def update_fragments(ds: lance.LanceDataset, parts: Iterable[tuple[int, pa.Table]], key: str = "sample_id") -> lance.LanceDataset:
+    """Write each ``(fragment id, updates)`` into that fragment (rows matched on ``key``) and commit
+    them all at once. ``parts`` may be a generator: one fragment's updates need exist at a time.
+    The fragment ids come from row addresses of ``ds``'s version."""
     updated_fragments = []
     fields_modified: set[int] = set()
-    for frag_id, frag_keys in keys_by_fragment.items():
-        part = updates.filter(pc.is_in(updates.column(key), value_set=pa.array(frag_keys)))
+    for frag_id, part in parts:
         fragment = ds.get_fragment(frag_id)
         # The id came from a row address scanned from this very version, so it exists.
         assert fragment is not None, f"fragment {frag_id} vanished from version {ds.version}"

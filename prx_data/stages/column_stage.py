@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.filters import STATUS_OK, Expr, all_of, any_of, differs, equals
-from prx_data.core.lance_io import ensure_columns, fragment_of, open_table, storage_options_of, update_columns
+from prx_data.core.lance_io import ensure_columns, fragment_of, open_table, update_columns, update_fragments
 from prx_data.core.locking import locks_table
 from prx_data.core.schema import input_fingerprint_field
 from prx_data.core.spill import PartitionFiles
@@ -337,7 +337,6 @@ def _commit_staged(ds: lance.LanceDataset, stage: ColumnStage, final: lance.Lanc
     the source's: the captions of a 50M-row source are tens of GB)."""
     fp_col = stage.fingerprint_column
     frag_of = dict(zip(pending.todo.column("sample_id").to_pylist(), fragment_of(pending.todo.column("_rowaddr")).to_pylist()))
-    updated, fields_modified = [], set()
     with tempfile.TemporaryDirectory(prefix=f"prx-commit-{stage.name}-") as folder:
         spill = PartitionFiles(folder)
         for batch in final.to_batches(filter=stage.current_filter(), batch_size=COMMIT_BATCH_ROWS):
@@ -351,21 +350,16 @@ def _commit_staged(ds: lance.LanceDataset, stage: ColumnStage, final: lance.Lanc
             keep = frags >= 0
             spill.split(pa.Table.from_batches([batch]).filter(pa.array(keep)), frags[keep])
         del frag_of
-        for frag_id in spill.close():
-            fragment = ds.get_fragment(frag_id)
-            # The id came from a row address scanned from this very version, so it exists.
-            assert fragment is not None, f"fragment {frag_id} vanished from version {ds.version}"
-            # Latest staged result per sample wins (a row re-done after a crash appears twice).
-            results = _invalidate(fragment, ds.schema, stage, _last_per_sample(spill.read(frag_id)))
-            if run_id is not None:
-                results = results.append_column(run_id_column(stage.name), pa.array([run_id] * results.num_rows, pa.string()))
-            metadata, fields = fragment.update_columns(results, left_on="sample_id", right_on="sample_id")
-            updated.append(metadata)
-            fields_modified.update(fields)
-    if not updated:
-        return ds
-    op = lance.LanceOperation.Update(updated_fragments=updated, fields_modified=sorted(fields_modified))
-    return lance.LanceDataset.commit(ds.uri, op, read_version=ds.version, storage_options=storage_options_of(ds))
+
+        def results_by_fragment() -> Iterator[tuple[int, pa.Table]]:
+            for frag_id in spill.close():
+                # Latest staged result per sample wins (a row re-done after a crash appears twice).
+                results = _invalidate(ds.get_fragment(frag_id), ds.schema, stage, _last_per_sample(spill.read(frag_id)))
+                if run_id is not None:
+                    results = results.append_column(run_id_column(stage.name), pa.array([run_id] * results.num_rows, pa.string()))
+                yield frag_id, results
+
+        return update_fragments(ds, results_by_fragment())
 
 
 def _invalidate(fragment, schema: pa.Schema, stage: ColumnStage, results: pa.Table) -> pa.Table:
