@@ -1,6 +1,7 @@
 """A column stage commits its staged results fragment by fragment: one fragment's values are in
 memory at a time (a source's captions can be tens of GB), every row still gets its value, its
-input fingerprint and the run's id, and a re-run redoes only the rows whose inputs changed."""
+input fingerprint and the run's id, and a re-run redoes only the rows whose inputs changed; on a
+local root and on moto S3."""
 
 from __future__ import annotations
 
@@ -25,12 +26,16 @@ def upper(ds: lance.LanceDataset, todo: pa.Table):
         yield pa.table({"sample_id": chunk.column("sample_id"), "echo": pc.utf8_upper(rows.column("text")), "echo_version": ["v1"] * chunk.num_rows})
 
 
-def test_results_are_committed_one_fragment_at_a_time(tmp_path, monkeypatch):
-    uri = str(tmp_path / "t.lance")
+def test_results_are_committed_one_fragment_at_a_time(storage_root, monkeypatch):
+    uri, options = storage_root.uri("t.lance"), storage_root.options
+
+    def table() -> lance.LanceDataset:
+        return lance.dataset(uri, storage_options=options)
+
     n = 250
-    table = pa.table({"sample_id": [f"id{i:04d}" for i in range(n)], "text": [f"text {i} " * 20 for i in range(n)], "status": ["ok"] * n})
-    lance.write_dataset(table, uri, max_rows_per_file=100)
-    assert len(lance.dataset(uri).get_fragments()) == 3
+    rows = pa.table({"sample_id": [f"id{i:04d}" for i in range(n)], "text": [f"text {i} " * 20 for i in range(n)], "status": ["ok"] * n})
+    lance.write_dataset(rows, uri, max_rows_per_file=100, storage_options=options)
+    assert len(table().get_fragments()) == 3
 
     held: list[int] = []
     read = cs.PartitionFiles.read
@@ -41,25 +46,25 @@ def test_results_are_committed_one_fragment_at_a_time(tmp_path, monkeypatch):
         return got
 
     monkeypatch.setattr(cs.PartitionFiles, "read", recording)
-    stats = cs.run_column_stage(uri, STAGE, upper, run_id="run-1")
+    stats = cs.run_column_stage(uri, STAGE, upper, storage_options=options, run_id="run-1")
     assert stats.processed == n
     assert sorted(held) == [50, 100, 100]  # the fragments' rows, one fragment per read
 
-    rows = lance.dataset(uri).to_table(columns=["sample_id", "text", "echo", "echo_run_id", "echo_input_fp"]).to_pylist()
-    assert all(r["echo"] == r["text"].upper() and r["echo_run_id"] == "run-1" and r["echo_input_fp"] for r in rows)
-    fingerprints = {r["sample_id"]: r["echo_input_fp"] for r in rows}
+    done = table().to_table(columns=["sample_id", "text", "echo", "echo_run_id", "echo_input_fp"]).to_pylist()
+    assert all(r["echo"] == r["text"].upper() and r["echo_run_id"] == "run-1" and r["echo_input_fp"] for r in done)
+    fingerprints = {r["sample_id"]: r["echo_input_fp"] for r in done}
 
     # Three rows edited in the middle fragment: only they are redone, only their fragment is read.
     held.clear()
     edited = pa.table({"sample_id": ["id0120", "id0150", "id0199"], "text": ["new a", "new b", "new c"]})
-    update_columns(lance.dataset(uri), edited)
-    stats = cs.run_column_stage(uri, STAGE, upper, run_id="run-2")
+    update_columns(table(), edited)
+    stats = cs.run_column_stage(uri, STAGE, upper, storage_options=options, run_id="run-2")
     assert (stats.processed, held) == (3, [3])
-    after = {r["sample_id"]: r for r in lance.dataset(uri).to_table(columns=["sample_id", "echo", "echo_run_id", "echo_input_fp"]).to_pylist()}
+    after = {r["sample_id"]: r for r in table().to_table(columns=["sample_id", "echo", "echo_run_id", "echo_input_fp"]).to_pylist()}
     assert [after[s]["echo"] for s in ("id0120", "id0150", "id0199")] == ["NEW A", "NEW B", "NEW C"]
     assert {s for s, r in after.items() if r["echo_run_id"] == "run-2"} == {"id0120", "id0150", "id0199"}
     assert {s for s, r in after.items() if r["echo_input_fp"] != fingerprints[s]} == {"id0120", "id0150", "id0199"}
 
     # Nothing changed: nothing is done, nothing is read.
     held.clear()
-    assert cs.run_column_stage(uri, STAGE, upper, run_id="run-3").processed == 0 and held == []
+    assert cs.run_column_stage(uri, STAGE, upper, storage_options=options, run_id="run-3").processed == 0 and held == []
