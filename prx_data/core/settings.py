@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     postgres_url: str | None = None
     kuberay_spec: str | None = None
     startup_checks: bool = True
+    # How often the daemon's sensors look for work (new or edited specs, opt-out folder changes,
+    # automation conditions): the longest a landed source waits before its run is requested.
+    sensor_interval_s: int = Field(30, ge=1)
     rows_per_fragment: int = Field(1_000_000, ge=1)
     # Smallest bucket published for training, in unskipped samples: at least your global batch
     # size (per-device batch x devices), since a trainer batches per stream and a stream that

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from prx_data.core.settings import get_settings
 from prx_data.defs.partitions import per_source_selection
 
 # eager() plus code_version_changed in the trigger: a new captioner or prompt version must reach
@@ -77,7 +78,7 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     "prx_automation",
     target=dg.AssetSelection.all(),
     default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=get_settings().sensor_interval_s,
     # One run per source partition holding its whole chain, listed per source in the runs
     # view, rather than a backfill whenever a tick requests more than one partition.
     emit_backfills=False,

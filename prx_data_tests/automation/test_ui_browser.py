@@ -57,6 +57,7 @@ def ui(data_root, tmp_path, monkeypatch):
     env = {k: v for k, v in os.environ.items() if k not in ("PRX_DATA_ROOT", "DAGSTER_HOME")}
     env["PYTHONPATH"] = str(REPO)
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    env["PRX_SENSOR_INTERVAL_S"] = "5"  # the daemon reacts within seconds, not half a minute
     log = open(tmp_path / "ui.log", "wb")
     process = subprocess.Popen([sys.executable, "-m", "prx_data.app.cli", "ui", "--port", str(port)], cwd=tmp_path, env=env,
                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prx_data.app.process_session import stop_session
+
 REPO = Path(__file__).resolve().parents[2]
 
 ISOLATED = "prx_isolated"
@@ -128,8 +130,12 @@ class Cluster:
         _wait_for(lambda: sum(1 for n in ray.nodes() if n["Alive"]) == want, f"{want} live nodes", self, timeout_s)
 
     def stop(self) -> None:
+        # By session, as `prx-data` stops its own head: a node's `ray start --block` ignores
+        # SIGTERM for its whole 30 s wait, and its raylet's workers leave its process group.
         for proc in [*self.workers, self.head]:
-            _stop_group(proc, signal.SIGTERM)
+            stop_session(proc.pid, grace_s=1.0)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
         shutil.rmtree(self.temp, ignore_errors=True)
         for mount_point in self.keep.values():  # empty on the host: the binds were the nodes' own
             with contextlib.suppress(OSError):

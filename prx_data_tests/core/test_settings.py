@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from prx_data.core.settings import Settings, env_name, get_settings, load_settings
@@ -88,3 +92,12 @@ def test_every_field_has_its_variable():
     # Settings still builds from keyword arguments (tests and the explorer construct it directly).
     direct = Settings(data_root="/d", sources_dir="/s", optout_dir="/o", lance_root="/l", mds_root="/m")
     assert direct.lance_root == "/l" and direct.min_stream_samples == 32
+
+
+def test_every_sensor_ticks_at_the_configured_interval(tmp_path):
+    """PRX_SENSOR_INTERVAL_S reaches the three sensors of the code location (read when it loads)."""
+    code = "from prx_data.definitions import defs; print(sorted((s.name, s.minimum_interval_seconds) for s in defs.sensors))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRX_")}
+    env.update(PRX_DATA_ROOT=str(tmp_path), PRX_SENSOR_INTERVAL_S="7")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str([("optout_folder_sensor", 7), ("prx_automation", 7), ("source_registry_sensor", 7)])

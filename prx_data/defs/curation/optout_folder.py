@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from prx_data.core.settings import get_settings
 from prx_data.curation.optout.requests import folder_version, load_requests
 from prx_data.defs.resources import SourceRegistryResource
 
@@ -28,7 +29,7 @@ def optout_folder(context) -> dg.ObserveResult:
 
 
 @dg.sensor(
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=get_settings().sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Records an observation of optout_folder when the folder's content changed "
     "(no run is launched for the observation itself).",

@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 
 from prx_data.core.ids import printable
+from prx_data.core.settings import get_settings
 from prx_data.defs.ingest.registry_status import problems_digest, problems_evaluation, problems_summary, registry_problems
 from prx_data.defs.ingest.retire import receipts
 from prx_data.defs.ingest.retire_job import RETIRE_TAG, retire_source_job
@@ -71,7 +72,7 @@ def readd_request(name: str, fingerprint: str) -> dg.RunRequest:
 
 @dg.sensor(
     jobs=[source_pipeline_job, retire_source_job],
-    minimum_interval_seconds=30,
+    minimum_interval_seconds=get_settings().sensor_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Watches the source registry folder: adds a partition per new source (automation "
     "then runs its chain), re-ingests a source whose spec changed, and retires the partition of a "
