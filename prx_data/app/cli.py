@@ -13,6 +13,7 @@ from pathlib import Path
 
 from prx_data.app.local_ray import starting_local_ray
 from prx_data.app.ui import install_config, serve_ui
+from prx_data.core.native_memory import cap_malloc_arenas
 from prx_data.core.ray_tasks import connection_held, ray_provider
 from prx_data.core.reasons import reason_code
 
@@ -594,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return explore_main(argv[1:])
     args = build_parser().parse_args(argv)
+    cap_malloc_arenas()
     return args.func(args)
 
 
