@@ -130,8 +130,8 @@ class Cluster:
         _wait_for(lambda: sum(1 for n in ray.nodes() if n["Alive"]) == want, f"{want} live nodes", self, timeout_s)
 
     def stop(self) -> None:
-        # By session, as `prx-data` stops its own head: a node's `ray start --block` ignores
-        # SIGTERM for its whole 30 s wait, and its raylet's workers leave its process group.
+        # By session, as `prx-data` stops its own head: after a SIGTERM to its process group a
+        # node was still up when the 30 s wait ran out, every time (teardowns took 32 s).
         for proc in [*self.workers, self.head]:
             stop_session(proc.pid, grace_s=1.0)
             with contextlib.suppress(subprocess.TimeoutExpired):
