@@ -4,7 +4,7 @@ glibc gives each thread that allocates concurrently an arena of its own (up to 8
 keeps freed memory in it. Ingest reads images on many threads (downloads, file reads, Lance's
 writer threads), so a command's resident memory grew with the source even though little of it
 was live: ingest alone peaked at 522 MB for 5,000 images and 682 MB for 20,000, and 2 arenas
-gave 493 and 505 MB at the same speed (docs/scaling.md, "Memory"). ``MALLOC_ARENA_MAX`` set by
+gave 493 and 505 MB at the same speed (docs/scaling.md, "Growth"). ``MALLOC_ARENA_MAX`` set by
 the user wins.
 """
 

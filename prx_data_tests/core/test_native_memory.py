@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's arenas")
 
-# Eight threads allocate and free 1 MB blocks at once; malloc_info then lists the arenas (heaps)
+# Eight threads allocate and free 64 KB blocks at once; malloc_info then lists the arenas (heaps)
 # the process ended up with. Without a cap glibc gives each concurrent thread its own.
 _PROBE = r"""
 import ctypes, os, re, sys, tempfile, threading

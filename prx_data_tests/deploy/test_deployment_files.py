@@ -19,6 +19,7 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
+from prx_data.core.native_memory import ARENA_MAX
 from prx_data.models.captioning.config import CaptionerConfig
 from prx_data.models.labeling.config import ClassifierConfig
 from prx_data.core.settings import load_settings
@@ -387,6 +388,8 @@ def test_code_location_image_runs_the_module_with_matching_python():
     assert cmd[cmd.index("-m") + 1] == CODE_MODULE
     assert f"-t {CODE_IMAGE}:{PROJECT_VERSION}" in text
     assert "deployments/docker/dagster.yaml" in text  # the instance config the image carries
+    # Run workers, the daemon and Ray nodes start without the CLI: the image caps the arenas.
+    assert re.search(rf"^\s+MALLOC_ARENA_MAX={ARENA_MAX} \\$", text, re.M)
     nodeps = (DEPLOYMENTS / "docker" / "requirements-cluster-nodeps.txt").read_text()
     assert "dagster-postgres==" in nodeps and "dagster-k8s==" in nodeps
 
