@@ -19,6 +19,7 @@ captioner, whose captions older code left stale after a metadata edit, and costs
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import tempfile
 import time
@@ -36,6 +37,7 @@ from prx_data.core.filters import STATUS_OK, Expr, all_of, any_of, differs, equa
 from prx_data.core.lance_io import ensure_columns, fragment_of, open_table, update_columns, update_fragments
 from prx_data.core.locking import locks_table
 from prx_data.core.schema import input_fingerprint_field
+from prx_data.core.sorted_keys import SortedKeys
 from prx_data.core.spill import PartitionFiles
 from prx_data.core.storage import delete_tree, locate
 
@@ -142,15 +144,37 @@ def input_fingerprints(table: pa.Table | pa.RecordBatch, inputs: tuple[str, ...]
 
 @dataclass
 class Pending:
-    """What a run must do: ``todo`` (sample_id + row address) to compute, ``adopt`` (sample_id +
-    fingerprint) rows made before fingerprints existed that only get theirs recorded, and the
-    current fingerprint of each row to do (of those only: a re-run holds what changed, not one
-    entry per row of the source)."""
+    """What a run must do: ``todo`` (sample_id + row address, in table order) to compute,
+    ``adopt`` (sample_id + fingerprint) rows made before fingerprints existed that only get theirs
+    recorded, and ``fingerprints``: the current input fingerprint of each row to do, aligned with
+    ``todo`` (None for a stage without inputs). All Arrow: a first run holds the whole source's
+    rows to do, at their Arrow size (about 80 B a row), never a Python object per row."""
 
     todo: pa.Table
     adopt: pa.Table | None = None
-    fingerprints: dict[str, str] = field(default_factory=dict)
+    fingerprints: pa.Array | None = None
     changed: int = 0  # rows redone because their inputs changed
+
+    @functools.cached_property
+    def index(self) -> SortedKeys:
+        """The rows to do by sample_id: their row address and, with inputs, their fingerprint."""
+        table = self.todo.select(["sample_id", "_rowaddr"])
+        if self.fingerprints is not None:
+            table = table.append_column(FINGERPRINT, self.fingerprints)
+        return SortedKeys(table)
+
+    def current_made(self, ids: pa.Array | pa.ChunkedArray, made_from: pa.Array | pa.ChunkedArray | None) -> pa.Array:
+        """Which results (``ids``, made from inputs ``made_from``) are for a row to do, made from
+        the inputs it holds now."""
+        if self.fingerprints is None:
+            return self.index.contains(ids)
+        if made_from is None:
+            return pa.array(np.zeros(len(ids), dtype=bool))
+        return pc.fill_null(pc.equal(self.index.get(ids, FINGERPRINT), made_from), False)
+
+
+# The fingerprint column of :attr:`Pending.index` (the stage's own name is not needed there).
+FINGERPRINT = "fingerprint"
 
 
 def _by_id(ids: pa.Array | pa.ChunkedArray, exclude: set[str]) -> pa.Array:
@@ -165,42 +189,40 @@ def pending_rows(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str]) 
 def find_pending(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str] | None = None) -> Pending:
     """Rows stale by model/version/error, and (for a stage with inputs) rows whose inputs changed.
 
-    Only ``sample_id``, the input columns and the stored fingerprint are read, batch by batch."""
+    Only ``sample_id``, the input columns and the stored fingerprint are read, batch by batch;
+    each batch is decided with Arrow masks."""
     exclude = exclude or set()
     stale = ds.to_table(columns=["sample_id"], filter=stage.pending_filter(), with_row_address=True)
     fp_col = stage.fingerprint_column
     if fp_col is None:
         return Pending(stale.filter(_by_id(stale.column("sample_id"), exclude)) if exclude else stale)
-    stale_ids = set(stale.column("sample_id").to_pylist())
-    todo_ids, todo_addr, adopt_ids, adopt_fp = [], [], [], []
-    fingerprints: dict[str, str] = {}
+    stale_keys = SortedKeys(stale.select(["sample_id"]))
+    del stale
+    todo, adopt = [], []
     changed = 0
     present = [c for c in stage.inputs if c in ds.schema.names]
     has_fp = fp_col in ds.schema.names  # not yet on a table the stage never ran on
     scanner = ds.scanner(columns=["sample_id", *present, *([fp_col] if has_fp else [])], filter=stage.eligible, with_row_address=True)
     for batch in scanner.to_batches():
-        now = input_fingerprints(batch, stage.inputs)
-        ids = batch.column("sample_id").to_pylist()
-        stored = batch.column(fp_col).to_pylist() if has_fp else [None] * batch.num_rows
-        addresses = batch.column("_rowaddr").to_pylist()
-        for sid, fp, old, address in zip(ids, now, stored, addresses):
-            if sid in stale_ids:
-                redo = True
-            elif old is None:
-                redo = stage.upgrade == "redo"
-                if not redo:
-                    adopt_ids.append(sid)
-                    adopt_fp.append(fp)
-            else:
-                redo = old != fp
-                changed += redo
-            if redo and sid not in exclude:
-                todo_ids.append(sid)
-                todo_addr.append(address)
-                fingerprints[sid] = fp
-    todo = pa.table({"sample_id": pa.array(todo_ids, pa.string()), "_rowaddr": pa.array(todo_addr, pa.uint64())})
-    adopt = pa.table({"sample_id": pa.array(adopt_ids, pa.string()), fp_col: pa.array(adopt_fp, pa.string())})
-    return Pending(todo, adopt, fingerprints, changed)
+        ids = batch.column("sample_id")
+        now = pa.array(input_fingerprints(batch, stage.inputs), pa.string())
+        stored = batch.column(fp_col) if has_fp else pa.nulls(batch.num_rows, pa.string())
+        is_stale = stale_keys.contains(ids)
+        unmarked = pc.and_(pc.invert(is_stale), pc.is_null(stored))  # made before fingerprints
+        edited = pc.and_(pc.invert(is_stale), pc.fill_null(pc.not_equal(stored, now), False))
+        changed += pc.sum(edited.cast(pa.int64())).as_py() or 0
+        redo = pc.or_(is_stale, edited)
+        if stage.upgrade == "redo":
+            redo = pc.or_(redo, unmarked)
+        else:
+            adopt.append(pa.table({"sample_id": ids, fp_col: now}).filter(unmarked))
+        if exclude:
+            redo = pc.and_(redo, _by_id(ids, exclude))
+        todo.append(pa.table({"sample_id": ids, "_rowaddr": batch.column("_rowaddr"), FINGERPRINT: now}).filter(redo))
+    todo_schema = pa.schema([("sample_id", pa.string()), ("_rowaddr", pa.uint64()), (FINGERPRINT, pa.string())])
+    rows = pa.concat_tables([t.cast(todo_schema) for t in todo]).combine_chunks() if todo else todo_schema.empty_table()
+    adopted = pa.concat_tables(adopt) if adopt else pa.schema([("sample_id", pa.string()), (fp_col, pa.string())]).empty_table()
+    return Pending(rows.select(["sample_id", "_rowaddr"]), adopted, rows.column(FINGERPRINT).combine_chunks(), changed)
 
 
 # A processor receives the sample ids and row addresses of a chunk and yields result tables
@@ -267,22 +289,14 @@ def run_column_stage(
     staged = _staged_current(staging, stage, storage_options)
     fp_col = stage.fingerprint_column
     pending = find_pending(ds, stage)
-    done: set[str] = set()
+    done = pa.array([], pa.string())
     if staged is not None:
         kept = staged.to_table(columns=["sample_id", *([fp_col] if fp_col else [])], filter=stage.current_filter())
-        if fp_col is None:
-            done = set(kept.column("sample_id").to_pylist())
-        else:
-            # A staged result counts only if it was made from the inputs the row holds now.
-            # (only rows to do have a fingerprint in ``pending``)
-            done = {
-                sid
-                for sid, fp in zip(kept.column("sample_id").to_pylist(), kept.column(fp_col).to_pylist())
-                if fp is not None and pending.fingerprints.get(sid) == fp
-            }
-        if fp_col is None:
-            done &= set(pending.todo.column("sample_id").to_pylist())
-    todo = pending.todo.filter(_by_id(pending.todo.column("sample_id"), done)) if done else pending.todo
+        # A staged result counts only if it is for a row to do, made from the inputs it holds now.
+        ids = kept.column("sample_id")
+        done = pc.unique(ids.filter(pending.current_made(ids, kept.column(fp_col) if fp_col else None))).cast(pa.string())
+        del kept
+    todo = pending.todo.filter(pc.invert(pc.is_in(pending.todo.column("sample_id"), value_set=done))) if len(done) else pending.todo
     stats.pending = todo.num_rows + len(done)
     stats.resumed = len(done)
     stats.extra["inputs_changed"] = pending.changed
@@ -292,10 +306,10 @@ def run_column_stage(
     try:
         for result in processor(ds, todo):
             if fp_col is not None:
-                fps = [pending.fingerprints.get(sid) for sid in result.column("sample_id").to_pylist()]
+                fps = pending.index.get(result.column("sample_id"), FINGERPRINT).cast(pa.string())
                 if fp_col in result.column_names:
                     result = result.drop_columns([fp_col])
-                result = result.append_column(pa.field(fp_col, pa.string()), pa.array(fps, pa.string()))
+                result = result.append_column(pa.field(fp_col, pa.string()), fps)
             for name, columns in stage.output_fingerprints.items():
                 if name in result.column_names:
                     result = result.drop_columns([name])
@@ -336,27 +350,22 @@ def _commit_staged(ds: lance.LanceDataset, stage: ColumnStage, final: lance.Lanc
     fragment's results at a time are in memory (at most ``rows_per_fragment`` rows' values, never
     the source's: the captions of a 50M-row source are tens of GB)."""
     fp_col = stage.fingerprint_column
-    frag_of = dict(zip(pending.todo.column("sample_id").to_pylist(), fragment_of(pending.todo.column("_rowaddr")).to_pylist()))
     with tempfile.TemporaryDirectory(prefix=f"prx-commit-{stage.name}-") as folder:
         spill = PartitionFiles(folder)
         for batch in final.to_batches(filter=stage.current_filter(), batch_size=COMMIT_BATCH_ROWS):
-            ids = batch.column("sample_id").to_pylist()
-            # -1: not a row to do any more (committed by a run killed before it removed its staging).
-            frags = np.array([frag_of.get(sid, -1) for sid in ids], dtype=np.int64)
-            if fp_col is not None:
-                # Staged by a killed run from inputs that have changed since: redone, or gone.
-                made_from = batch.column(fp_col).to_pylist()
-                frags[np.array([pending.fingerprints.get(sid) != fp for sid, fp in zip(ids, made_from)], dtype=bool)] = -1
-            keep = frags >= 0
-            spill.split(pa.Table.from_batches([batch]).filter(pa.array(keep)), frags[keep])
-        del frag_of
+            ids = batch.column("sample_id")
+            # Not a row to do any more (committed by a run killed before it removed its staging),
+            # or staged by a killed run from inputs that have changed since: redone, or gone.
+            keep = pending.current_made(ids, batch.column(fp_col) if fp_col else None)
+            frags = fragment_of(pending.index.get(ids.filter(keep), "_rowaddr")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+            spill.split(pa.Table.from_batches([batch]).filter(keep), frags)
 
         def results_by_fragment() -> Iterator[tuple[int, pa.Table]]:
             for frag_id in spill.close():
                 # Latest staged result per sample wins (a row re-done after a crash appears twice).
                 results = _invalidate(ds.get_fragment(frag_id), ds.schema, stage, _last_per_sample(spill.read(frag_id)))
                 if run_id is not None:
-                    results = results.append_column(run_id_column(stage.name), pa.array([run_id] * results.num_rows, pa.string()))
+                    results = results.append_column(run_id_column(stage.name), pa.repeat(pa.scalar(run_id, pa.string()), results.num_rows))
                 yield frag_id, results
 
         return update_fragments(ds, results_by_fragment())
@@ -365,19 +374,26 @@ def _commit_staged(ds: lance.LanceDataset, stage: ColumnStage, final: lance.Lanc
 def _invalidate(fragment, schema: pa.Schema, stage: ColumnStage, results: pa.Table) -> pa.Table:
     """Null the downstream columns of every row whose value this run changed; a row redone to the
     same value (a re-run after an upgrade, a caption edited back) keeps its downstream values.
-    ``fragment``: the Lance fragment holding every row of ``results``."""
+    ``fragment``: the Lance fragment holding every row of ``results`` (unique sample ids)."""
     downstream = [n for n in stage.invalidates if n in schema.names and n not in results.column_names]
     if not downstream or results.num_rows == 0:
         return results
     values = stage.columns.names
-    ids = results.column("sample_id")
-    stored = fragment.to_table(columns=["sample_id", *values, *downstream], filter=pc.field("sample_id").isin(ids))
-    before = {r["sample_id"]: r for r in stored.to_pylist()}
-    made = results.select(["sample_id", *values]).to_pylist()
-    same = [bool(before.get(r["sample_id"])) and all(before[r["sample_id"]][v] == r[v] for v in values) for r in made]
+    stored = fragment.to_table(columns=["sample_id", *values, *downstream], filter=pc.field("sample_id").isin(results.column("sample_id")))
+    stored = stored.rename_columns(["sample_id", *(f"_stored_{v}" for v in values), *downstream])
+    stored = stored.append_column("_stored", pa.repeat(pa.scalar(True), stored.num_rows))
+    made = results.select(["sample_id", *values]).append_column("_row", pa.array(np.arange(results.num_rows)))
+    # Arrow's join does not keep row order: restore the results' own.
+    joined = made.join(stored, "sample_id", join_type="left outer").sort_by("_row")
+    same = pc.is_valid(joined.column("_stored"))
+    for v in values:
+        new, old = joined.column(v), joined.column(f"_stored_{v}")
+        equal = pc.or_(pc.fill_null(pc.equal(new, old), False), pc.and_(pc.is_null(new), pc.is_null(old)))
+        same = pc.and_(same, equal)
     for name in downstream:
-        kept = [before[r["sample_id"]][name] if keep else None for r, keep in zip(made, same)]
-        results = results.append_column(schema.field(name), pa.array(kept, schema.field(name).type))
+        field_ = schema.field(name)
+        kept = pc.if_else(same, joined.column(name).cast(field_.type), pa.scalar(None, field_.type))
+        results = results.append_column(field_, kept)
     return results
 
 
@@ -387,13 +403,11 @@ def run_id_column(stage_name: str) -> pa.Field:
 
 
 def _last_per_sample(table: pa.Table) -> pa.Table:
-    if table.num_rows == 0:
+    if table.num_rows == 0 or pc.count_distinct(table.column("sample_id")).as_py() == table.num_rows:
         return table
-    ids = table.column("sample_id").to_pylist()
-    last = {sid: i for i, sid in enumerate(ids)}
-    if len(last) == len(ids):
-        return table
-    return table.take(pa.array(sorted(last.values())))
+    rows = table.select(["sample_id"]).append_column("_row", pa.array(np.arange(table.num_rows)))
+    last = rows.group_by("sample_id", use_threads=False).aggregate([("_row", "max")]).column("_row_max")
+    return table.take(np.sort(last.to_numpy()))
 
 
 def _remove(uri: str, storage_options: dict | None = None) -> None:

@@ -68,3 +68,28 @@ def test_results_are_committed_one_fragment_at_a_time(storage_root, monkeypatch)
     # Nothing changed: nothing is done, nothing is read.
     held.clear()
     assert cs.run_column_stage(uri, STAGE, upper, storage_options=options, run_id="run-3").processed == 0 and held == []
+
+
+def test_a_redone_value_nulls_what_was_made_from_it_unless_it_came_out_the_same(storage_root):
+    """``invalidates``: a redo that changes a row's value nulls its downstream column; one that
+    makes the same value again keeps it (rows spread over fragments, results in any order)."""
+    uri, options = storage_root.uri("inv.lance"), storage_root.options
+    stage = cs.ColumnStage(name="echo", columns=STAGE.columns, current=STAGE.current, inputs=STAGE.inputs, invalidates=("mark",))
+    n = 30
+    rows = pa.table({"sample_id": [f"id{i:04d}" for i in range(n)], "text": [f"text {i}" for i in range(n)], "status": ["ok"] * n})
+    lance.write_dataset(rows, uri, max_rows_per_file=10, storage_options=options)
+    assert cs.run_column_stage(uri, stage, upper, storage_options=options).processed == n
+    ds = lance.dataset(uri, storage_options=options)
+    ds.add_columns({"mark": "'made from ' || echo"})
+    # Two texts change their echo; two change only their case, so their echo comes out the same.
+    edited = {"id0003": "other", "id0014": "TEXT 14", "id0025": "again", "id0026": "Text 26"}
+    update_columns(lance.dataset(uri, storage_options=options), pa.table({"sample_id": list(edited), "text": list(edited.values())}))
+
+    def reversed_upper(ds, todo):  # results in the reverse of table order
+        yield from upper(ds, todo.take(pa.array(range(todo.num_rows - 1, -1, -1))))
+
+    assert cs.run_column_stage(uri, stage, reversed_upper, storage_options=options).processed == len(edited)
+    after = {r["sample_id"]: r for r in lance.dataset(uri, storage_options=options).to_table(columns=["sample_id", "echo", "mark"]).to_pylist()}
+    assert {s: r["echo"] for s, r in after.items() if s in edited} == {s: t.upper() for s, t in edited.items()}
+    assert {s for s, r in after.items() if r["mark"] is None} == {"id0003", "id0025"}
+    assert all(r["mark"] == "made from " + r["echo"] for s, r in after.items() if s not in ("id0003", "id0025"))
