@@ -22,10 +22,17 @@ if [ ! -f "$ENV_DIR/.complete" ]; then
   rm -rf "$ENV_DIR"
   mkdir -p "$(dirname "$ENV_DIR")"
   "$PYTHON" -m venv "$ENV_DIR"
-  "$ENV_DIR/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$ENV_DIR/bin/python" -m pip install --quiet -r "$REQ/requirements-cpu.txt" >&2
-  "$ENV_DIR/bin/python" -m pip install --quiet torch==2.14.1 torchvision==0.29.1 >&2 2>/dev/null \
-    || "$ENV_DIR/bin/python" -m pip install --quiet torch==2.14.1 torchvision==0.29.1 >&2
+  # uv installs the same pins as pip in a fraction of the time (scripts/bootstrap.sh); pip is
+  # the fallback where uv cannot be installed.
+  "$ENV_DIR/bin/python" -m pip install --quiet uv >&2 || true
+  # pip reads extra wheels (here the CPU torch vLLM pins) from PIP_FIND_LINKS; uv from its own variable.
+  if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS=${UV_FIND_LINKS:-$PIP_FIND_LINKS}; fi
+  install() {
+    "$ENV_DIR/bin/python" -m uv pip install --quiet --python "$ENV_DIR/bin/python" "$@" >&2 \
+      || "$ENV_DIR/bin/python" -m pip install --quiet "$@" >&2
+  }
+  install -r "$REQ/requirements-cpu.txt"
+  install torch==2.14.1 torchvision==0.29.1
   "$ENV_DIR/bin/python" -m pip uninstall --quiet -y torchaudio torchcodec >&2 || true
   PYTHONPATH=$PWD HF_HUB_OFFLINE=1 "$ENV_DIR/bin/python" -m prx_data.models.captioning.gpu_env --cpu >&2
   touch "$ENV_DIR/.complete"
