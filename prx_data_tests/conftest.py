@@ -293,3 +293,37 @@ def _close_streaming_shared_memory():
             _OPENED_SHARED_MEMORY.pop().cleanup()
         except Exception:  # noqa: BLE001 - already gone
             pass
+
+
+# The slowest files (seconds summed over setup, call and teardown with 2 workers, on a 2-core
+# machine), started first: scripts/test.sh gives each worker a whole file at a time, and with
+# xdist's default order (files with the most tests first) these few-test files came last, so one
+# worker ran the vLLM tests alone for minutes at the end. The two vLLM files are kept apart
+# (each starts four actors that import vLLM).
+SLOW_FILES_FIRST = (
+    "models/test_weightless_bench.py",  # 210
+    "automation/test_ui_browser.py",  # 105
+    "automation/test_conditions.py",  # 144
+    "automation/test_incremental.py",  # 121
+    "models/test_vllm_cpu_engine.py",  # 133
+    "curation/test_optout_never_shrinks.py",  # 101
+    "app/test_local_ray.py",  # 97
+    "cluster/test_lost_node.py",  # 70
+    "test_demo_pipeline.py",  # 43
+    "automation/test_registry_lifecycle.py",  # 40
+    "app/test_ray_on_demand.py",  # 37
+    "test_lint.py",  # 36
+    "cluster/test_multinode_pipeline.py",  # 35
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first (scripts/test.sh passes --no-loadscope-reorder so xdist keeps this
+    order); a file's tests stay together and in their own order."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    here = Path(__file__).parent
+
+    def file_rank(item) -> int:
+        return rank.get(Path(item.fspath).relative_to(here).as_posix(), len(rank))
+
+    items.sort(key=file_rank)

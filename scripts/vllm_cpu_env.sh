@@ -22,13 +22,15 @@ if [ ! -f "$ENV_DIR/.complete" ]; then
   rm -rf "$ENV_DIR"
   mkdir -p "$(dirname "$ENV_DIR")"
   "$PYTHON" -m venv "$ENV_DIR"
-  # uv installs the same pins as pip in a fraction of the time (scripts/bootstrap.sh); pip is
-  # the fallback where uv cannot be installed.
+  # uv installs the same 197 packages as pip did, in 169 s against pip's 276 s here (this env
+  # is built on every fresh CI machine); pip is the fallback where uv cannot be had or fails.
+  # --compile-bytecode, as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) a module without
+  # its .pyc is compiled again by every process that imports it (a suite run took 30:51, not 21:35).
   "$ENV_DIR/bin/python" -m pip install --quiet uv >&2 || true
   # pip reads extra wheels (here the CPU torch vLLM pins) from PIP_FIND_LINKS; uv from its own variable.
   if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS=${UV_FIND_LINKS:-$PIP_FIND_LINKS}; fi
   install() {
-    "$ENV_DIR/bin/python" -m uv pip install --quiet --python "$ENV_DIR/bin/python" "$@" >&2 \
+    "$ENV_DIR/bin/python" -m uv pip install --quiet --compile-bytecode --python "$ENV_DIR/bin/python" "$@" >&2 \
       || "$ENV_DIR/bin/python" -m pip install --quiet "$@" >&2
   }
   install -r "$REQ/requirements-cpu.txt"
