@@ -116,7 +116,7 @@ print(json.dumps({"dups": skips.num_rows, "base_mb": base / 1024, "above_mb": (p
 
 def run_child(tree: str, root: str, mode: str, radius: int, partition_rows: int) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    out = subprocess.run([sys.executable, "-c", CHILD, root, mode, str(radius), str(partition_rows)], env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", CHILD, root, mode, str(radius), str(partition_rows)], env=env, cwd=os.path.abspath(tree), check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -96,7 +96,7 @@ def write_source(uri: str, n: int) -> None:
 def child(code: Path, work: Path, n_change: int, tag: str, extra: dict | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(code), "RAY_USAGE_STATS_ENABLED": "0"}
     args = [str(work / "raw.lance"), str(work / "mds"), str(work / "exports.lance"), str(n_change), tag, json.dumps(extra or {})]
-    out = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, cwd=str(code), capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
