@@ -164,12 +164,10 @@ class Pending:
         return SortedKeys(table)
 
     def current_made(self, ids: pa.Array | pa.ChunkedArray, made_from: pa.Array | pa.ChunkedArray | None) -> pa.Array:
-        """Which results (``ids``, made from inputs ``made_from``) are for a row to do, made from
-        the inputs it holds now."""
-        if self.fingerprints is None:
-            return self.index.contains(ids)
+        """Which results (``ids``, made from inputs ``made_from``; None for a stage without
+        inputs) are for a row to do, made from the inputs it holds now."""
         if made_from is None:
-            return pa.array(np.zeros(len(ids), dtype=bool))
+            return self.index.contains(ids)
         return pc.fill_null(pc.equal(self.index.get(ids, FINGERPRINT), made_from), False)
 
 
@@ -177,8 +175,10 @@ class Pending:
 FINGERPRINT = "fingerprint"
 
 
-def _by_id(ids: pa.Array | pa.ChunkedArray, exclude: set[str]) -> pa.Array:
-    return pc.invert(pc.is_in(ids, value_set=pa.array(sorted(exclude), pa.string())))
+def _by_id(ids: pa.Array | pa.ChunkedArray, exclude: set[str] | pa.Array) -> pa.Array:
+    """False for the ids in ``exclude``."""
+    value_set = exclude if isinstance(exclude, pa.Array) else pa.array(sorted(exclude), pa.string())
+    return pc.invert(pc.is_in(ids, value_set=value_set))
 
 
 def pending_rows(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str]) -> pa.Table:
@@ -296,7 +296,7 @@ def run_column_stage(
         ids = kept.column("sample_id")
         done = pc.unique(ids.filter(pending.current_made(ids, kept.column(fp_col) if fp_col else None))).cast(pa.string())
         del kept
-    todo = pending.todo.filter(pc.invert(pc.is_in(pending.todo.column("sample_id"), value_set=done))) if len(done) else pending.todo
+    todo = pending.todo.filter(_by_id(pending.todo.column("sample_id"), done)) if len(done) else pending.todo
     stats.pending = todo.num_rows + len(done)
     stats.resumed = len(done)
     stats.extra["inputs_changed"] = pending.changed
@@ -306,7 +306,7 @@ def run_column_stage(
     try:
         for result in processor(ds, todo):
             if fp_col is not None:
-                fps = pending.index.get(result.column("sample_id"), FINGERPRINT).cast(pa.string())
+                fps = pending.index.get(result.column("sample_id"), FINGERPRINT)
                 if fp_col in result.column_names:
                     result = result.drop_columns([fp_col])
                 result = result.append_column(pa.field(fp_col, pa.string()), fps)
