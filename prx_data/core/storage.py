@@ -30,9 +30,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlparse
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 SCHEMES = ("s3", "gs")
+# object_signatures' table.
+SIGNATURES_SCHEMA = pa.schema([pa.field("object", pa.large_string()), pa.field("signature", pa.string())])
 # What the credentials came from, so an access error can name the settings to fix.
 CREDENTIAL_SETTINGS = "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION / PRX_S3_ENDPOINT"
 
@@ -393,33 +396,42 @@ def streaming_env(storage_options: Mapping[str, str] | None) -> dict[str, str]:
     return {var: value for var, value in candidates.items() if value}
 
 
-def object_signatures(uri: str, storage_options: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Every object under an object-store prefix (or the one object ``uri`` names), as
-    'bucket/key' -> a signature that changes when its bytes do: the ETag and size on S3 (one
-    listing request per 1,000 objects, no object opened), size and mtime elsewhere."""
+def object_signatures(uri: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """Every object under an object-store prefix (or the one object ``uri`` names): ``object``
+    ('bucket/key') and a ``signature`` that changes when its bytes do: the ETag and size on S3
+    (one listing request per 1,000 objects, no object opened), size and mtime elsewhere. A table,
+    not a dict: a prefix of tens of millions of images costs its Arrow bytes."""
     loc = locate(uri, storage_options)
+    pages: list[pa.RecordBatch] = []
+
+    def page(objects: list[str], signatures: list[str]) -> None:
+        if objects:
+            pages.append(
+                pa.record_batch([pa.array(objects, pa.large_string()), pa.array(signatures, pa.string())], schema=SIGNATURES_SCHEMA)
+            )
+
     if urlparse(uri).scheme == "s3":
         import boto3  # lazy: only object-store sources list through boto3
 
         client = boto3.client("s3", **s3_credentials(storage_options).boto3_kwargs())
         bucket, _, key = loc.path.partition("/")
-        found: dict[str, str] = {}
         for prefix in [key + "/", key] if key else [""]:
-            for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-                for obj in page.get("Contents", ()):
-                    if prefix == key and obj["Key"] != key:
-                        continue  # the exact-object pass: siblings sharing the name's start are not ours
-                    found[f"{bucket}/{obj['Key']}"] = f"etag:{obj['ETag'].strip(chr(34))}:{obj['Size']}"
-            if found:
+            for listed in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                # The exact-object pass: siblings sharing the name's start are not ours.
+                found = [o for o in listed.get("Contents", ()) if prefix != key or o["Key"] == key]
+                page([f"{bucket}/{o['Key']}" for o in found], [f"etag:{o['ETag'].strip(chr(34))}:{o['Size']}" for o in found])
+            if pages:
                 break
-        return found
+        return pa.Table.from_batches(pages, schema=SIGNATURES_SCHEMA)
     info = loc.fs.get_file_info(loc.path)
     infos = (
         [info]
         if info.type == pafs.FileType.File
         else loc.fs.get_file_info(pafs.FileSelector(loc.path, allow_not_found=True, recursive=True))
     )
-    return {i.path: f"{i.size}:{i.mtime_ns}" for i in infos if i.type == pafs.FileType.File}
+    files = [i for i in infos if i.type == pafs.FileType.File]
+    page([i.path for i in files], [f"{i.size}:{i.mtime_ns}" for i in files])
+    return pa.Table.from_batches(pages, schema=SIGNATURES_SCHEMA)
 
 
 def file_signature(path: str) -> str | None:

@@ -51,7 +51,7 @@ from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import t
     metadata_schema,
 )
 from prx_data.ingest.seen import SeenIds
-from prx_data.ingest.unit_manifest import PIECES, ChangePlan, Kept, ManifestRows, kept_seen, load_plan, run_fingerprint
+from prx_data.ingest.unit_manifest import PIECES, ChangePlan, Kept, KeptObjects, ManifestRows, kept_seen, load_plan, run_fingerprint
 from prx_data.ingest.units import Unit, list_units
 
 
@@ -208,7 +208,7 @@ def ingest_source(
     plan = load_plan(manifest_uri, options, source, source_options, fingerprint) if fingerprint else None
     if plan is not None and (ds is None or reread_unchanged or spec.reread_unchanged):
         # No table to keep rows in, or told to distrust signatures: open every object.
-        plan = ChangePlan(source, plan.fingerprint, {}, source_options)
+        plan = ChangePlan(source, plan.fingerprint, None, source_options)
     seen = SeenIds(**({"spill_rows": spill_rows} if spill_rows else {}))
     spill = _Spill(metadata_schema(schema))
     recorded = ManifestRows(fingerprint) if fingerprint else None
@@ -272,23 +272,25 @@ def _run(
     stats: IngestStats,
     task_resources: dict[str, float] | None,
     local_max_rows: int = LOCAL_MAX_ROWS,
-) -> tuple[dict[int, UnitResult], dict[str, int], set[str]]:
-    """Every unit's result, the kept objects (object -> unit index) and the objects a
+) -> tuple[dict[int, UnitResult], KeptObjects, set[str]]:
+    """Every unit's result, the kept objects (with their unit index) and the objects a
     duplicated key involved (left out of the manifest: read again next run).
 
     A unit holding a key that an earlier unit holds is redone with that position skipped (rare:
     duplicated keys across files), so the first occurrence wins; a kept object involved is then
     read too."""
     results: dict[int, UnitResult] = {}
-    kept: dict[str, int] = {}
-    units: dict[int, Unit] = {}
+    kept = KeptObjects()
+    # Units submitted and not back yet: a unit's entries are dropped once its result is in, so
+    # the driver holds a window of units, never a listing of the whole source.
+    in_flight: dict[int, Unit] = {}
 
     def opened(listing):
         for item in listing:
             if isinstance(item, Kept):
-                kept[item.object] = item.index
+                kept.add(item)
                 continue
-            units[item.index] = item
+            in_flight[item.index] = item
             yield item, frozenset()
 
     def keep(result: UnitResult, attempt: int) -> None:
@@ -298,7 +300,6 @@ def _run(
             spill.add(result.metadata, result.unit, attempt)
         result.metadata = None
 
-    firsts: dict[int, pa.Table] = {}
     changed = 0
     for result in run_units(
         job, opened(list_units(source, storage_options=job.source_options, plan=plan, workers=workers)), workers, task_resources
@@ -307,8 +308,10 @@ def _run(
         if changed > local_max_rows:
             prefetch_ray()
         seen.add(result.seen)
+        unit = in_flight.pop(result.unit)
         if recorded is not None:
-            firsts[result.unit] = result.seen
+            # A unit redone below for a duplicated key has its objects dropped at commit.
+            recorded.add_unit(unit, result.seen, dict(result.stats.rows_by_status), result.stats.file_errors)
         result.seen = None
         keep(result, 0)
     for table in kept_seen(manifest_uri, job.storage_options, kept, SEEN_SCHEMA):
@@ -320,26 +323,19 @@ def _run(
     duplicates = seen.duplicates()
     involved: set[str] = set()
     if duplicates:
-        by_index = {index: obj for obj, index in kept.items()}
-        for index in duplicates:
-            unit = units.get(index)
-            if unit is not None:
-                involved.update(o for o, _ in unit.objects)
-            elif index - index % PIECES in by_index:
-                involved.add(by_index[index - index % PIECES])
+        by_index = kept.first_indexes()
+        involved.update(by_index[i - i % PIECES] for i in duplicates if i - i % PIECES in by_index)
         relist = plan.with_forced(involved) if plan is not None else None
-        redo = (
-            (unit, frozenset(duplicates[unit.index]))
-            for unit in list_units(source, storage_options=job.source_options, plan=relist, workers=workers)
-            if isinstance(unit, Unit) and unit.index in duplicates
-        )
-        for result in run_units(job, redo, workers, task_resources):
+
+        def redo():
+            for unit in list_units(source, storage_options=job.source_options, plan=relist, workers=workers):
+                if isinstance(unit, Unit) and unit.index in duplicates:
+                    involved.update(o for o, _ in unit.objects)
+                    yield unit, frozenset(duplicates[unit.index])
+
+        for result in run_units(job, redo(), workers, task_resources):
             result.seen = None
             keep(result, 1)
-    if recorded is not None:
-        for index, first in firsts.items():
-            unit, result = units[index], results[index]
-            recorded.add_unit(unit, first, dict(result.stats.rows_by_status), result.stats.file_errors)
     return results, kept, involved
 
 

@@ -31,7 +31,8 @@ import pyarrow.ipc as ipc
 
 from prx_data.core.lance_io import open_table
 from prx_data.core.schema import Status
-from prx_data.core.storage import file_signature, object_signatures
+from prx_data.core.sorted_keys import SortedKeys
+from prx_data.core.storage import SIGNATURES_SCHEMA, file_signature, object_signatures
 from prx_data.ingest.object_source import fixed_prefix
 from prx_data.ingest.registry import RegisteredSource
 
@@ -68,6 +69,48 @@ class Kept:
     object: str
 
 
+KEPT_SCHEMA = pa.schema([pa.field("object", pa.large_string()), pa.field("index", pa.int64())])
+
+
+class KeptObjects:
+    """The objects a run keeps, with their unit index, as Arrow: an image folder keeps one per
+    image, so a Python dict of them would cost ~200 B an image on a re-run of a huge folder."""
+
+    CHUNK = 1024
+
+    def __init__(self) -> None:
+        self._objects: list[str] = []
+        self._indexes: list[int] = []
+        self._batches: list[pa.RecordBatch] = []
+        self._rows = 0
+
+    def add(self, kept: Kept) -> None:
+        self._objects.append(kept.object)
+        self._indexes.append(kept.index)
+        self._rows += 1
+        if len(self._objects) >= self.CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._objects:
+            columns = [pa.array(self._objects, pa.large_string()), pa.array(self._indexes, pa.int64())]
+            self._batches.append(pa.record_batch(columns, schema=KEPT_SCHEMA))
+            self._objects, self._indexes = [], []
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def table(self) -> pa.Table:
+        self._flush()
+        return pa.Table.from_batches(self._batches, schema=KEPT_SCHEMA)
+
+    def first_indexes(self) -> dict[int, str]:
+        """Unit index -> object, for kept objects read by pieces (files: a few per source)."""
+        table = self.table()
+        files = table.filter(pc.not_equal(table.column("index"), KEPT_FOLDER_UNIT))
+        return dict(zip(files.column("index").to_pylist(), files.column("object").to_pylist()))
+
+
 def run_fingerprint(source: RegisteredSource, optout) -> str | None:
     """What a kept object's rows were read under; None when no object may be kept: items that
     name other files (``image_kind: path``: those files are not in the signature), or an opt-out
@@ -86,40 +129,44 @@ def run_fingerprint(source: RegisteredSource, optout) -> str | None:
 
 
 class ChangePlan:
-    """The previous run's signatures and this listing's: decides which objects are opened."""
+    """The previous run's signatures and this listing's: decides which objects are opened.
+    Both are Arrow tables looked up a batch of objects at a time (:class:`SortedKeys`)."""
 
     def __init__(
         self,
         source: RegisteredSource,
         fingerprint: str,
-        previous: dict[str, str],
+        previous: SortedKeys | None,
         source_options: dict | None,
         forced: frozenset[str] = frozenset(),
     ) -> None:
         self.source = source
         self.fingerprint = fingerprint
-        self.previous = previous
+        self.previous = previous  # None: nothing recorded, every object is opened
         self.forced = forced
         self.source_options = source_options
-        self._listed: dict[str, str] | None = None
+        self._listed: SortedKeys | None = None
 
     def with_forced(self, objects: Iterable[str]) -> ChangePlan:
         return ChangePlan(self.source, self.fingerprint, self.previous, self.source_options, self.forced | frozenset(objects))
 
-    def signature(self, path: str | PurePath) -> str | None:
+    def signatures(self, paths: list[str]) -> list[str | None]:
         if not self.source.remote:
-            return file_signature(str(path))
+            return [file_signature(p) for p in paths]
         if self._listed is None:
             # One listing of the source's prefix (ETags included) instead of a request per object.
-            self._listed = object_signatures(fixed_prefix(str(self.source.resolve_location())), self.source_options)
-        return self._listed.get(str(path))
+            listing = object_signatures(fixed_prefix(str(self.source.resolve_location())), self.source_options)
+            self._listed = SortedKeys(listing, key="object")
+        return self._listed.get(_names(paths), "signature").to_pylist()
 
-    def folder_signature(self, image: PurePath) -> str | None:
-        """An image file and its caption sidecars (``.txt``, ``.json``) together."""
-        own = self.signature(image)
-        if own is None:
-            return None
-        return "|".join([own, *(self.signature(image.with_suffix(s)) or "-" for s in (".txt", ".json"))])
+    def signature(self, path: str | PurePath) -> str | None:
+        return self.signatures([str(path)])[0]
+
+    def folder_signatures(self, images: list[PurePath]) -> list[str | None]:
+        """Each image file and its caption sidecars (``.txt``, ``.json``) together."""
+        own = self.signatures([str(i) for i in images])
+        txt, js = (self.signatures([str(i.with_suffix(s)) for i in images]) for s in (".txt", ".json"))
+        return [None if o is None else "|".join([o, t or "-", j or "-"]) for o, t, j in zip(own, txt, js)]
 
     def lance_signature(self, location: str) -> str | None:
         try:
@@ -130,8 +177,14 @@ class ChangePlan:
         except (OSError, ValueError):
             return None  # the reader reports it
 
+    def unchanged_many(self, objects: list[str], sigs: list[str | None]) -> list[bool]:
+        if self.previous is None or not objects:
+            return [False] * len(objects)
+        before = self.previous.get(_names(objects), "signature").to_pylist()
+        return [s is not None and s == b and o not in self.forced for o, s, b in zip(objects, sigs, before)]
+
     def unchanged(self, obj: str, sig: str | None) -> bool:
-        return sig is not None and obj not in self.forced and self.previous.get(obj) == sig
+        return self.unchanged_many([obj], [sig])[0]
 
 
 def load_plan(
@@ -140,32 +193,33 @@ def load_plan(
     """None: read every object (no fingerprint). An absent manifest plans to read everything."""
     if fingerprint is None:
         return None
-    previous: dict[str, str] = {}
     ds = open_table(manifest_uri, options)
-    if ds is not None:
-        for batch in ds.to_batches(columns=["object", "signature", "fingerprint"], batch_size=65536):
-            same = batch.filter(pc.equal(batch.column("fingerprint"), fingerprint))
-            previous.update(zip(same.column("object").to_pylist(), same.column("signature").to_pylist()))
-    return ChangePlan(source, fingerprint, previous, source_options)
+    if ds is None:
+        return ChangePlan(source, fingerprint, None, source_options)
+    same = []
+    for batch in ds.to_batches(columns=["object", "signature", "fingerprint"], batch_size=65536):
+        batch = batch.filter(pc.equal(batch.column("fingerprint"), fingerprint))
+        same.append(pa.record_batch([batch.column("object").cast(pa.large_string()), batch.column("signature")], schema=SIGNATURES_SCHEMA))
+    return ChangePlan(source, fingerprint, SortedKeys(pa.Table.from_batches(same, schema=SIGNATURES_SCHEMA), key="object"), source_options)
 
 
-def kept_seen(manifest_uri: str, options: dict | None, kept: dict[str, int], seen_schema: pa.Schema) -> Iterable[pa.Table]:
+def kept_seen(manifest_uri: str, options: dict | None, kept: KeptObjects, seen_schema: pa.Schema) -> Iterable[pa.Table]:
     """(sample_id, unit, pos) of the kept objects' rows, as their last read found them, in
     ``seen_schema`` (changes.SEEN_SCHEMA: passed in, as changes imports this module's users)."""
     ds = open_table(manifest_uri, options)
-    if ds is None or not kept:
+    if ds is None or not len(kept):
         return
-    wanted = pa.array(list(kept), pa.string())
+    index = SortedKeys(kept.table(), key="object")
     for batch in ds.to_batches(columns=["object", "ids", "pieces", "positions"], batch_size=4096):
-        batch = batch.filter(pc.is_in(batch.column("object"), value_set=wanted))
+        bases = index.get(batch.column("object"), "index")
+        found = pc.is_valid(bases)
+        batch, bases = batch.filter(found), bases.filter(found)
         if not batch.num_rows:
             continue
-        lengths = pc.list_value_length(batch.column("ids")).to_pylist()
-        bases = [kept[o] for o in batch.column("object").to_pylist()]
-        units = pa.array(
-            [b + (p if b != KEPT_FOLDER_UNIT else 0) for b, n, ps in zip(bases, lengths, batch.column("pieces").to_pylist()) for p in ps],
-            pa.int64(),
-        )
+        # One unit per id: the object's first unit plus the id's piece (an image folder's kept
+        # entries all share KEPT_FOLDER_UNIT: their keys are unique, their order never matters).
+        base = bases.take(pc.list_parent_indices(batch.column("pieces")))
+        units = pc.if_else(pc.equal(base, KEPT_FOLDER_UNIT), base, pc.add(base, pc.list_flatten(batch.column("pieces")).cast(pa.int64())))
         yield pa.table([pc.list_flatten(batch.column("ids")), units, pc.list_flatten(batch.column("positions"))], schema=seen_schema)
 
 
@@ -177,18 +231,16 @@ class ManifestRows:
         self._dir = tempfile.TemporaryDirectory(prefix="prx-units-")
         self.path = os.path.join(self._dir.name, "rows.arrow")
         self._writer: ipc.RecordBatchFileWriter | None = None
-        self.objects: set[str] = set()  # read this run, recorded or not
-        self.incomplete: set[str] = set()  # read with an outcome to retry: never recorded
+        self._incomplete: list[pa.Array] = []  # objects read with an outcome to retry: never recorded
 
     def add_unit(self, unit, seen: pa.Table, statuses: dict, file_errors: int) -> None:
         """``unit``'s objects with the ids its read found (``seen``: SEEN_SCHEMA)."""
         objects = unit.objects
         if not objects:
             return
-        self.objects.update(o for o, _ in objects)
         complete = not file_errors and not any(statuses.get(s) for s in RETRY_STATUSES)
         if not complete:
-            self.incomplete.update(o for o, _ in objects)
+            self._incomplete.append(_names([o for o, _ in objects]))
             return
         ids, positions = seen.column("sample_id").to_pylist(), seen.column("pos").to_pylist()
         if unit.kind == "image_folder":
@@ -225,30 +277,33 @@ class ManifestRows:
         self,
         manifest_uri: str,
         options: dict | None,
-        kept: Iterable[str],
+        kept: KeptObjects,
         dropped: set[str],
         table_version: int,
         run_id: str | None,
     ) -> None:
         """Write the manifest: kept objects' rows as they were, plus this run's. Called only after
         the table commit. An object read in several pieces gets its pieces merged into one row."""
-        dropped = dropped | self.incomplete
-        kept_set = pa.array(sorted(set(kept) - dropped), pa.string())
+        dropped_all = pa.concat_arrays([pa.array(sorted(dropped), pa.large_string()), *self._incomplete])
+        kept_objects = kept.table().column("object")
+        kept_set = SortedKeys(
+            pa.table({"object": kept_objects.filter(pc.invert(pc.is_in(kept_objects, value_set=dropped_all)))}), key="object"
+        )
         old = open_table(manifest_uri, options)
         if self._writer is not None:
             self._writer.close()
             self._writer = None
         fresh = ipc.open_file(pa.memory_map(self.path)).read_all() if os.path.exists(self.path) else SCHEMA.empty_table()
-        fresh = _merge_pieces(fresh.filter(pc.invert(pc.is_in(fresh.column("object"), value_set=pa.array(sorted(dropped), pa.string())))))
+        fresh = _merge_pieces(fresh.filter(pc.invert(pc.is_in(fresh.column("object").cast(pa.large_string()), value_set=dropped_all))))
         n = fresh.num_rows
-        fresh = fresh.set_column(6, "table_version", pa.array([table_version] * n, pa.int64())).set_column(
-            7, "ingest_run_id", pa.array([run_id] * n, pa.string())
+        fresh = fresh.set_column(6, "table_version", pa.repeat(pa.scalar(table_version, pa.int64()), n)).set_column(
+            7, "ingest_run_id", pa.repeat(pa.scalar(run_id, pa.string()), n)
         )
 
         def batches():
             if old is not None and len(kept_set):
                 for batch in old.to_batches(batch_size=4096):
-                    batch = batch.filter(pc.is_in(batch.column("object"), value_set=kept_set))
+                    batch = batch.filter(kept_set.contains(batch.column("object")))
                     if batch.num_rows:
                         yield pa.RecordBatch.from_arrays(batch.columns, schema=SCHEMA) if batch.schema != SCHEMA else batch
             yield from fresh.to_batches()
@@ -263,16 +318,31 @@ class ManifestRows:
 
 
 def _merge_pieces(table: pa.Table) -> pa.Table:
-    """One row per object: a JSONL or Parquet file read in several units had a row per unit.
-    An object some of whose pieces were incomplete is not recorded at all."""
-    if table.num_rows == len(pc.unique(table.column("object"))):
+    """One row per object: a JSONL or Parquet file read in several units had a row per unit
+    (their ids, pieces and positions are concatenated; the order of the triples does not matter).
+    Objects read in pieces are files, a few per source: merged one at a time, in Arrow."""
+    counts = pc.value_counts(table.column("object"))
+    repeated = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+    if not len(repeated):
         return table
-    merged: dict[str, dict] = {}
-    for row in table.to_pylist():
-        into = merged.setdefault(row["object"], {**row, "ids": [], "pieces": [], "positions": []})
+    parts = [table.filter(pc.invert(pc.is_in(table.column("object"), value_set=repeated)))]
+    for obj in repeated.to_pylist():
+        rows = table.filter(pc.equal(table.column("object"), obj))
+        merged = {name: rows.column(name).slice(0, 1) for name in SCHEMA.names}
         for name in ("ids", "pieces", "positions"):
-            into[name].extend(row[name])
-    return pa.Table.from_pylist(list(merged.values()), schema=SCHEMA)
+            flat = pc.list_flatten(rows.column(name)).combine_chunks()
+            merged[name] = pa.chunked_array([pa.ListArray.from_arrays(pa.array([0, len(flat)], pa.int32()), flat)])
+        parts.append(pa.table(merged, schema=SCHEMA))
+    return pa.concat_tables(parts)
+
+
+def _names(names: list[str]) -> pa.Array:
+    """Object names as Arrow strings; a name that is not valid UTF-8 (never stored: see
+    ``_storable``) becomes null, which matches nothing."""
+    try:
+        return pa.array(names, pa.large_string())
+    except UnicodeEncodeError:
+        return pa.array([n if _storable(n) else None for n in names], pa.large_string())
 
 
 def _storable(name: str) -> bool:

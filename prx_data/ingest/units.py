@@ -117,17 +117,17 @@ def list_units(
         batch: list[tuple[str, str | None]] = []
         index = 0
         listed: list[tuple[str, str | None]] = []
-        for path, unlistable in readers.walk_image_folder(ctx):
-            if plan is not None:
-                sig = None if unlistable else plan.folder_signature(path)
-                if plan.unchanged(str(path), sig):
-                    yield Kept(KEPT_FOLDER_UNIT, str(path))
+        for walked in _chunks(readers.walk_image_folder(ctx), folder_batch):
+            for (path, unlistable), sig, kept in _decide(plan, walked):
+                if kept:
+                    yield Kept(KEPT_FOLDER_UNIT, path)
                     continue
-                listed.append((str(path), sig))
-            batch.append((str(path), unlistable))
-            if len(batch) >= folder_batch:
-                yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(listed))
-                index, batch, listed = index + 1, [], []
+                if plan is not None:
+                    listed.append((path, sig))
+                batch.append((path, unlistable))
+                if len(batch) >= folder_batch:
+                    yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(listed))
+                    index, batch, listed = index + 1, [], []
         if batch:
             yield Unit(index, shape, entries=tuple(batch), label=f"{batch[0][0]}..", objects=tuple(listed))
         return
@@ -186,6 +186,30 @@ def list_units(
                 objects=objects,
             )
             index += 1
+
+
+def _chunks(items: Iterator, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _decide(plan: ChangePlan | None, walked: list[tuple[PurePath, str | None]]) -> list[tuple[tuple[str, str | None], str | None, bool]]:
+    """((path, unlistable), signature, kept) for a chunk of walked entries: the signatures and
+    the manifest are looked up for the whole chunk at once."""
+    entries = [(str(path), unlistable) for path, unlistable in walked]
+    if plan is None:
+        return [(entry, None, False) for entry in entries]
+    listable = [path for path, unlistable in walked if not unlistable]
+    found = iter(plan.folder_signatures(listable))
+    sigs = [None if unlistable else next(found) for _, unlistable in walked]
+    kept = plan.unchanged_many([path for path, _ in entries], sigs)
+    return list(zip(entries, sigs, kept))
 
 
 def _line_runs(file, root: AnyRoot, lines: int) -> list[tuple[int, int, int]] | None:
