@@ -298,22 +298,23 @@ def _close_streaming_shared_memory():
 # The slowest files (seconds summed over setup, call and teardown with 2 workers, on a 2-core
 # machine), started first: scripts/test.sh gives each worker a whole file at a time, and with
 # xdist's default order (files with the most tests first) these few-test files came last, so one
-# worker ran the vLLM tests alone for minutes at the end. The two vLLM files are kept apart
-# (each starts four actors that import vLLM).
+# worker ran the vLLM tests alone for minutes at the end. Every vLLM engine of the suite is in one
+# file, so one worker runs them one after the other (each starts four actors that import vLLM:
+# two engines at once took twice as long each).
 SLOW_FILES_FIRST = (
-    "models/test_weightless_bench.py",  # 210
-    "automation/test_ui_browser.py",  # 105
-    "automation/test_conditions.py",  # 144
-    "automation/test_incremental.py",  # 121
-    "models/test_vllm_cpu_engine.py",  # 133
-    "curation/test_optout_never_shrinks.py",  # 101
-    "app/test_local_ray.py",  # 97
-    "cluster/test_lost_node.py",  # 70
-    "test_demo_pipeline.py",  # 43
-    "automation/test_registry_lifecycle.py",  # 40
-    "app/test_ray_on_demand.py",  # 37
-    "test_lint.py",  # 36
-    "cluster/test_multinode_pipeline.py",  # 35
+    "models/test_vllm_cpu_engine.py",  # 455-575
+    "curation/test_optout_never_shrinks.py",  # 98-117
+    "app/test_local_ray.py",  # 95-107
+    "automation/test_ui_browser.py",  # 144-237
+    "cluster/test_lost_node.py",  # 71-77
+    "export/test_mds_writer.py",  # 38-69
+    "training/test_loader.py",  # 51-55
+    "automation/test_conditions.py",  # 47 (189 before the tick's partition cache)
+    "test_lint.py",  # 40
+    "app/test_ray_on_demand.py",  # 34
+    "cluster/test_multinode_pipeline.py",  # 29-35
+    "automation/test_incremental.py",  # 32
+    "test_demo_pipeline.py",  # 21-28
 )
 
 

@@ -41,7 +41,7 @@ def _peaks(tmp_path, n: int) -> tuple[int, int]:
 
 
 def test_ingest_python_heap_does_not_grow_with_the_folder(tmp_path):
-    (first_small, rerun_small), (first_large, rerun_large) = _peaks(tmp_path, 1_500), _peaks(tmp_path, 6_000)
+    (first_small, rerun_small), (first_large, rerun_large) = _peaks(tmp_path, 1_000), _peaks(tmp_path, 4_000)
     print(f"first run {first_small} -> {first_large} B, re-run {rerun_small} -> {rerun_large} B")
     assert first_large < 1.5 * first_small, f"first run: 4x the images took {first_large / first_small:.2f}x the Python heap"
     assert rerun_large < 1.5 * rerun_small, f"re-run: 4x the images took {rerun_large / rerun_small:.2f}x the Python heap"

