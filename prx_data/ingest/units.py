@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 
+from prx_data.core.lance_io import chunked
 from prx_data.ingest import readers
 from prx_data.ingest.contained import AnyRoot, open_contained
 from prx_data.ingest.items import RawItem
@@ -117,7 +118,7 @@ def list_units(
         batch: list[tuple[str, str | None]] = []
         index = 0
         listed: list[tuple[str, str | None]] = []
-        for walked in _chunks(readers.walk_image_folder(ctx), folder_batch):
+        for walked in chunked(readers.walk_image_folder(ctx), folder_batch):
             for (path, unlistable), sig, kept in _decide(plan, walked):
                 if kept:
                     yield Kept(KEPT_FOLDER_UNIT, path)
@@ -186,17 +187,6 @@ def list_units(
                 objects=objects,
             )
             index += 1
-
-
-def _chunks(items: Iterator, size: int) -> Iterator[list]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _decide(plan: ChangePlan | None, walked: list[tuple[PurePath, str | None]]) -> list[tuple[tuple[str, str | None], str | None, bool]]:
