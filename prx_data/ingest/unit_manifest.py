@@ -83,6 +83,7 @@ class KeptObjects:
         self._indexes: list[int] = []
         self._batches: list[pa.RecordBatch] = []
         self._rows = 0
+        self._index: SortedKeys | None = None
 
     def add(self, kept: Kept) -> None:
         self._objects.append(kept.object)
@@ -103,6 +104,13 @@ class KeptObjects:
     def table(self) -> pa.Table:
         self._flush()
         return pa.Table.from_batches(self._batches, schema=KEPT_SCHEMA)
+
+    def index(self) -> SortedKeys:
+        """The kept objects sorted once (after the listing: nothing is added then), for both
+        :func:`kept_seen` and :meth:`ManifestRows.commit`."""
+        if self._index is None or len(self._index) != self._rows:
+            self._index = SortedKeys(self.table(), key="object")
+        return self._index
 
     def first_indexes(self) -> dict[int, str]:
         """Unit index -> object, for kept objects read by pieces (files: a few per source)."""
@@ -209,7 +217,7 @@ def kept_seen(manifest_uri: str, options: dict | None, kept: KeptObjects, seen_s
     ds = open_table(manifest_uri, options)
     if ds is None or not len(kept):
         return
-    index = SortedKeys(kept.table(), key="object")
+    index = kept.index()
     for batch in ds.to_batches(columns=["object", "ids", "pieces", "positions"], batch_size=4096):
         bases = index.get(batch.column("object"), "index")
         found = pc.is_valid(bases)
@@ -285,10 +293,7 @@ class ManifestRows:
         """Write the manifest: kept objects' rows as they were, plus this run's. Called only after
         the table commit. An object read in several pieces gets its pieces merged into one row."""
         dropped_all = pa.concat_arrays([pa.array(sorted(dropped), pa.large_string()), *self._incomplete])
-        kept_objects = kept.table().column("object")
-        kept_set = SortedKeys(
-            pa.table({"object": kept_objects.filter(pc.invert(pc.is_in(kept_objects, value_set=dropped_all)))}), key="object"
-        )
+        kept_set = kept.index()
         old = open_table(manifest_uri, options)
         if self._writer is not None:
             self._writer.close()
@@ -303,7 +308,9 @@ class ManifestRows:
         def batches():
             if old is not None and len(kept_set):
                 for batch in old.to_batches(batch_size=4096):
-                    batch = batch.filter(kept_set.contains(batch.column("object")))
+                    objects = batch.column("object")
+                    keep = pc.invert(pc.is_in(objects.cast(pa.large_string()), value_set=dropped_all))
+                    batch = batch.filter(pc.and_(kept_set.contains(objects), keep))
                     if batch.num_rows:
                         yield pa.RecordBatch.from_arrays(batch.columns, schema=SCHEMA) if batch.schema != SCHEMA else batch
             yield from fresh.to_batches()
