@@ -36,8 +36,13 @@ def page():
 
 
 def _loaded_images(page) -> list[int]:
-    """natural widths of the page's <img> elements (0 when one failed to load)."""
-    return page.eval_on_selector_all("img", "els => els.map(e => e.complete ? e.naturalWidth : -1)")
+    """natural widths of the page's <img> elements (0 when one failed to load).
+
+    Thumbnails are `loading="lazy"`, so the page's load event does not wait for them: wait
+    until every image has finished, loaded or failed, before reading its width.
+    """
+    page.wait_for_function("() => Array.from(document.images).every(e => e.complete)")
+    return page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)")
 
 
 def test_search_open_sample_see_caption_and_shard(page, live_server, corpus):
@@ -51,7 +56,6 @@ def test_search_open_sample_see_caption_and_shard(page, live_server, corpus):
     cards = page.locator("#results .card")
     assert cards.count() == 1
     assert cards.first.get_attribute("data-sample-id") == sid
-    page.wait_for_load_state("load")
     assert all(width > 0 for width in _loaded_images(page))  # the thumbnail decoded
 
     cards.first.locator("a.open").click()
@@ -64,8 +68,7 @@ def test_search_open_sample_see_caption_and_shard(page, live_server, corpus):
     [placed] = [r for r in exports(corpus.settings, source) if r["sample_id"] == sid]
     shard_text = page.inner_text("#placements .shard")
     assert placed["shard"] in shard_text and f"index {placed['index_in_shard']}" in shard_text
-    page.wait_for_load_state("load")
-    assert page.eval_on_selector("#preview", "e => e.naturalWidth") > 0
+    assert all(width > 0 for width in _loaded_images(page))  # the preview decoded
 
 
 def test_filter_skipped_then_see_why(page, live_server, corpus):
