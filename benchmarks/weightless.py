@@ -34,15 +34,25 @@ def add_weightless_args(p) -> None:
     p.add_argument("--worker-python", help="the vLLM environment's python for the Ray workers (worker_env python)")
     p.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     p.add_argument("--caption-tokens", type=int, default=CAPTION_TOKENS, help="forced caption length (ignore_eos)")
+    p.add_argument("--models-dir", type=Path,
+                   help="keep the built model folder here and reuse it on the next run (default: a fresh temp dir)")
 
 
 def build_models(args) -> Path:
-    """The folder is written by the vLLM environment's transformers (5.x), the one that reads it."""
-    out = Path(tempfile.mkdtemp(prefix="prx-weightless-"))
+    """The folder is written by the vLLM environment's transformers (5.x), the one that reads it.
+    Both models are built at once; with --models-dir the caption and label benches share them."""
+    if args.models_dir is not None:
+        out = args.models_dir / args.scale
+        if (out / ".complete").is_file():
+            return out
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        out = Path(tempfile.mkdtemp(prefix="prx-weightless-"))
     python = args.worker_python or sys.executable
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     subprocess.run([python, str(HERE / "weightless_model.py"), str(out), "--scale", args.scale], check=True, env=env,
                    stdout=subprocess.DEVNULL)
+    (out / ".complete").touch()
     return out
 
 

@@ -207,12 +207,14 @@ def test_captions_and_labels_with_the_real_engine_resuming_a_killed_run(data_roo
     ("gpu_caption_bench.py", ["--caption-tokens", "16"], "captions"),
     ("gpu_label_bench.py", [], "labels"),
 ])
-def test_weightless_bench_runs_on_vllm_cpu_at_tiny_scale(script, extra, unit):
+def test_weightless_bench_runs_on_vllm_cpu_at_tiny_scale(script, extra, unit, tmp_path_factory):
     python = vllm_python()
+    # Both benches build the same two models: the second reuses the first one's folder.
+    models = tmp_path_factory.getbasetemp() / "weightless-models"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PRX_RAY_ADDRESS")}
     env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--weightless", "--scale", "tiny",
-                           "--device", "cpu", "--worker-python", python, "--n", "8", *extra],
+                           "--device", "cpu", "--worker-python", python, "--n", "4", "--models-dir", str(models), *extra],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=540)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     out = proc.stdout
