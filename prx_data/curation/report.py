@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import statistics
+import bisect
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths, join
-from prx_data.core.reasons import reason_code
-from prx_data.core.storage import locate, write_bytes
+from prx_data.core.storage import Entry, locate, write_bytes
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
-from prx_data.export.skiplist import iter_root_sidecars
+from prx_data.export.skiplist import iter_root_sidecars, root_sidecar_entries
 
 
 @dataclass
@@ -32,19 +36,6 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return out
-
-
-def _skips(mds_root: str, options: dict | None) -> tuple[Counter, set[str]]:
-    # lazy: pulls in streaming (torch)
-    from prx_data.curation.fold import FOLDED
-
-    reasons: Counter = Counter()
-    skipped: set[str] = set()
-    for sidecar in iter_root_sidecars(mds_root, options):
-        reasons[sidecar.reason] += len(sidecar.indices)
-        if sidecar.reason != FOLDED:  # a folded original is trained from its copy
-            skipped.update(sidecar.sample_ids)
-    return reasons, skipped
 
 
 def _folded(paths: StoragePaths, sources: list[str], options: dict | None) -> list[str]:
@@ -91,50 +82,157 @@ def _retired(paths: StoragePaths, options: dict | None) -> list[str]:
     ]
 
 
+SCAN_ROWS = 65_536
+_RAW_COLUMNS = ("status", "caption", "caption_model", "caption_prompt_version", "label", "label_model")
+
+
+@dataclass
+class _Tally:
+    """Counts over every scanned batch: the card holds these, never a row."""
+
+    tiers: Counter[int] = field(default_factory=Counter)
+    buckets: Counter[str] = field(default_factory=Counter)
+    labels: Counter[str] = field(default_factory=Counter)
+    drops: Counter[str] = field(default_factory=Counter)
+    caption_models: Counter[str] = field(default_factory=Counter)
+    label_models: Counter[str | None] = field(default_factory=Counter)
+    words: Counter[int] = field(default_factory=Counter)  # caption length in words -> captions
+    reasons: Counter[str] = field(default_factory=Counter)  # skip reason -> sidecar entries
+
+
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """``name``, or nulls for a table made before the column existed."""
+    if name in batch.schema.names:
+        return batch.column(name)
+    return pa.nulls(batch.num_rows, pa.string())
+
+
+def _non_empty(values: pa.Array) -> pa.Array:
+    """What ``bool(value)`` says of a nullable string: neither null nor empty."""
+    return pc.fill_null(pc.not_equal(values, ""), False)
+
+
+def _count_groups(counter: Counter, table: pa.Table, keys: list[str], name) -> None:
+    """``counter[name(*key values)] += rows`` per distinct key: one Python step per group."""
+    if not table.num_rows:
+        return
+    grouped = table.group_by(keys).aggregate([([], "count_all")])
+    for row in grouped.to_pylist():
+        counter[name(*(row[k] for k in keys))] += row["count_all"]
+
+
+def _tally_raw(tally: _Tally, raw: lance.LanceDataset) -> tuple[int, int]:
+    """(rows, usable rows) of one raw table, its captions and labels counted into ``tally``."""
+    cols = [c for c in _RAW_COLUMNS if c in raw.schema.names]
+    rows = ok = 0
+    for batch in raw.to_batches(columns=cols, batch_size=SCAN_ROWS):
+        rows += batch.num_rows
+        ok += pc.sum(pc.equal(_column(batch, "status"), "ok")).as_py() or 0
+        caption = _column(batch, "caption")
+        captioned = _non_empty(caption)
+        if pc.any(captioned).as_py():
+            text = pc.utf8_trim_whitespace(caption.filter(captioned))
+            # str.split()'s count: runs of whitespace are one separator, none at the ends.
+            words = pc.if_else(pc.equal(text, ""), 0, pc.list_value_length(pc.utf8_split_whitespace(text)))
+            counts = pc.value_counts(words)
+            tally.words.update(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
+            models = pa.table({"m": _column(batch, "caption_model"), "v": _column(batch, "caption_prompt_version")})
+            _count_groups(tally.caption_models, models.filter(captioned), ["m", "v"], lambda m, v: f"{m} / prompt {v}")
+        label = _column(batch, "label")
+        labelled = pa.table({"l": label, "m": _column(batch, "label_model")}).filter(_non_empty(label))
+        _count_groups(tally.labels, labelled, ["l"], lambda value: value)
+        _count_groups(tally.label_models, labelled, ["m"], lambda value: value)
+    return rows, ok
+
+
+def _tally_exports(tally: _Tally, exports: lance.LanceDataset) -> tuple[int, pa.Array]:
+    """(exported rows, their distinct sample ids) of one source; tiers, buckets and drop
+    reasons counted into ``tally``. The ids are Arrow, a source's worth at most."""
+    exported = 0
+    ids: list[pa.Array] = []
+    for batch in exports.to_batches(columns=["sample_id", "tier", "bucket", "drop_reason"], batch_size=SCAN_ROWS):
+        table = pa.Table.from_batches([batch])
+        reason = table.column("drop_reason")
+        dropped = _non_empty(reason)
+        codes = pc.list_element(pc.split_pattern(reason.filter(dropped), ":", max_splits=1), 0)
+        _count_groups(tally.drops, pa.table({"code": codes}), ["code"], lambda code: code)
+        kept = table.filter(pc.invert(dropped))
+        exported += kept.num_rows
+        ids.extend(kept.column("sample_id").cast(pa.string()).chunks)
+        _count_groups(tally.tiers, kept, ["tier"], lambda tier: tier)
+        _count_groups(tally.buckets, kept, ["tier", "bucket"], lambda tier, bucket: f"{tier}/{bucket}")
+    return exported, pc.unique(pa.chunked_array(ids, pa.string())) if ids else pa.array([], pa.string())
+
+
+def _skipped_ids(tally: _Tally, mds_root: str, options: dict | None, entries: list[Entry]) -> pa.Array:
+    """The distinct sample ids the sidecars ``entries`` skip (a folded original is trained from
+    its copy, so not counted); every entry's reason is counted into ``tally``."""
+    # lazy: pulls in streaming (torch)
+    from prx_data.curation.fold import FOLDED
+
+    ids = []
+    for sidecar in iter_root_sidecars(mds_root, options, entries=entries):
+        tally.reasons[sidecar.reason] += len(sidecar.indices)
+        if sidecar.reason != FOLDED:
+            ids.append(pa.array(sidecar.sample_ids, pa.string()))
+    return pc.unique(pa.chunked_array(ids, pa.string())) if ids else pa.array([], pa.string())
+
+
+def _words_row(words: Counter[int]) -> tuple:
+    """(min, p10, median, p90, max) of the caption lengths, from their histogram: the same
+    numbers ``statistics.quantiles(n=10)`` and ``statistics.median`` give on the full list."""
+    values = sorted(words)
+    ends = list(itertools.accumulate(words[v] for v in values))
+    total = ends[-1]
+
+    def nth(i: int) -> int:  # the i-th smallest length, 0-based
+        return values[bisect.bisect_right(ends, i)]
+
+    if total == 1:
+        q = [nth(0)] * 9
+    else:
+        q = []
+        for i in range(1, 10):  # statistics.quantiles, method "exclusive"
+            j = min(max(i * (total + 1) // 10, 1), total - 1)
+            delta = i * (total + 1) - j * 10
+            q.append((nth(j - 1) * (10 - delta) + nth(j) * delta) / 10)
+    half = total // 2
+    median = nth(half) if total % 2 else (nth(half - 1) + nth(half)) / 2
+    return (values[0], round(q[0]), median, round(q[8]), values[-1])
+
+
 def build_data_card(
     paths: StoragePaths, sources: list[str], *, exclude_labels=(), options: dict | None = None, generated_at: datetime | None = None
 ) -> DataCard:
     """The card of ``sources`` under ``paths`` (local or object-store roots alike, via ``options``).
-    ``generated_at`` (default: now) is the one line that differs between two equal corpora."""
+    ``generated_at`` (default: now) is the one line that differs between two equal corpora.
+
+    Tables are scanned in batches and counted in Arrow; what is held across batches is counts,
+    plus one source's exported and skipped ids (Arrow), so memory follows a source, not the corpus."""
+    tally = _Tally()
+    # Sidecars sit under <tier>/<HxW>/<source>/: a source's skips are read with its exports.
+    sidecars: dict[str, list[Entry]] = {}
+    for entry in root_sidecar_entries(locate(paths.mds_root, options)):
+        sidecars.setdefault(entry.name.split("/")[2], []).append(entry)
     per_source: list[tuple[str, int, int, int]] = []
-    tiers: Counter[int] = Counter()
-    buckets: Counter[str] = Counter()
-    labels: Counter[str] = Counter()
-    drops: Counter[str] = Counter()
-    caption_models: Counter[str] = Counter()
-    label_models: Counter[str | None] = Counter()
-    words: list[int] = []
-    exported_ids: set[str] = set()
+    totals = {"exported": 0, "skipped": 0}
     for source in sources:
         raw = open_table(paths.raw_table(source), options)
         if raw is None:
             continue
-        names = raw.schema.names
-        cols = [c for c in ("status", "caption", "caption_model", "caption_prompt_version", "label", "label_model") if c in names]
-        t = raw.to_table(columns=cols).to_pylist()
-        ok = sum(1 for r in t if r["status"] == "ok")
-        for r in t:
-            if r.get("caption"):
-                words.append(len(r["caption"].split()))
-                caption_models[f"{r.get('caption_model')} / prompt {r.get('caption_prompt_version')}"] += 1
-            if r.get("label"):
-                labels[r["label"]] += 1
-                label_models[r.get("label_model")] += 1
+        rows, ok = _tally_raw(tally, raw)
         exported = 0
         exp = open_table(paths.exports_table(source), options)
         if exp is not None:
-            for r in exp.to_table(columns=["sample_id", "tier", "bucket", "drop_reason"]).to_pylist():
-                if r["drop_reason"]:
-                    drops[reason_code(r["drop_reason"])] += 1
-                else:
-                    exported += 1
-                    exported_ids.add(r["sample_id"])
-                    tiers[r["tier"]] += 1
-                    buckets[f"{r['tier']}/{r['bucket']}"] += 1
-        per_source.append((source, len(t), ok, exported))
-    reasons, skipped = _skips(paths.mds_root, options)
-    skipped &= exported_ids
-    totals = {"exported": len(exported_ids), "skipped": len(skipped), "trainable": len(exported_ids - skipped)}
+            exported, ids = _tally_exports(tally, exp)
+            skipped = _skipped_ids(tally, paths.mds_root, options, sidecars.pop(source, []))
+            # A sample id hashes its source's name, so ids of two sources never meet: totals add.
+            totals["exported"] += len(ids)
+            totals["skipped"] += pc.sum(pc.is_in(ids, value_set=skipped)).as_py() or 0
+        per_source.append((source, rows, ok, exported))
+    for entries in sidecars.values():  # sources not on the card: their skips still count by reason
+        _skipped_ids(tally, paths.mds_root, options, entries)
+    totals["trainable"] = totals["exported"] - totals["skipped"]
 
     lines = [
         "# Data card",
@@ -146,10 +244,10 @@ def build_data_card(
         *_table(("source", "rows", "usable", "exported"), per_source),
         "",
         "## Resolution tiers",
-        *_table(("tier", "samples"), sorted(tiers.items())),
+        *_table(("tier", "samples"), sorted(tally.tiers.items())),
         "",
         "## Buckets (tier/HxW)",
-        *_table(("bucket", "samples"), sorted(buckets.items())),
+        *_table(("bucket", "samples"), sorted(tally.buckets.items())),
         "",
         "## Buckets not published for training",
         *_unpublished(paths, options),
@@ -161,21 +259,18 @@ def build_data_card(
         *_folded(paths, sources, options),
         "",
         "## Dropped at export",
-        *_table(("reason", "samples"), sorted(drops.items())),
+        *_table(("reason", "samples"), sorted(tally.drops.items())),
         "",
         "## Excluded by skip lists",
-        *_table(("reason", "samples"), sorted(reasons.items())),
+        *_table(("reason", "samples"), sorted(tally.reasons.items())),
         "",
         "## Caption labels",
-        *_table(("label", "captions"), sorted(labels.items())),
-        f"Excluded labels: {', '.join(exclude_labels) or 'none'}. Label models: {dict(label_models)}.",
+        *_table(("label", "captions"), sorted(tally.labels.items())),
+        f"Excluded labels: {', '.join(exclude_labels) or 'none'}. Label models: {dict(tally.label_models)}.",
         "",
         "## Captions",
     ]
-    if words:
-        q = statistics.quantiles(words, n=10) if len(words) > 1 else [words[0]] * 9
-        lines += _table(
-            ("min", "p10", "median", "p90", "max"), [(min(words), round(q[0]), statistics.median(words), round(q[8]), max(words))]
-        )
-    lines += ["", "Captioner and prompt versions:", *_table(("captioner / prompt", "captions"), sorted(caption_models.items())), ""]
+    if tally.words:
+        lines += _table(("min", "p10", "median", "p90", "max"), [_words_row(tally.words)])
+    lines += ["", "Captioner and prompt versions:", *_table(("captioner / prompt", "captions"), sorted(tally.caption_models.items())), ""]
     return DataCard("\n".join(lines), totals)

@@ -213,13 +213,14 @@ def read_sidecar(path: str, shard_samples: int | None = None, storage_options: d
     return parse_sidecar(data, path, shard_samples)
 
 
-def iter_root_sidecars(mds_root: str, storage_options: dict | None = None):
-    """Every skip-list sidecar under an MDS root, parsed; ``Sidecar.path`` is relative to the root.
+def iter_root_sidecars(mds_root: str, storage_options: dict | None = None, entries: list[Entry] | None = None):
+    """Every skip-list sidecar under an MDS root (or those of ``entries``, from
+    :func:`root_sidecar_entries`), parsed; ``Sidecar.path`` is relative to the root.
 
     The report, the CLI summary and lineage count skips from here, so an ``s3://`` root reports
     the same numbers as a local one."""
     root = locate(mds_root, storage_options)
-    for rel in root_sidecar_entries(root):
+    for rel in root_sidecar_entries(root) if entries is None else entries:
         data = try_read_bytes(root.child(rel.name))
         if data is not None:  # removed by a concurrent rebuild since the listing
             yield parse_sidecar(data, rel.name)
