@@ -189,7 +189,7 @@ def _words_row(words: Counter[int]) -> tuple:
         return values[bisect.bisect_right(ends, i)]
 
     if total == 1:
-        q = [nth(0)] * 9
+        q: list[float] = [nth(0)] * 9
     else:
         q = []
         for i in range(1, 10):  # statistics.quantiles, method "exclusive"
