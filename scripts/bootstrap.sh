@@ -8,16 +8,19 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-# uv resolves the same 228 packages as pip (pip freeze identical) and installs a fresh .venv in
-# 89 s from a cold cache against pip's ~197 s here: a fixed cost of every CI run. It must
-# --compile-bytecode as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) a module without its
-# .pyc is compiled again by every process that imports it (a suite run took 30:51, not 21:35).
+# uv resolves the same 228 packages as pip (pip freeze identical), a fixed cost of every CI run.
+# Without bytecode it installs in ~25 s. With PYTHONDONTWRITEBYTECODE set, modules must be
+# precompiled (--compile-bytecode, as pip does), or every process that imports one compiles it
+# again (a suite run took 30:51, not 21:35); that doubles the install or more (89-161 s here).
+# scripts/test.sh unsets the variable, so modules compile once, on first import.
 # pip is the fallback where uv cannot be had or fails.
 .venv/bin/python -m pip install --quiet uv || true
 # pip reads extra wheels from PIP_FIND_LINKS; uv from its own variable.
 if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS=${UV_FIND_LINKS:-$PIP_FIND_LINKS}; fi
+compile=()
+[ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && compile=(--compile-bytecode)
 install() {
-  .venv/bin/python -m uv pip install --quiet --compile-bytecode --python .venv/bin/python "$@" \
+  .venv/bin/python -m uv pip install --quiet "${compile[@]}" --python .venv/bin/python "$@" \
     || .venv/bin/python -m pip install --quiet "$@"
 }
 # torch/torchvision are pinned in pyproject.toml so this never re-resolves them (see STACK.md).

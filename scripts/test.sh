@@ -2,6 +2,10 @@
 # The test command: install everything, start the services the tests need, run the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode is written as modules are first imported, so only what the suite imports is compiled,
+# once: with PYTHONDONTWRITEBYTECODE set (as on CI), every process compiled prx_data (an editable
+# install, never precompiled) again, and the installs had to precompile all of site-packages.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/bootstrap.sh
 bash scripts/system_packages.sh
 bash scripts/services.sh >/dev/null || echo "services.sh: PostgreSQL unavailable; its tests will skip" >&2

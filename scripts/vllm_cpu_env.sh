@@ -25,13 +25,16 @@ if [ ! -f "$ENV_DIR/.complete" ]; then
   # uv installs the same 197 packages as pip did, in 82 s from a cold cache against pip's 276 s
   # here (this env is built on every fresh CI machine); pip is the fallback where uv cannot be
   # had or fails.
-  # --compile-bytecode, as pip does: with PYTHONDONTWRITEBYTECODE set (as on CI) a module without
+  # --compile-bytecode, as pip does, only with PYTHONDONTWRITEBYTECODE set: then a module without
   # its .pyc is compiled again by every process that imports it (a suite run took 30:51, not 21:35).
+  # scripts/test.sh unsets it, so the modules the workers import compile once, on first import.
+  compile=()
+  [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && compile=(--compile-bytecode)
   "$ENV_DIR/bin/python" -m pip install --quiet uv >&2 || true
   # pip reads extra wheels (here the CPU torch vLLM pins) from PIP_FIND_LINKS; uv from its own variable.
   if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS=${UV_FIND_LINKS:-$PIP_FIND_LINKS}; fi
   install() {
-    "$ENV_DIR/bin/python" -m uv pip install --quiet --compile-bytecode --python "$ENV_DIR/bin/python" "$@" >&2 \
+    "$ENV_DIR/bin/python" -m uv pip install --quiet "${compile[@]}" --python "$ENV_DIR/bin/python" "$@" >&2 \
       || "$ENV_DIR/bin/python" -m pip install --quiet "$@" >&2
   }
   install -r "$REQ/requirements-cpu.txt"
