@@ -19,6 +19,11 @@ ADDRESS_VAR = "PRX_RAY_ADDRESS"
 # slowest, does ~40 images/s per core).
 LOCAL_MAX_ROWS = 256
 
+# Where a stage runs its chunks: Ray tasks, this process, or "auto": this process when the work
+# is small (``local_max_rows``: PRX_LOCAL_MAX_ROWS, LOCAL_MAX_ROWS) and not pinned to labelled
+# nodes, else Ray. Here, not in stages.executors, so the asset configs name it without lance.
+Executor = Literal["ray", "local", "auto"]
+
 # Ray on demand. Nothing joins Ray until a stage submits Ray work: a run with little to do never
 # needs it, and joining costs seconds (waiting for the command's head, ~5 s; the run's
 # connection, ~3.5 s; measured on the demo). Whoever can provide Ray registers here for as long

@@ -15,20 +15,20 @@ INGEST_CODE_VERSION = "ingest-v2"  # v2: contained reads, format allow-list, typ
 def captions_code_version() -> str:
     """caption_model@caption_prompt_version of the configured captioner (what the stage writes
     into each row and compares to find stale rows)."""
-    # lazy: pulls in lance, PIL, httpx
+    # lazy: pulls in PIL, httpx
     from prx_data.core.settings import get_settings
     from prx_data.models.captioning.factory import parse_captioner_config
-    from prx_data.stages.caption_stage import caption_identity
+    from prx_data.stages.versions import caption_identity
 
     model, prompt_version = caption_identity(parse_captioner_config(get_settings().captioner))
     return f"{model}@{prompt_version}"
 
 
 def labels_code_version() -> str:
-    # lazy: pulls in lance, httpx, pandas
+    # lazy: pulls in httpx, numpy
     from prx_data.core.settings import get_settings
     from prx_data.models.labeling.factory import parse_classifier_config
-    from prx_data.stages.label_stage import label_identity
+    from prx_data.stages.versions import label_identity
 
     model, version = label_identity(parse_classifier_config(get_settings().classifier))
     return f"{model}@{version}"
@@ -36,9 +36,9 @@ def labels_code_version() -> str:
 
 def export_code_version() -> str:
     """Of the default bucket layout (``ExportResource``'s defaults are ``BucketConfig``'s)."""
-    # lazy: pulls in lance, PIL
+    # lazy: pulls in PIL
     from prx_data.imaging.buckets import BucketConfig
-    from prx_data.stages.export_stage import export_version
+    from prx_data.stages.versions import export_version
 
     return export_version(BucketConfig())
 

@@ -22,33 +22,15 @@ from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerpri
 from prx_data.models.captioning.caption_columns import caption_results_table
 from prx_data.models.captioning.config import (
     CaptionerConfig,
-    OpenAICaptionerConfig,
     SourceCaptionerConfig,
-    TransformersCaptionerConfig,
     VLLMCaptionerConfig,
 )
 from prx_data.models.captioning.factory import make_captioner, parse_captioner_config
-from prx_data.models.captioning.prompt import caption_prompt_version, fused_prompt_version
-from prx_data.models.captioning.source import SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
 from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_images, read_rows, run_column_stage
 from prx_data.stages.executors import Executor, make_processor
-
-
-def caption_identity(config: CaptionerConfig) -> tuple[str, str]:
-    """(caption_model, caption_prompt_version) a backend will record, without loading it."""
-    if isinstance(config, SourceCaptionerConfig):
-        return SOURCE_MODEL_ID, SOURCE_PROMPT_VERSION
-    if isinstance(config, OpenAICaptionerConfig):
-        return config.model_id or config.server.model, caption_prompt_version()
-    if isinstance(config, TransformersCaptionerConfig):
-        from pathlib import Path
-
-        return config.model_id or str(Path(config.model_path)), caption_prompt_version()
-    if isinstance(config, VLLMCaptionerConfig):
-        return config.model_id, fused_prompt_version() if config.fused_label else caption_prompt_version()
-    raise TypeError(type(config).__name__)
+from prx_data.stages.versions import caption_identity
 
 
 def caption_inputs(config: CaptionerConfig) -> tuple[str, ...]:

@@ -13,13 +13,10 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.lance_io import storage_options_of
-from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, bounded, ensure_ray, task_options
+from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, Executor, bounded, ensure_ray, task_options
 from prx_data.stages.column_stage import Processor, address_chunks, read_images, read_rows
 
-# Where a stage runs its chunks: Ray tasks, this process, or "auto": this process when the work
-# is small (``local_max_rows``: PRX_LOCAL_MAX_ROWS, core.ray_tasks.LOCAL_MAX_ROWS) and not
-# pinned to labelled nodes, else Ray.
-Executor = Literal["ray", "local", "auto"]
+__all__ = ["Executor", "make_processor", "resolve_executor"]
 
 
 def resolve_executor(

@@ -27,7 +27,6 @@ time, captions only chunk by chunk, never a Python object per row of the source.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import tempfile
@@ -54,15 +53,13 @@ from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
 from prx_data.export.shard_writer import write_shards
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
-from prx_data.imaging.buckets import BUCKETING_VERSION, BucketConfig, Drop
-from prx_data.imaging.transform import JPEG_QUALITY, Prepared, prepare
+from prx_data.imaging.buckets import BucketConfig, Drop
+from prx_data.imaging.transform import Prepared, prepare
 from prx_data.stages.column_stage import address_chunks, read_images, read_rows
 from prx_data.stages.executors import Executor, make_processor, resolve_executor
 from prx_data.stages.export_plan import META_COLUMNS, exports_table, find_orphans, plan, scan_current
 from prx_data.stages.export_spill import MAX_PARTITION_ROWS, SpilledPartitions, partition_of, range_bounds
-
-# Bump when the resize/encode path changes in a way that changes exported bytes.
-TRANSFORM_VERSION = "lanczos-cover-crop-v1"
+from prx_data.stages.versions import export_version
 
 # A caption longer than this is a scraping accident (a page's whole text, a base64 blob), not a
 # caption: its sample is dropped with ``caption_too_long``. T5/LLM text encoders read a few
@@ -86,12 +83,6 @@ _PREPARED_SCHEMA = pa.schema(
         pa.field("drop_reason", pa.string()),
     ]
 )
-
-
-def export_version(bucket_cfg: BucketConfig) -> str:
-    """Names everything that decides the exported bytes; a change marks exports stale."""
-    digest = hashlib.sha256(bucket_cfg.model_dump_json().encode()).hexdigest()[:10]
-    return f"{TRANSFORM_VERSION}-q{JPEG_QUALITY}-buckets-{BUCKETING_VERSION}-{digest}"
 
 
 def prepare_rows(bucket_cfg_json: str, sample_ids: list[str], images: list[bytes | None], _rows: pa.Table) -> pa.Table:

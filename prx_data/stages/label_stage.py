@@ -16,37 +16,18 @@ from prx_data.core.schema import LABEL_COLUMNS
 from prx_data.models.captioning.stage_timings import record_stage_timings
 from prx_data.models.labeling.base import LabelResult
 from prx_data.models.labeling.config import (
-    MINILM,
     ClassifierConfig,
     FusedClassifierConfig,
-    MiniLMClassifierConfig,
-    OpenAIClassifierConfig,
     VLLMClassifierConfig,
 )
 from prx_data.models.labeling.factory import make_classifier, parse_classifier_config
 from prx_data.models.labeling.label_columns import label_results_table, with_label_score
-from prx_data.models.labeling.minilm import minilm_label_version
-from prx_data.models.labeling.prompt import label_prompt_version
 from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 from prx_data.stages.column_stage import ColumnStage, Processor, StageStats, address_chunks, read_rows, run_column_stage
 from prx_data.stages.executors import Executor, make_processor
+from prx_data.stages.versions import label_identity
 
 NO_FUSED_LABEL = "no_fused_label"
-
-
-def label_identity(config: ClassifierConfig) -> tuple[str, str]:
-    if isinstance(config, MiniLMClassifierConfig):
-        return MINILM, minilm_label_version()
-    if isinstance(config, OpenAIClassifierConfig):
-        return config.model_id or config.server.model, label_prompt_version()
-    if isinstance(config, VLLMClassifierConfig):
-        return config.model_id, label_prompt_version()
-    if isinstance(config, FusedClassifierConfig):
-        # lazy: pulls in PIL
-        from prx_data.models.captioning.task import fused_label_version
-
-        return config.model_id, fused_label_version()
-    raise TypeError(type(config).__name__)
 
 
 def label_stage(config: ClassifierConfig) -> ColumnStage:

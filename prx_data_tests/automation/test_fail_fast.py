@@ -48,7 +48,7 @@ def test_a_transient_error_is_still_retried_by_the_step_policy(data_root, prx_de
         attempts.append(1)
         raise OSError("AWS Error SLOW_DOWN during PutObject operation: Please reduce your request rate. (503)")
 
-    monkeypatch.setattr("prx_data.defs.ingest.assets.ingest_source", flaky)
+    monkeypatch.setattr("prx_data.ingest.ingest.ingest_source", flaky)  # the asset imports it when it runs
     (data_root / "inputs" / "f").mkdir(parents=True)
     (data_root / "sources" / "f.yaml").write_text(f"name: f\nshape: image_folder\nlocation: {data_root / 'inputs' / 'f'}\nlicense: cc0\n")
     result = run_source(prx_defs, instance, "f", selection=[dg.AssetKey("raw_samples")])

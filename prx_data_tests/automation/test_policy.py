@@ -12,7 +12,7 @@ from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.code_versions import INGEST_CODE_VERSION, asset_code_versions
 from prx_data.imaging.phash import PHASH_VERSION
-from prx_data.stages.export_stage import export_version
+from prx_data.stages.versions import export_version
 from prx_data_tests.automation.conftest import PER_SOURCE
 
 # Left out of automation on purpose: observed by a sensor / run by a schedule.

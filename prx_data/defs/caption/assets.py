@@ -6,6 +6,7 @@ import statistics
 import dagster as dg
 from dagster_ray import RayResource
 
+from prx_data.core.ray_tasks import Executor
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
 from prx_data.defs.code_versions import captions_code_version, labels_code_version
 from prx_data.defs.conditions import PER_SOURCE
@@ -14,9 +15,6 @@ from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, captions_pool, label
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import RayTasksResource, StorageResource
 from prx_data.models.captioning.base import BackendUnavailable
-from prx_data.stages.caption_stage import caption_word_counts, compute_captions
-from prx_data.stages.executors import Executor
-from prx_data.stages.label_stage import compute_labels, label_counts
 
 
 @contextlib.contextmanager
@@ -44,6 +42,9 @@ def captions(
     ray: RayResource,
     ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.stages.caption_stage import caption_word_counts, compute_captions
+
     uri = storage.paths.raw_table(context.partition_key)
     backend = captioner.config()
     if backend.backend == "source":
@@ -91,6 +92,9 @@ def caption_labels(
     ray: RayResource,
     ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.stages.label_stage import compute_labels, label_counts
+
     uri = storage.paths.raw_table(context.partition_key)
     backend = classifier.config()
     with _fail_clearly_when_down("classifier", backend.backend):

@@ -4,9 +4,6 @@ import dataclasses
 
 import dagster as dg
 
-from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
-from prx_data.curation.optout.requests import apply_requests
-from prx_data.curation.refresh import write_data_card
 from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.failures import fail_fast
@@ -33,6 +30,9 @@ from prx_data.defs.resources import SourceRegistryResource, StorageResource
 )
 @fail_fast
 def optout_requests(context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.curation.optout.requests import apply_requests
+
     sources = sorted(registry.load().sources)
     report = apply_requests(storage.paths, registry.optout_dir, sources, storage.options)
     for error in report.errors:
@@ -77,6 +77,9 @@ def optout_requests(context: dg.AssetExecutionContext, storage: StorageResource,
 def table_maintenance(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
+
     reports = []
     for source in sorted(registry.load().sources):
         for uri, indexes in (
@@ -115,6 +118,9 @@ def table_maintenance(
 def corpus_report(
     context: dg.AssetExecutionContext, storage: StorageResource, registry: SourceRegistryResource, export: ExportResource
 ) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.curation.refresh import write_data_card
+
     card, path = write_data_card(storage.paths, registry.load().sources, exclude_labels=export.exclude_labels, options=storage.options)
     retired = receipts(storage.mds_root, storage.options)
     if retired:

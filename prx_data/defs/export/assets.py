@@ -3,9 +3,8 @@
 import dagster as dg
 from dagster_ray import RayResource
 
+from prx_data.core.ray_tasks import Executor
 from prx_data.core.settings import get_settings
-from prx_data.curation.fold import FoldPolicy
-from prx_data.curation.refresh import rebuild_skip_lists
 from prx_data.defs.code_versions import export_code_version
 from prx_data.defs.conditions import CORPUS_SETTLED, PER_SOURCE
 from prx_data.defs.export.resources import ExportResource
@@ -15,8 +14,6 @@ from prx_data.defs.policies import TRANSIENT_RETRY
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import RayTasksResource, SourceRegistryResource, StorageResource
 from prx_data.export.corpus_index import merge_all
-from prx_data.stages.executors import Executor
-from prx_data.stages.export_stage import export_source
 
 
 class ExportRunConfig(dg.Config):
@@ -52,6 +49,9 @@ def mds_shards(
     ray: RayResource,
     ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.stages.export_stage import export_source
+
     source = context.partition_key
     stats = export_source(
         storage.paths.raw_table(source),
@@ -163,6 +163,10 @@ def skip_lists(
     registry: SourceRegistryResource,
     export: ExportResource,
 ) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.curation.fold import FoldPolicy
+    from prx_data.curation.refresh import rebuild_skip_lists
+
     reg = registry.load()
     priorities = {name: src.spec.priority for name, src in reg.sources.items()}
     min_samples = get_settings().min_stream_samples

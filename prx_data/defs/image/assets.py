@@ -3,6 +3,7 @@
 import dagster as dg
 from dagster_ray import RayResource
 
+from prx_data.core.ray_tasks import Executor
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
@@ -10,8 +11,6 @@ from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import RayTasksResource, StorageResource
 from prx_data.imaging.phash import PHASH_VERSION
-from prx_data.stages.executors import Executor
-from prx_data.stages.phash_stage import compute_phashes
 
 
 class PhashConfig(dg.Config):
@@ -35,6 +34,9 @@ class PhashConfig(dg.Config):
 def phashes(
     context: dg.AssetExecutionContext, config: PhashConfig, storage: StorageResource, ray: RayResource, ray_tasks: RayTasksResource
 ) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.stages.phash_stage import compute_phashes
+
     uri = storage.paths.raw_table(context.partition_key)
     stats = compute_phashes(
         uri,

@@ -11,7 +11,6 @@ from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.resources import RayTasksResource, SourceRegistryResource, StorageResource
-from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.readers import SourceUnavailable
 
 
@@ -42,6 +41,9 @@ def raw_samples(
     registry: SourceRegistryResource,
     ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
+    # lazy: the code location loads without lance (Dagster imports it in every process)
+    from prx_data.ingest.ingest import ingest_source
+
     reg = registry.load()
     try:
         source = reg.get(context.partition_key)
