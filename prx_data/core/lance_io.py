@@ -18,6 +18,9 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     import lance
 
+# Rows per batch where a whole table is scanned to count something: bounded memory, few calls.
+SCAN_ROWS = 65_536
+
 # lance is imported where it is used: it pulls in pyarrow.dataset and pandas (~0.45 s), and the
 # code location, which imports this module, loads in every Dagster process.
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -12,9 +10,10 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.core.lance_io import open_table
+from prx_data.core.lance_io import SCAN_ROWS, open_table
 from prx_data.core.paths import StoragePaths, join
 from prx_data.core.storage import Entry, locate, write_bytes
+from prx_data.core.word_counts import summary_row, word_histogram
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import iter_root_sidecars, root_sidecar_entries
 
@@ -82,7 +81,6 @@ def _retired(paths: StoragePaths, options: dict | None) -> list[str]:
     ]
 
 
-SCAN_ROWS = 65_536
 _RAW_COLUMNS = ("status", "caption", "caption_model", "caption_prompt_version", "label", "label_model")
 
 
@@ -131,11 +129,7 @@ def _tally_raw(tally: _Tally, raw: lance.LanceDataset) -> tuple[int, int]:
         caption = _column(batch, "caption")
         captioned = _non_empty(caption)
         if pc.any(captioned).as_py():
-            text = pc.utf8_trim_whitespace(caption.filter(captioned))
-            # str.split()'s count: runs of whitespace are one separator, none at the ends.
-            words = pc.if_else(pc.equal(text, ""), 0, pc.list_value_length(pc.utf8_split_whitespace(text)))
-            counts = pc.value_counts(words)
-            tally.words.update(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
+            tally.words.update(word_histogram(caption.filter(captioned)))
             models = pa.table({"m": _column(batch, "caption_model"), "v": _column(batch, "caption_prompt_version")})
             _count_groups(tally.caption_models, models.filter(captioned), ["m", "v"], lambda m, v: f"{m} / prompt {v}")
         label = _column(batch, "label")
@@ -176,29 +170,6 @@ def _skipped_ids(tally: _Tally, mds_root: str, options: dict | None, entries: li
         if sidecar.reason != FOLDED:
             ids.append(pa.array(sidecar.sample_ids, pa.string()))
     return pc.unique(pa.chunked_array(ids, pa.string())) if ids else pa.array([], pa.string())
-
-
-def _words_row(words: Counter[int]) -> tuple:
-    """(min, p10, median, p90, max) of the caption lengths, from their histogram: the same
-    numbers ``statistics.quantiles(n=10)`` and ``statistics.median`` give on the full list."""
-    values = sorted(words)
-    ends = list(itertools.accumulate(words[v] for v in values))
-    total = ends[-1]
-
-    def nth(i: int) -> int:  # the i-th smallest length, 0-based
-        return values[bisect.bisect_right(ends, i)]
-
-    if total == 1:
-        q: list[float] = [nth(0)] * 9
-    else:
-        q = []
-        for i in range(1, 10):  # statistics.quantiles, method "exclusive"
-            j = min(max(i * (total + 1) // 10, 1), total - 1)
-            delta = i * (total + 1) - j * 10
-            q.append((nth(j - 1) * (10 - delta) + nth(j) * delta) / 10)
-    half = total // 2
-    median = nth(half) if total % 2 else (nth(half - 1) + nth(half)) / 2
-    return (values[0], round(q[0]), median, round(q[8]), values[-1])
 
 
 def build_data_card(
@@ -271,6 +242,6 @@ def build_data_card(
         "## Captions",
     ]
     if tally.words:
-        lines += _table(("min", "p10", "median", "p90", "max"), [_words_row(tally.words)])
+        lines += _table(("min", "p10", "median", "p90", "max"), [summary_row(tally.words)])
     lines += ["", "Captioner and prompt versions:", *_table(("captioner / prompt", "captions"), sorted(tally.caption_models.items())), ""]
     return DataCard("\n".join(lines), totals)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Literal
 
@@ -16,9 +17,10 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.filters import is_set
-from prx_data.core.lance_io import storage_options_of
+from prx_data.core.lance_io import SCAN_ROWS, storage_options_of
 from prx_data.core.ray_tasks import ensure_ray
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
+from prx_data.core.word_counts import word_histogram
 from prx_data.models.captioning.caption_columns import caption_results_table
 from prx_data.models.captioning.config import (
     CaptionerConfig,
@@ -156,10 +158,13 @@ def compute_captions(
     return stats
 
 
-def caption_word_counts(table_uri: str, storage_options: dict | None = None) -> list[int]:
+def caption_word_counts(table_uri: str, storage_options: dict | None = None) -> Counter[int]:
+    """{words: captions} over the table's captions, scanned in batches (see core.word_counts)."""
     ds = lance.dataset(table_uri, storage_options=storage_options)
-    captions = ds.to_table(columns=["caption"], filter="caption IS NOT NULL").column("caption").to_pylist()
-    return [len(c.split()) for c in captions]
+    histogram: Counter[int] = Counter()
+    for batch in ds.to_batches(columns=["caption"], filter="caption IS NOT NULL", batch_size=SCAN_ROWS):
+        histogram.update(word_histogram(batch.column("caption")))
+    return histogram
 
 
 __all__ = ["caption_identity", "caption_inputs", "caption_rows", "caption_stage", "compute_captions"]

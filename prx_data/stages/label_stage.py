@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from collections.abc import Iterator
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from prx_data.core.filters import STATUS_OK, all_of, is_set
-from prx_data.core.lance_io import storage_options_of
+from prx_data.core.lance_io import SCAN_ROWS, storage_options_of
 from prx_data.core.ray_tasks import ensure_ray
 from prx_data.core.schema import LABEL_COLUMNS
 from prx_data.models.captioning.stage_timings import record_stage_timings
@@ -140,10 +142,10 @@ def compute_labels(
 
 def label_counts(table_uri: str, storage_options: dict | None = None) -> dict[str, int]:
     ds = lance.dataset(table_uri, storage_options=storage_options)
-    labels = ds.to_table(columns=["label"], filter="label IS NOT NULL").column("label").to_pylist()
-    out: dict[str, int] = {}
-    for label in labels:
-        out[label] = out.get(label, 0) + 1
+    out: Counter[str] = Counter()
+    for batch in ds.to_batches(columns=["label"], filter="label IS NOT NULL", batch_size=SCAN_ROWS):
+        counts = pc.value_counts(batch.column("label"))
+        out.update(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
     return dict(sorted(out.items()))
 
 

@@ -17,7 +17,8 @@ import pytest
 from prx_data.core.ids import sample_id
 from prx_data.core.paths import StoragePaths
 from prx_data.curation import report
-from prx_data.curation.report import _words_row, build_data_card
+from prx_data.core.word_counts import median, summary_row, word_histogram
+from prx_data.curation.report import build_data_card
 
 SOURCE = "web"
 SPACES = [" ", "  ", "\t", "\n", " \u3000"]
@@ -64,13 +65,23 @@ def _table(header, rows) -> str:
     return "\n".join(report._table(header, rows))
 
 
-def test_words_row_is_what_statistics_gives_on_the_whole_list():
+def test_summary_row_is_what_statistics_gives_on_the_whole_list():
     rng = random.Random(0)
     for size in (1, 2, 3, 9, 10, 11, 101, 1000):
         words = [rng.randrange(0, 30) for _ in range(size)]
         q = statistics.quantiles(words, n=10) if size > 1 else [words[0]] * 9
         expected = (min(words), round(q[0]), statistics.median(words), round(q[8]), max(words))
-        assert _words_row(Counter(words)) == expected, words
+        assert summary_row(Counter(words)) == expected, words
+
+
+def test_word_histogram_and_median_are_what_python_counts():
+    rng = random.Random(1)
+    captions = [_caption(rng) for _ in range(500)] + ["a\u00a0b", "\u3000x  y\t", "", "   "]
+    words = [len(c.split()) for c in captions if c is not None]
+    histogram = word_histogram(pa.array(captions, pa.string()))
+    assert histogram == Counter(words)
+    assert median(histogram) == statistics.median(words) and median(Counter()) == 0
+    assert median(Counter([3, 4])) == 3.5
 
 
 def test_card_numbers_are_the_plain_count_of_the_rows(tmp_path, monkeypatch):

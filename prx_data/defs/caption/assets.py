@@ -1,12 +1,12 @@
 """captions and caption_labels: per-source columns made by a VLM and a text classifier."""
 
 import contextlib
-import statistics
 
 import dagster as dg
 from dagster_ray import RayResource
 
 from prx_data.core.ray_tasks import Executor
+from prx_data.core.word_counts import median
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
 from prx_data.defs.code_versions import captions_code_version, labels_code_version
 from prx_data.defs.conditions import PER_SOURCE
@@ -75,7 +75,7 @@ def captions(
             "skipped_current": stats.skipped_current,
             "resumed_from_staging": stats.resumed,
             "images_per_s": round(stats.rows_per_s, 2),
-            "words_per_caption_median": statistics.median(words) if words else 0,
+            "words_per_caption_median": median(words),
             "caption_model": stats.extra["caption_model"],
             "caption_prompt_version": stats.extra["caption_prompt_version"],
             "lance_version": stats.version,
