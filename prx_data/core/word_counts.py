@@ -12,19 +12,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def word_histogram(captions: pa.Array | pa.ChunkedArray) -> Counter[int]:
-    """{words: captions} of the non-null ``captions``, words counted as ``len(str.split())``."""
-    text = pc.utf8_trim_whitespace(captions.drop_null())
-    if not len(text):
-        return Counter()
+def words_per_caption(captions: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``len(caption.split())`` of each caption, null where the caption is null."""
+    text = pc.utf8_trim_whitespace(captions)
     # str.split()'s count: runs of whitespace are one separator, none at the ends.
-    words = pc.if_else(pc.equal(text, ""), 0, pc.list_value_length(pc.utf8_split_whitespace(text)))
-    counts = pc.value_counts(words)
+    return pc.if_else(pc.equal(text, ""), 0, pc.list_value_length(pc.utf8_split_whitespace(text)))
+
+
+def word_histogram(captions: pa.Array | pa.ChunkedArray) -> Counter[int]:
+    """{words: captions} of the non-null ``captions``."""
+    captions = captions.drop_null()
+    if not len(captions):
+        return Counter()
+    counts = pc.value_counts(words_per_caption(captions))
     return Counter(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
 
 
-class _Sorted:
-    """The i-th smallest value of a histogram, without expanding it."""
+class SortedHistogram:
+    """``data[i]``: the i-th smallest value (0-based) of the list a histogram counts, without
+    expanding it; ``total`` is that list's length."""
 
     def __init__(self, histogram: Counter[int]) -> None:
         self.values = sorted(histogram)
@@ -37,7 +43,7 @@ class _Sorted:
 
 def median(histogram: Counter[int]) -> float:
     """``statistics.median`` of the list the histogram counts (0 for an empty one)."""
-    data = _Sorted(histogram)
+    data = SortedHistogram(histogram)
     if not data.total:
         return 0
     half = data.total // 2
@@ -47,7 +53,7 @@ def median(histogram: Counter[int]) -> float:
 def summary_row(histogram: Counter[int]) -> tuple:
     """(min, p10, median, p90, max), the deciles as ``statistics.quantiles(n=10)`` (method
     "exclusive") gives them, rounded."""
-    data = _Sorted(histogram)
+    data = SortedHistogram(histogram)
     if data.total == 1:
         q: list[float] = [data[0]] * 9
     else:

@@ -5,12 +5,14 @@ UI says how far off the partition is, not only that it is.
 """
 
 import math
+from collections import Counter
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.core.lance_io import open_table
-from prx_data.core.reasons import reason_code
+from prx_data.core.lance_io import SCAN_ROWS, open_table
+from prx_data.core.word_counts import SortedHistogram, words_per_caption
 from prx_data.defs.checks.corpus_checks import CHECKS_DOC
 from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -34,6 +36,17 @@ def _excerpt(text: str | None) -> str:
         return "(none)"
     text = " ".join(text.split())
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"
+
+
+def _counts(values) -> Counter:
+    """{value: rows} of an Arrow array, nulls left out."""
+    counts = pc.value_counts(values.drop_null())
+    return Counter(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
+
+
+def _first_sorted(ids) -> list[str]:
+    """The ``_EXAMPLES`` smallest of many ids, sorted, without a Python list of them all."""
+    return sorted(pc.take(ids, pc.select_k_unstable(ids, _EXAMPLES, [("dummy", "ascending")])).to_pylist())
 
 
 def _thresholds(registry: SourceRegistryResource, source: str) -> CheckThresholds:
@@ -121,25 +134,26 @@ def caption_coverage(
     ds = open_table(uri, storage.options)
     if ds is None or "caption" not in ds.schema.names:
         return _missing("captions", uri)
-    usable = ds.to_table(columns=["source_key", "caption", "caption_error"], filter="status = 'ok'")
-    captioned = usable.num_rows - usable.column("caption").null_count
-    coverage = captioned / usable.num_rows if usable.num_rows else 1.0
-    errors = [reason_code(e) for e in usable.column("caption_error").to_pylist() if e]
-    by_error = {e: errors.count(e) for e in sorted(set(errors))}
-    uncaptioned = [
-        (key, error)
-        for key, caption, error in zip(*(usable.column(c).to_pylist() for c in ("source_key", "caption", "caption_error")))
-        if caption is None
-    ][:_EXAMPLES]
+    # Counted by Lance and Arrow: no caption of the source becomes a Python string.
+    usable = ds.count_rows("status = 'ok'")
+    captioned = ds.count_rows("status = 'ok' AND caption IS NOT NULL")
+    coverage = captioned / usable if usable else 1.0
+    by_error: Counter[str] = Counter()
+    for batch in ds.to_batches(columns=["caption_error"], filter="status = 'ok' AND caption_error IS NOT NULL", batch_size=SCAN_ROWS):
+        errors = batch.column("caption_error")
+        errors = errors.filter(pc.not_equal(errors, ""))
+        by_error.update(_counts(pc.list_element(pc.split_pattern(errors, ":", max_splits=1), 0)))
+    examples = ds.to_table(columns=["source_key", "caption_error"], filter="status = 'ok' AND caption IS NULL", limit=_EXAMPLES)
+    uncaptioned = zip(examples.column("source_key").to_pylist(), examples.column("caption_error").to_pylist())
     return dg.AssetCheckResult(
         passed=coverage >= min_coverage,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
-            "usable_rows": usable.num_rows,
+            "usable_rows": usable,
             "captioned": captioned,
             "coverage": round(coverage, 4),
             "min_coverage": min_coverage,
-            "uncaptioned_by_error": dg.MetadataValue.json(by_error),
+            "uncaptioned_by_error": dg.MetadataValue.json(dict(sorted(by_error.items()))),
             "examples": dg.MetadataValue.json({key: error or "no caption" for key, error in uncaptioned}),
         },
     )
@@ -161,25 +175,34 @@ def caption_length(
     ds = open_table(uri, storage.options)
     if ds is None or "caption" not in ds.schema.names:
         return _missing("captions", uri)
-    table = ds.to_table(columns=["source_key", "caption"], filter="status = 'ok' AND caption IS NOT NULL")
-    words = [len(c.split()) for c in table.column("caption").to_pylist()]
     lo, hi = CAPTION_WORDS
-    outliers = [i for i, n in enumerate(words) if not lo <= n <= hi]
-    share = len(outliers) / len(words) if words else 0.0
-    keys, captions = table.column("source_key").to_pylist(), table.column("caption").to_pylist()
+    histogram: Counter[int] = Counter()
+    examples: dict[str, str] = {}
+    # Batch by batch in Arrow: a source's captions are never Python strings, only the examples.
+    for batch in ds.to_batches(columns=["source_key", "caption"], filter="status = 'ok' AND caption IS NOT NULL", batch_size=SCAN_ROWS):
+        words = words_per_caption(batch.column("caption"))
+        histogram.update(_counts(words))
+        if len(examples) < _EXAMPLES:
+            out = pc.or_(pc.less(words, lo), pc.greater(words, hi))
+            picked = pa.table({"key": batch.column("source_key"), "caption": batch.column("caption"), "words": words}).filter(out)
+            for row in picked.slice(0, _EXAMPLES - len(examples)).to_pylist():
+                # The item as its source names it, and what the caption says: readable, unlike ids.
+                examples[row["key"]] = f"{row['words']} word(s): {_excerpt(row['caption'])}"
+    data = SortedHistogram(histogram)
+    outliers = sum(n for words, n in histogram.items() if not lo <= words <= hi)
+    share = outliers / data.total if data.total else 0.0
     return dg.AssetCheckResult(
         passed=share <= max_outliers,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
-            "captions": len(words),
-            "words_min": min(words, default=0),
-            "words_median": sorted(words)[len(words) // 2] if words else 0,
-            "words_max": max(words, default=0),
-            "out_of_range": len(outliers),
+            "captions": data.total,
+            "words_min": data.values[0] if data.total else 0,
+            "words_median": data[data.total // 2] if data.total else 0,
+            "words_max": data.values[-1] if data.total else 0,
+            "out_of_range": outliers,
             "out_of_range_share": round(share, 4),
             "range": dg.MetadataValue.json(list(CAPTION_WORDS)),
-            # The item as its source names it, and what the caption says: readable, unlike ids.
-            "examples": dg.MetadataValue.json({keys[i]: f"{words[i]} word(s): {_excerpt(captions[i])}" for i in outliers[:_EXAMPLES]}),
+            "examples": dg.MetadataValue.json(examples),
         },
     )
 
@@ -199,35 +222,28 @@ def usable_rows_accounted(context: dg.AssetCheckExecutionContext, storage: Stora
         return _missing("raw_samples", raw_uri)
     if exports is None:
         return _missing("exports", exports_uri)
-    usable = set(raw.to_table(columns=["sample_id"], filter="status = 'ok'").column("sample_id").to_pylist())
-    rows = exports.to_table(columns=["sample_id", "shard", "drop_reason"]).to_pylist()
-    seen: dict[str, int] = {}
-    neither, both = [], []
-    for row in rows:
-        seen[row["sample_id"]] = seen.get(row["sample_id"], 0) + 1
-        has_shard, has_reason = row["shard"] is not None, row["drop_reason"] is not None
-        if not (has_shard or has_reason):
-            neither.append(row["sample_id"])
-        elif has_shard and has_reason:
-            both.append(row["sample_id"])
-    missing = sorted(usable - seen.keys())
-    unknown = sorted(seen.keys() - usable)
-    repeated = sorted(sid for sid, n in seen.items() if n > 1)
+    # Arrow columns of the source (~100 bytes a row), never a Python object per row.
+    usable = pc.unique(raw.to_table(columns=["sample_id"], filter="status = 'ok'").column("sample_id"))
+    rows = exports.to_table(columns=["sample_id", "shard", "drop_reason"])
+    has_shard, has_reason = pc.is_valid(rows.column("shard")), pc.is_valid(rows.column("drop_reason"))
+    per_id = rows.group_by("sample_id").aggregate([([], "count_all")])
+    listed = per_id.column("sample_id")
+    ids = rows.column("sample_id")
     problems = {
-        "missing": missing,
-        "not_usable_but_listed": unknown,
-        "listed_twice": repeated,
-        "neither_exported_nor_dropped": neither,
-        "exported_and_dropped": both,
+        "missing": usable.filter(pc.invert(pc.is_in(usable, value_set=listed))),
+        "not_usable_but_listed": listed.filter(pc.invert(pc.is_in(listed, value_set=usable))),
+        "listed_twice": listed.filter(pc.greater(per_id.column("count_all"), 1)),
+        "neither_exported_nor_dropped": ids.filter(pc.invert(pc.or_(has_shard, has_reason))),
+        "exported_and_dropped": ids.filter(pc.and_(has_shard, has_reason)),
     }
     return dg.AssetCheckResult(
-        passed=not any(problems.values()),
+        passed=not any(len(found) for found in problems.values()),
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={
             "usable_rows": len(usable),
-            "exported": sum(1 for r in rows if r["shard"] is not None),
-            "dropped": sum(1 for r in rows if r["drop_reason"] is not None),
-            **{name: len(ids) for name, ids in problems.items()},
-            "examples": dg.MetadataValue.json({name: ids[:_EXAMPLES] for name, ids in problems.items() if ids}),
+            "exported": pc.sum(has_shard).as_py() or 0,
+            "dropped": pc.sum(has_reason).as_py() or 0,
+            **{name: len(found) for name, found in problems.items()},
+            "examples": dg.MetadataValue.json({name: _first_sorted(found) for name, found in problems.items() if len(found)}),
         },
     )
