@@ -14,7 +14,7 @@ from typing import Any
 
 from prx_data.core.filters import Expr, any_of, equals, one_of
 from prx_data.core.ids import sample_id as make_sample_id
-from prx_data.core.lance_io import open_table
+from prx_data.core.lance_io import SCAN_ROWS, open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.urls import key_uri, load_url_key, redact_text, redact_url, url_key
 from prx_data.curation.optout.files import UnreadableFile, read_image_file
@@ -229,8 +229,11 @@ def find(
 
 def _image_matches(paths: StoragePaths, sources: list[str], image: Path, max_hamming: int, options: dict | None) -> list[dict]:
     # lazy: pulls in PIL
+    import numpy as np
+
     from prx_data.imaging.decode import DecodeError
-    from prx_data.imaging.phash import hamming, phash_bytes
+    from prx_data.imaging.hash_index import as_uint64, hamming
+    from prx_data.imaging.phash import phash_bytes
 
     try:
         # Typed and capped: a FIFO, a device or a huge file is refused before anything is read.
@@ -244,12 +247,13 @@ def _image_matches(paths: StoragePaths, sources: list[str], image: Path, max_ham
         ds = open_table(paths.raw_table(source), options)
         if ds is None or "phash" not in ds.schema.names:
             continue
-        hashes = ds.to_table(columns=["sample_id", "phash"], filter="phash IS NOT NULL")
-        ids = [
-            sid
-            for sid, h in zip(hashes.column("sample_id").to_pylist(), hashes.column("phash").to_pylist())
-            if hamming(h, target) <= max_hamming
-        ]
+        # Batch by batch in numpy: a source's hashes never become Python ints (an opt-out over a
+        # 50 M-row source compared 50 M of them one by one).
+        ids: list[str] = []
+        for batch in ds.to_batches(columns=["sample_id", "phash"], filter="phash IS NOT NULL", batch_size=SCAN_ROWS):
+            hashes = as_uint64(batch.column("phash").to_numpy(zero_copy_only=False))
+            near = np.flatnonzero(hamming(hashes, as_uint64(np.int64(target))) <= max_hamming)
+            ids += batch.column("sample_id").take(near).to_pylist()
         if ids:
             where = one_of("sample_id", ids)
             found += _rows(paths, [source], where, options)

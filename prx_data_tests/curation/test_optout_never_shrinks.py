@@ -6,6 +6,7 @@ Checked through the training loader on local and moto S3 roots."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -16,11 +17,13 @@ from pathlib import Path
 import lance
 import pytest
 import yaml
+from PIL import Image, ImageDraw
 
 from prx_data.app.cli import main
 from prx_data.core.ids import sample_id
 from prx_data.core.storage import streaming_env
-from prx_data_tests.curation.optout_world import Item, World, variant_bytes
+from prx_data.imaging.phash import hamming, phash_bytes
+from prx_data_tests.curation.optout_world import Item, World, fingerprint, variant_bytes
 from prx_data_tests.images import decompression_bomb
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -241,6 +244,19 @@ def test_add_and_lineage_still_accept_a_photo(local_world, capsys):
     root = str(local_world.root)
     assert main(["lineage", "--image", str(image), "--json", "--root", root]) == 0
     assert {r["row"]["sample_id"] for r in json.loads(capsys.readouterr().out)} == {A}
+    # A marked copy (a white patch: 12 bits off here) is found within its Hamming distance of the
+    # stored hash, not nearer.
+    marked = Image.open(io.BytesIO(variant_bytes(0, "exact"))).convert("RGB")
+    ImageDraw.Draw(marked).rectangle((0, 0, 100, 100), fill=(255, 255, 255))
+    copy = local_world.root / "marked.jpg"
+    marked.save(copy, "JPEG", quality=90)
+    distance = hamming(phash_bytes(copy.read_bytes()), fingerprint(0, "exact")[0])
+    assert distance > 0
+    for asked, found in ((distance, {A}), (distance - 1, set())):
+        code = main(["lineage", "--image", str(copy), "--distance", str(asked), "--json", "--root", root])
+        out = capsys.readouterr().out
+        assert code == (0 if found else 1)  # 1: nothing matched
+        assert {r["row"]["sample_id"] for r in json.loads(out or "[]")} == found
     assert main(["optout", "add", "--id", "req-mine", "--image", str(image), "--root", root]) == 0
     assert main(["optout", "apply", "--root", root]) == 0
     assert A not in _yielded(local_world)
