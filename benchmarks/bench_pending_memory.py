@@ -17,15 +17,13 @@ medians of ``--repeats`` runs, with the ratio of the new tree against the old in
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
+from peak_rss import PRELUDE, run_in_tree
 
 
 def build_table(uri: str, n: int, rows_per_fragment: int) -> None:
@@ -43,47 +41,28 @@ def build_table(uri: str, n: int, rows_per_fragment: int) -> None:
 
 
 CHILD = r"""
-import json, sys, threading, time
+import json, sys, time
 import numpy as np, pyarrow as pa
 from prx_data.stages.column_stage import address_chunks, run_column_stage
 from prx_data.stages.phash_stage import PHASH_STAGE
 from prx_data.imaging.phash import PHASH_VERSION
 uri = sys.argv[1]
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
 def processor(ds, todo):
     for chunk in address_chunks(todo, 4096):
         n = chunk.num_rows
         yield pa.table({"sample_id": chunk.column("sample_id"), "phash": pa.array(np.arange(n, dtype=np.int64)),
                         "phash_degenerate": pa.array(np.zeros(n, dtype=bool)), "phash_version": pa.array([PHASH_VERSION] * n),
                         "phash_error": pa.nulls(n, pa.string())})
-# Sampled, not VmHWM: the kernel updates the high-water mark lazily and missed peaks of 200+ MB
-# here that a 20 ms sampler saw.
-peak = [0]
-def sample():
-    while True:
-        peak[0] = max(peak[0], status("VmRSS"))
-        time.sleep(0.02)
-base = status("VmRSS")
-threading.Thread(target=sample, daemon=True).start()
+""" + PRELUDE + r"""
 start = time.perf_counter()
 stats = run_column_stage(uri, PHASH_STAGE, processor)
 seconds = time.perf_counter() - start
-time.sleep(0.05)
-print(json.dumps({"processed": stats.processed, "above_mb": (peak[0] - base) / 1024, "seconds": seconds}))
+print(json.dumps({"processed": stats.processed, "above_mb": (peak_kb() - base) / 1024, "seconds": seconds}))
 """
 
 
 def run_child(tree: str, uri: str) -> dict:
-    # The arena cap prx-data's CLI sets (core/native_memory.py): glibc's per-thread arenas
-    # otherwise keep freed memory and hide what the code holds.
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree), MALLOC_ARENA_MAX="2")
-    # In the tree: ``python -c`` puts the working folder first on sys.path, ahead of PYTHONPATH,
-    # so run from another checkout both "trees" imported that checkout's code.
-    out = subprocess.run([sys.executable, "-c", CHILD, uri], env=env, cwd=os.path.abspath(tree), check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_in_tree(tree, CHILD, uri)
 
 
 def main() -> None:
