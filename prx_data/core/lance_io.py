@@ -36,6 +36,16 @@ def open_table(uri: str, storage_options: dict | None = None) -> lance.LanceData
         raise
 
 
+def scan_text(
+    ds: lance.LanceDataset, columns: list[str], filter: str | None = None, batch_size: int = SCAN_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Batches of a scan that reads a text column (captions, ~1 KB a row) to count something.
+
+    Lance reads ahead 4 fragments by default: ~4 GB of captions at 1 M-row fragments. Two, with
+    4 batches, measured 176 -> 46-82 MB peak RSS on 200 k captions in 16 k-row fragments."""
+    return ds.to_batches(columns=columns, filter=filter, batch_size=batch_size, fragment_readahead=2, batch_readahead=4)
+
+
 def ensure_columns(ds: lance.LanceDataset, schema: pa.Schema) -> lance.LanceDataset:
     """Add the columns of ``schema`` that the table lacks, all null (no data rewrite)."""
     import lance

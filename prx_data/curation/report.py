@@ -10,7 +10,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.core.lance_io import SCAN_ROWS, open_table
+from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
 from prx_data.core.paths import StoragePaths, join
 from prx_data.core.storage import Entry, locate, write_bytes
 from prx_data.core.word_counts import summary_row, word_histogram
@@ -123,7 +123,7 @@ def _tally_raw(tally: _Tally, raw: lance.LanceDataset) -> tuple[int, int]:
     """(rows, usable rows) of one raw table, its captions and labels counted into ``tally``."""
     cols = [c for c in _RAW_COLUMNS if c in raw.schema.names]
     rows = ok = 0
-    for batch in raw.to_batches(columns=cols, batch_size=SCAN_ROWS):
+    for batch in scan_text(raw, cols, batch_size=SCAN_ROWS):
         rows += batch.num_rows
         ok += pc.sum(pc.equal(_column(batch, "status"), "ok")).as_py() or 0
         caption = _column(batch, "caption")

@@ -17,7 +17,7 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.filters import is_set
-from prx_data.core.lance_io import SCAN_ROWS, storage_options_of
+from prx_data.core.lance_io import scan_text, storage_options_of
 from prx_data.core.ray_tasks import ensure_ray
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
 from prx_data.core.word_counts import word_histogram
@@ -162,7 +162,7 @@ def caption_word_counts(table_uri: str, storage_options: dict | None = None) -> 
     """{words: captions} over the table's captions, scanned in batches (see core.word_counts)."""
     ds = lance.dataset(table_uri, storage_options=storage_options)
     histogram: Counter[int] = Counter()
-    for batch in ds.to_batches(columns=["caption"], filter="caption IS NOT NULL", batch_size=SCAN_ROWS):
+    for batch in scan_text(ds, ["caption"], filter="caption IS NOT NULL"):
         histogram.update(word_histogram(batch.column("caption")))
     return histogram
 

@@ -11,7 +11,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.core.lance_io import SCAN_ROWS, open_table
+from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
 from prx_data.core.word_counts import SortedHistogram, words_per_caption
 from prx_data.defs.checks.corpus_checks import CHECKS_DOC
 from prx_data.defs.partitions import sources_partitions
@@ -179,7 +179,7 @@ def caption_length(
     histogram: Counter[int] = Counter()
     examples: dict[str, str] = {}
     # Batch by batch in Arrow: a source's captions are never Python strings, only the examples.
-    for batch in ds.to_batches(columns=["source_key", "caption"], filter="status = 'ok' AND caption IS NOT NULL", batch_size=SCAN_ROWS):
+    for batch in scan_text(ds, ["source_key", "caption"], filter="status = 'ok' AND caption IS NOT NULL"):
         words = words_per_caption(batch.column("caption"))
         histogram.update(_counts(words))
         if len(examples) < _EXAMPLES:
