@@ -10,10 +10,10 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.counts import reason_codes, summary_row, value_counter, word_histogram
 from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
 from prx_data.core.paths import StoragePaths, join
 from prx_data.core.storage import Entry, locate, write_bytes
-from prx_data.core.word_counts import summary_row, word_histogram
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import iter_root_sidecars, root_sidecar_entries
 
@@ -148,8 +148,7 @@ def _tally_exports(tally: _Tally, exports: lance.LanceDataset) -> tuple[int, pa.
         table = pa.Table.from_batches([batch])
         reason = table.column("drop_reason")
         dropped = _non_empty(reason)
-        codes = pc.list_element(pc.split_pattern(reason.filter(dropped), ":", max_splits=1), 0)
-        _count_groups(tally.drops, pa.table({"code": codes}), ["code"], lambda code: code)
+        tally.drops.update(value_counter(reason_codes(reason.filter(dropped))))
         kept = table.filter(pc.invert(dropped))
         exported += kept.num_rows
         ids.extend(kept.column("sample_id").cast(pa.string()).chunks)

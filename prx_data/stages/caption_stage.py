@@ -16,11 +16,11 @@ from typing import Literal
 import lance
 import pyarrow as pa
 
+from prx_data.core.counts import word_histogram
 from prx_data.core.filters import is_set
 from prx_data.core.lance_io import scan_text, storage_options_of
 from prx_data.core.ray_tasks import ensure_ray
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
-from prx_data.core.word_counts import word_histogram
 from prx_data.models.captioning.caption_columns import caption_results_table
 from prx_data.models.captioning.config import (
     CaptionerConfig,
@@ -159,7 +159,7 @@ def compute_captions(
 
 
 def caption_word_counts(table_uri: str, storage_options: dict | None = None) -> Counter[int]:
-    """{words: captions} over the table's captions, scanned in batches (see core.word_counts)."""
+    """{words: captions} over the table's captions, scanned in batches (see core.counts)."""
     ds = lance.dataset(table_uri, storage_options=storage_options)
     histogram: Counter[int] = Counter()
     for batch in scan_text(ds, ["caption"], filter="caption IS NOT NULL"):

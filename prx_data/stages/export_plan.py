@@ -32,6 +32,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.counts import value_counter
 from prx_data.core.schema import EXPORT_SCHEMA
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import BucketRef, parse_bucket
@@ -321,7 +322,7 @@ def plan(
         c = classified(part)
         for placements in (c.prev_sup, c.changed, c.removed):
             _add(superseded_in, _counts_by_rel(placements["shard"]))
-        _add(arriving, _counts(c.joined.filter(c.encode)["target"]))
+        _add(arriving, value_counter(c.joined.filter(c.encode)["target"]))
         _add(arriving, _counts_by_rel(c.joined.filter(c.reuse)["p_shard"]))
         _add(covered, _distinct_in_range(c.known, sizes))
 
@@ -410,14 +411,9 @@ def _distinct_in_range(known: pa.Table, sizes: dict[str, int]) -> dict[str, int]
     return dict(zip(grouped["shard"].to_pylist(), grouped["index_in_shard_count_distinct"].to_pylist()))
 
 
-def _counts(values) -> dict[str, int]:
-    counted = pc.value_counts(pc.drop_null(values))
-    return {v.as_py(): c.as_py() for v, c in zip(counted.field("values"), counted.field("counts"))}
-
-
 def _counts_by_rel(shards) -> dict[str, int]:
     by_rel: dict[str, int] = {}
-    for shard, count in _counts(shards).items():
+    for shard, count in value_counter(shards).items():
         by_rel[shard_rel(shard)] = by_rel.get(shard_rel(shard), 0) + count
     return by_rel
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import lance
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from prx_data.core.counts import value_counter
 from prx_data.core.filters import STATUS_OK, all_of, is_set
 from prx_data.core.lance_io import SCAN_ROWS, storage_options_of
 from prx_data.core.ray_tasks import ensure_ray
@@ -144,8 +144,7 @@ def label_counts(table_uri: str, storage_options: dict | None = None) -> dict[st
     ds = lance.dataset(table_uri, storage_options=storage_options)
     out: Counter[str] = Counter()
     for batch in ds.to_batches(columns=["label"], filter="label IS NOT NULL", batch_size=SCAN_ROWS):
-        counts = pc.value_counts(batch.column("label"))
-        out.update(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
+        out.update(value_counter(batch.column("label")))
     return dict(sorted(out.items()))
 
 

@@ -11,8 +11,8 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.counts import SortedHistogram, reason_codes, value_counter, words_per_caption
 from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
-from prx_data.core.word_counts import SortedHistogram, words_per_caption
 from prx_data.defs.checks.corpus_checks import CHECKS_DOC
 from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -36,12 +36,6 @@ def _excerpt(text: str | None) -> str:
         return "(none)"
     text = " ".join(text.split())
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"
-
-
-def _counts(values) -> Counter:
-    """{value: rows} of an Arrow array, nulls left out."""
-    counts = pc.value_counts(values.drop_null())
-    return Counter(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
 
 
 def _first_sorted(ids) -> list[str]:
@@ -142,7 +136,7 @@ def caption_coverage(
     for batch in ds.to_batches(columns=["caption_error"], filter="status = 'ok' AND caption_error IS NOT NULL", batch_size=SCAN_ROWS):
         errors = batch.column("caption_error")
         errors = errors.filter(pc.not_equal(errors, ""))
-        by_error.update(_counts(pc.list_element(pc.split_pattern(errors, ":", max_splits=1), 0)))
+        by_error.update(value_counter(reason_codes(errors)))
     examples = ds.to_table(columns=["source_key", "caption_error"], filter="status = 'ok' AND caption IS NULL", limit=_EXAMPLES)
     uncaptioned = zip(examples.column("source_key").to_pylist(), examples.column("caption_error").to_pylist())
     return dg.AssetCheckResult(
@@ -181,7 +175,7 @@ def caption_length(
     # Batch by batch in Arrow: a source's captions are never Python strings, only the examples.
     for batch in scan_text(ds, ["source_key", "caption"], filter="status = 'ok' AND caption IS NOT NULL"):
         words = words_per_caption(batch.column("caption"))
-        histogram.update(_counts(words))
+        histogram.update(value_counter(words))
         if len(examples) < _EXAMPLES:
             out = pc.or_(pc.less(words, lo), pc.greater(words, hi))
             picked = pa.table({"key": batch.column("source_key"), "caption": batch.column("caption"), "words": words}).filter(out)

@@ -1,6 +1,7 @@
-"""Caption lengths in words as a histogram ({words: captions}), counted in Arrow: a source's
-captions never become Python strings (a 50 M-row source holds ~50 GB of them), and its order
-statistics come out the same as ``statistics`` gives on the full list."""
+"""Counting over Arrow columns, so a whole source's values never become Python objects (a
+50 M-row source holds ~50 GB of captions): value counts, reason codes, and caption lengths in
+words as a histogram ({words: captions}) whose order statistics come out the same as
+``statistics`` gives on the full list."""
 
 from __future__ import annotations
 
@@ -10,6 +11,17 @@ from collections import Counter
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+
+def value_counter(values: pa.Array | pa.ChunkedArray) -> Counter:
+    """{value: rows} of ``values``, nulls left out."""
+    counts = pc.value_counts(pc.drop_null(values))
+    return Counter(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
+
+
+def reason_codes(reasons: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """:func:`prx_data.core.reasons.reason_code` of each reason string (what precedes the first ``:``)."""
+    return pc.list_element(pc.split_pattern(reasons, ":", max_splits=1), 0)
 
 
 def words_per_caption(captions: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -22,10 +34,7 @@ def words_per_caption(captions: pa.Array | pa.ChunkedArray) -> pa.Array | pa.Chu
 def word_histogram(captions: pa.Array | pa.ChunkedArray) -> Counter[int]:
     """{words: captions} of the non-null ``captions``."""
     captions = captions.drop_null()
-    if not len(captions):
-        return Counter()
-    counts = pc.value_counts(words_per_caption(captions))
-    return Counter(dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist())))
+    return value_counter(words_per_caption(captions)) if len(captions) else Counter()
 
 
 class SortedHistogram:
