@@ -10,7 +10,8 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from prx_data.core.counts import reason_codes, summary_row, value_counter, word_histogram
+from prx_data.core.counts import reason_codes, value_counter, word_histogram
+from prx_data.core.histogram import summary_row
 from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
 from prx_data.core.paths import StoragePaths, join
 from prx_data.core.storage import Entry, locate, write_bytes

@@ -128,8 +128,22 @@ def check_counts(url: str) -> dict[str, int]:
     return counts
 
 
-def test_ui_opens_on_the_last_run_and_runs_a_chain_from_a_click(ui, data_root):
+def test_ui_opens_runs_a_chain_shows_a_bad_spec_retires_a_source_and_stops_on_ctrl_c(ui, data_root):
+    """One UI for the whole session a user would have: the last run's data and a chain launched by
+    a click; then, with the daemon on, a bad spec and a removed source; then Ctrl-C. (One
+    `prx-data run` and one UI start: two took ~60 s more of the suite.)"""
     url, process, log = ui
+    _opens_on_the_last_run_and_runs_a_chain_from_a_click(url, log, data_root)
+    _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url, data_root)
+
+    # Ctrl-C in the terminal: the command stops the UI's process group and its Ray, and exits.
+    port = int(url.rsplit(":", 1)[1])
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=90) == 0, log.read_text()[-3000:]
+    assert not listening(port)
+
+
+def _opens_on_the_last_run_and_runs_a_chain_from_a_click(url: str, log: Path, data_root: Path) -> None:
     text = log.read_text()
     assert f"Dagster UI on {data_root}" in text and str(data_root) in text  # the last run's data
     # One timeline: the runs `prx-data run` made are runs of the code location's jobs.
@@ -172,12 +186,6 @@ def test_ui_opens_on_the_last_run_and_runs_a_chain_from_a_click(ui, data_root):
         assert outcome.inner_text() == "Success", log.read_text()[-3000:]
         browser.close()
 
-    # Ctrl-C in the terminal: the command stops the UI's process group and its Ray, and exits.
-    port = int(url.rsplit(":", 1)[1])
-    os.killpg(process.pid, signal.SIGINT)
-    assert process.wait(timeout=90) == 0, log.read_text()[-3000:]
-    assert not listening(port)
-
 
 def _wait_for(predicate, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
@@ -189,14 +197,13 @@ def _wait_for(predicate, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_bad_spec_shows_on_the_check_and_a_removed_source_retires(ui, data_root):
+def _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url: str, data_root: Path) -> None:
     """In the running UI (daemon on): a bad spec turns source_registry's check red with the file
     named on the page; deleting the good spec retires the source (its partition leaves)."""
     import dagster as dg
 
     from prx_data.defs.partitions import sources_partitions
 
-    url, process, log = ui
     (data_root / "sources" / "typo.yaml").write_text("name: typo\nshape: image_foldr\nlocation: x\n")
     # A valid spec pointing at a table that is not there: a configuration error, failed once.
     (data_root / "sources" / "ghost.yaml").write_text(

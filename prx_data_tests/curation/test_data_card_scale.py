@@ -17,7 +17,8 @@ import pytest
 from prx_data.core.ids import sample_id
 from prx_data.core.paths import StoragePaths
 from prx_data.curation import report
-from prx_data.core.counts import median, summary_row, word_histogram
+from prx_data.core.counts import word_histogram
+from prx_data.core.histogram import median, summary_row
 from prx_data.curation.report import build_data_card
 
 SOURCE = "web"

@@ -5,7 +5,7 @@ import contextlib
 import dagster as dg
 from dagster_ray import RayResource
 
-from prx_data.core.counts import median
+from prx_data.core.histogram import median
 from prx_data.core.ray_tasks import Executor
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
 from prx_data.defs.code_versions import captions_code_version, labels_code_version
