@@ -21,9 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-import httpx
 import tenacity
+
+if TYPE_CHECKING:
+    # httpx (and the rich and pygments it imports) loads where requests are made, not in every
+    # process that imports a config naming this policy.
+    import httpx
 
 __all__ = ["RetryPolicy", "Retryable", "is_retryable_error", "is_retryable_status", "retry_after_s"]
 
@@ -36,6 +41,8 @@ def is_retryable_status(code: int) -> bool:
 
 def is_retryable_error(exc: BaseException) -> bool:
     """Transport failures that may pass; a bad URL or protocol never will."""
+    import httpx
+
     return isinstance(exc, (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError))
 
 

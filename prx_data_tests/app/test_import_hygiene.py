@@ -13,8 +13,9 @@ from prx_data_tests.app.helpers import cli_env, tiny_root
 
 HEAVY = ("torch", "transformers", "streaming", "vllm", "sentence_transformers", "torchvision")
 # The code location also leaves lance (and the pandas it pulls in) to the asset bodies: ~0.45 s
-# of the ~2 s Dagster paid in every run process, daemon tick and UI reload.
-CODE_LOCATION_HEAVY = (*HEAVY, "lance", "pandas")
+# of the ~2 s Dagster paid in every run process, daemon tick and UI reload; and httpx (with the
+# rich and pygments it imports) to the clients that send requests.
+CODE_LOCATION_HEAVY = (*HEAVY, "lance", "pandas", "httpx", "rich", "pygments")
 
 PROBE = f"""
 import json, sys

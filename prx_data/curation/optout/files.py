@@ -14,7 +14,6 @@ import os
 
 from prx_data.core.schema import Status
 from prx_data.ingest.contained import Root, read_contained
-from prx_data.ingest.probe import probe_image
 from prx_data.ingest.registry import DEFAULT_FORMATS
 
 # Ingest's own defaults (SourceSpec.max_bytes / max_pixels): an opt-out image is a photo someone
@@ -51,6 +50,10 @@ def read_image_file(
 ) -> bytes:
     """The bytes of an image file that ingest would accept (type, size, format, pixel count from
     the header); raises ``UnreadableFile`` naming the file and the reason."""
+    # Here: the probe's Pillow and libjpeg load only when a request names an image file (the code
+    # location imports this module through the request models).
+    from prx_data.ingest.probe import probe_image
+
     data = read_capped_file(path, max_bytes, "image file")
     probe = probe_image(data, max_pixels=max_pixels, max_bytes=max_bytes, formats=DEFAULT_FORMATS)
     if probe.status in (Status.INVALID_IMAGE, Status.UNSUPPORTED_FORMAT):

@@ -16,15 +16,17 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from prx_data.core.reasons import with_detail
 from prx_data.core.retry import Retryable, RetryPolicy, is_retryable_error, is_retryable_status
 from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.models.captioning.base import CaptionErrorCode as E
+
+if TYPE_CHECKING:
+    import httpx
 
 _CONFIG_STATUS = frozenset({401, 403, 404})
 
@@ -66,6 +68,10 @@ class ChatCompletionsClient:
             max_backoff_s=config.backoff_max_s,
             max_retry_after_s=config.backoff_max_s,
         )
+        # Here, not at module level: the code location imports this module for its config only,
+        # and httpx pulls in rich and pygments (~60 ms of every run process's start).
+        import httpx
+
         headers = {}
         if config.api_key is not None:
             headers["Authorization"] = f"Bearer {config.api_key.get_secret_value()}"
@@ -139,6 +145,8 @@ class ChatCompletionsClient:
         raise AssertionError("the retry loop ends with a reply or an exception")
 
     def _post(self, body: dict[str, Any]) -> ChatReply:
+        import httpx
+
         try:
             response = self._client.post(self.config.completions_url, json=body)
         except httpx.HTTPError as exc:

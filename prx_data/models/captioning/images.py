@@ -9,9 +9,14 @@ from __future__ import annotations
 import base64
 import io
 import math
+from typing import TYPE_CHECKING
 
-from PIL import Image, ImageOps
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    # Pillow is imported where images are decoded: the code location imports this module for
+    # ImageBudget alone.
+    from PIL import Image
 
 # Qwen3-VL turns each 32x32 block into one vision token (patch 16, merged 2x2). Sides that are
 # multiples of it are not resized again by the model's own processor.
@@ -66,6 +71,8 @@ def fit_size(width: int, height: int, budget: ImageBudget) -> tuple[int, int]:
 
 def load_for_captioning(data: bytes | None, budget: ImageBudget) -> Image.Image:
     """Decode ``data`` into an RGB image fitted to the budget. Raises on missing or undecodable input."""
+    from PIL import Image, ImageOps
+
     if not data:
         raise ValueError("empty image bytes")
     opened = Image.open(io.BytesIO(data))
@@ -88,6 +95,8 @@ def to_rgb_on_white(image: Image.Image) -> Image.Image:
     has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (image.mode == "P" and "transparency" in image.info)
     if not has_alpha:
         return image.convert("RGB")
+    from PIL import Image
+
     rgba = image.convert("RGBA")
     white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
     return Image.alpha_composite(white, rgba).convert("RGB")
