@@ -1,6 +1,6 @@
 """Order statistics of a histogram ({value: count}) that come out the same as ``statistics``
-gives on the list it counts, without expanding it. No Arrow here: the code location imports it
-(Dagster loads that in every run process and daemon tick)."""
+gives on the list it counts, without expanding it (``core.counts`` makes the histograms from
+Arrow columns)."""
 
 from __future__ import annotations
 

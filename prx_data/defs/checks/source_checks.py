@@ -1,15 +1,17 @@
 """Checks on one source partition, run in the same run as the asset they check.
 
 Each check reads the committed table (no blobs) and reports what it counted, so a warning in the
-UI says how far off the partition is, not only that it is. Arrow is imported inside the checks:
-the code location (loaded by every run process and daemon tick) does not need it.
+UI says how far off the partition is, not only that it is.
 """
 
 import math
 from collections import Counter
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from prx_data.core.counts import reason_codes, value_counter, words_per_caption
 from prx_data.core.histogram import SortedHistogram
 from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
 from prx_data.defs.checks.corpus_checks import CHECKS_DOC
@@ -39,8 +41,6 @@ def _excerpt(text: str | None) -> str:
 
 def _first_sorted(ids) -> list[str]:
     """The ``_EXAMPLES`` smallest of many ids, sorted, without a Python list of them all."""
-    import pyarrow.compute as pc
-
     return sorted(pc.take(ids, pc.select_k_unstable(ids, _EXAMPLES, [("dummy", "ascending")])).to_pylist())
 
 
@@ -63,8 +63,6 @@ def _missing(asset: str, uri: str) -> dg.AssetCheckResult:
 def ingest_error_share(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.AssetCheckResult:
-    import pyarrow.compute as pc
-
     max_share = _thresholds(registry, context.partition_key).max_error_share
     uri = storage.paths.raw_table(context.partition_key)
     ds = open_table(uri, storage.options)
@@ -126,10 +124,6 @@ def fragment_count(context: dg.AssetCheckExecutionContext, storage: StorageResou
 def caption_coverage(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.AssetCheckResult:
-    import pyarrow.compute as pc
-
-    from prx_data.core.counts import reason_codes, value_counter
-
     min_coverage = _thresholds(registry, context.partition_key).min_caption_coverage
     uri = storage.paths.raw_table(context.partition_key)
     ds = open_table(uri, storage.options)
@@ -171,11 +165,6 @@ def caption_coverage(
 def caption_length(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, registry: SourceRegistryResource
 ) -> dg.AssetCheckResult:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from prx_data.core.counts import value_counter, words_per_caption
-
     max_outliers = _thresholds(registry, context.partition_key).max_caption_length_outliers
     uri = storage.paths.raw_table(context.partition_key)
     ds = open_table(uri, storage.options)
@@ -221,8 +210,6 @@ def caption_length(
     " See " + CHECKS_DOC + ".",
 )
 def usable_rows_accounted(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    import pyarrow.compute as pc
-
     source = context.partition_key
     raw_uri, exports_uri = storage.paths.raw_table(source), storage.paths.exports_table(source)
     raw, exports = open_table(raw_uri, storage.options), open_table(exports_uri, storage.options)
