@@ -124,7 +124,7 @@ def _tally_raw(tally: _Tally, raw: lance.LanceDataset) -> tuple[int, int]:
     """(rows, usable rows) of one raw table, its captions and labels counted into ``tally``."""
     cols = [c for c in _RAW_COLUMNS if c in raw.schema.names]
     rows = ok = 0
-    for batch in scan_text(raw, cols, batch_size=SCAN_ROWS):
+    for batch in scan_text(raw, cols):
         rows += batch.num_rows
         ok += pc.sum(pc.equal(_column(batch, "status"), "ok")).as_py() or 0
         caption = _column(batch, "caption")

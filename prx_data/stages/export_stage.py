@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.counts import value_counter
 from prx_data.core.lance_io import open_table, storage_options_of
 from prx_data.core.locking import table_lock
 from prx_data.core.paths import superseded_uri
@@ -380,8 +381,7 @@ def _new_exports(planned, spill: str, source: str, stats: ExportStats, now, run_
         exports.put(part, table)
         placed_now = table.filter(pc.is_valid(table["shard"]))
         exported += placed_now.num_rows
-        reasons = pc.value_counts(pc.drop_null(table["drop_reason"]))
-        for reason, count in zip(reasons.field("values").to_pylist(), reasons.field("counts").to_pylist()):
+        for reason, count in value_counter(table["drop_reason"]).items():
             dropped[reason_code(reason)] += count
         grouped = placed_now.group_by(["tier", "bucket"]).aggregate([("sample_id", "count")])
         for t, b, c in zip(grouped["tier"].to_pylist(), grouped["bucket"].to_pylist(), grouped["sample_id_count"].to_pylist()):

@@ -69,7 +69,7 @@ def ingest_error_share(
     if ds is None:
         return _missing("raw_samples", uri)
     statuses = ds.to_table(columns=["status"]).column("status")
-    counts = {row["values"]: row["counts"] for row in pc.value_counts(statuses).to_pylist()}
+    counts = value_counter(statuses)
     rows = len(statuses)
     errors = sum(n for status, n in counts.items() if status not in _NOT_ERRORS)
     share = errors / rows if rows else 0.0

@@ -93,8 +93,8 @@ def stage_runtime_env(cfg: VLLMStageConfig) -> dict[str, Any]:
     env = gpu_runtime_env(cfg.worker_env)
     if cfg.device == "cpu":
         # On CPU, vLLM swaps Ray's single-process executor for its multiprocess one (to bind OMP
-        # threads), a third process importing vLLM and torch per engine. Without it an engine
-        # started and captioned in 51 s, not 67 s (weightless tiny bench, 2 cores); the worker
+        # threads), a third process importing vLLM and torch per engine. Without it the
+        # weightless tiny caption bench took 67 s, not 85 s (medians of 3, 2 cores); the worker
         # env's own env_vars win.
         cpu_defaults = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kv_cache_gib), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         env["env_vars"] = {**cpu_defaults, **env["env_vars"]}
