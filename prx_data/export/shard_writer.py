@@ -12,10 +12,11 @@ shards' index entries and the lineage, which the driver publishes.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,8 @@ class WrittenShards:
     run_id: str
     tag: str
     shards: dict[BucketRef, list[dict]] = field(default_factory=dict)  # index entries, writer order
-    lineage: pa.Table = field(default_factory=LINEAGE_SCHEMA.empty_table)
+    lineage: pa.Table = field(default_factory=LINEAGE_SCHEMA.empty_table)  # empty when sunk
+    lineage_rows: int = 0
     bytes_written: int = 0
 
     def sample_counts(self) -> dict[BucketRef, int]:
@@ -50,13 +52,26 @@ class WrittenShards:
 
 
 class _BucketWriter:
-    """One open shard writer whose closed shards are moved to the root as they appear."""
+    """One open shard writer whose closed shards are moved to the root as they appear, each
+    handing its lineage to ``on_lineage`` as it closes: only the ids of samples not yet in a
+    closed shard are held, never the bucket's."""
 
-    def __init__(self, ref: BucketRef, local: str, dest: Location, run_id: str, tag: str, config: MdsWriterConfig) -> None:
-        self.ref, self.local, self.dest, self.run_id, self.tag = ref, local, dest, run_id, tag
+    def __init__(
+        self,
+        ref: BucketRef,
+        local: str,
+        dest: Location,
+        source: str,
+        run_id: str,
+        tag: str,
+        config: MdsWriterConfig,
+        on_lineage: Callable[[pa.Table], None],
+    ) -> None:
+        self.ref, self.local, self.dest, self.source, self.run_id, self.tag = ref, local, dest, source, run_id, tag
         # Uncompressed: JPEG is already compressed.
         self.writer = MdsShardWriter(local, config.columns(), hashes=config.hashes, size_limit=config.size_limit)
-        self.sample_ids: list[str] = []
+        self.on_lineage = on_lineage
+        self.pending: list[str] = []  # ids written since the last closed shard, in order
         self.moved = 0  # shards already moved to the root
         self.bytes = 0
 
@@ -66,7 +81,7 @@ class _BucketWriter:
 
     def write(self, row: dict[str, Any]) -> None:
         self.writer.write(row)
-        self.sample_ids.append(row["sample_id"])
+        self.pending.append(row["sample_id"])
         self.bytes += len(row["image"])
         self._move_closed()
 
@@ -81,11 +96,20 @@ class _BucketWriter:
                     path = os.path.join(self.local, info[key]["basename"])
                     upload_file(path, self.dest.child(shard_object_name(self.run_id, self.tag, info[key]["basename"])))
                     os.remove(path)
+            samples = int(info["samples"])
+            if samples > len(self.pending):
+                raise RuntimeError(f"{self.ref.rel}/{self.source}: a shard of {samples} samples closed after {len(self.pending)} writes")
+            # Writer order is index order: the shard holds the oldest pending ids.
+            ids, self.pending = self.pending[:samples], self.pending[samples:]
+            name = shard_object_name(self.run_id, self.tag, info["raw_data"]["basename"])
+            self.on_lineage(shard_lineage(self.ref, self.source, name, ids))
             self.moved += 1
 
     def finish(self) -> list[dict]:
         self.writer.finish()
         self._move_closed()
+        if self.pending:
+            raise RuntimeError(f"{self.ref.rel}/{self.source}: {len(self.pending)} samples written but in no shard")
         shards = []
         for info in self.writer.shards:
             info = {**info}
@@ -96,18 +120,8 @@ class _BucketWriter:
         return shards
 
 
-def lineage_for_bucket(ref: BucketRef, source: str, shards: list[dict], sample_ids: list[str]) -> pa.Table:
-    """``shards``: the index entries of the samples written, in writer order."""
-    counts = np.array([shard["samples"] for shard in shards], dtype=np.int64)
-    if int(counts.sum()) != len(sample_ids):
-        raise RuntimeError(f"{ref.rel}/{source}: index has {int(counts.sum())} samples, wrote {len(sample_ids)}")
-    prefix = f"{ref.rel}/{source}/"
-    names = np.array([prefix + shard["raw_data"]["basename"] for shard in shards], dtype=object)
-    # Writer order == order in the index, so index_in_shard is the position minus the start of
-    # the shard the position falls in.
-    shard_of = np.repeat(np.arange(len(shards)), counts)
-    starts = np.cumsum(counts) - counts
-    index_in_shard = np.arange(len(sample_ids), dtype=np.int64) - starts[shard_of]
+def shard_lineage(ref: BucketRef, source: str, shard_basename: str, sample_ids: list[str]) -> pa.Table:
+    """LINEAGE_SCHEMA rows of one shard: its samples in index order."""
     n = len(sample_ids)
     return pa.table(
         {
@@ -115,8 +129,8 @@ def lineage_for_bucket(ref: BucketRef, source: str, shards: list[dict], sample_i
             "source": pa.array([source] * n, pa.string()),
             "tier": pa.array(np.full(n, ref.tier, np.int32)),
             "bucket": pa.array([ref.bucket] * n, pa.string()),
-            "shard": pa.array(names[shard_of] if n else [], pa.string()),
-            "index_in_shard": pa.array(index_in_shard),
+            "shard": pa.array([f"{ref.rel}/{source}/{shard_basename}"] * n, pa.string()),
+            "index_in_shard": pa.array(np.arange(n, dtype=np.int64)),
         },
         schema=LINEAGE_SCHEMA,
     )
@@ -132,8 +146,13 @@ def write_shards(
     config: MdsWriterConfig | None = None,
     storage_options: dict | None = None,
     scratch_dir: str | None = None,
+    lineage_sink: Callable[[pa.Table], None] | None = None,
 ) -> WrittenShards:
     """Write ``samples`` (each with ``tier, height, width`` of its bucket) as unpublished shards.
+
+    The lineage (LINEAGE_SCHEMA, a row per sample) goes to ``lineage_sink`` shard by shard as
+    each shard closes, when given (the returned ``lineage`` is then empty and ``lineage_rows``
+    counts it); otherwise it is returned, bucket by bucket.
 
     ``scratch_dir``: where this process spools the open shards (default: its own temp dir);
     up to ``config.max_buffered_bytes`` in all, plus the closed shard being moved. On failure the shards already moved stay as garbage of
@@ -145,6 +164,16 @@ def write_shards(
     config = config or MdsWriterConfig()
     root = locate(mds_root, storage_options)
     writers: dict[BucketRef, _BucketWriter] = {}
+    kept: dict[BucketRef, list[pa.Table]] = {}
+    out = WrittenShards(source=source, run_id=run_id, tag=tag)
+
+    def on_lineage(ref: BucketRef, table: pa.Table) -> None:
+        out.lineage_rows += table.num_rows
+        if lineage_sink is not None:
+            lineage_sink(table)
+        else:
+            kept.setdefault(ref, []).append(table)
+
     with tempfile.TemporaryDirectory(prefix=f"prx-shards-{source}-", dir=scratch_dir) as local:
         try:
             buffered = 0
@@ -155,7 +184,9 @@ def write_shards(
                     dest = root.child(ref.rel, source)
                     root.fs.create_dir(dest.path, recursive=True)
                     staging = os.path.join(local, f"{ref.tier}-{ref.bucket}")
-                    writer = writers[ref] = _BucketWriter(ref, staging, dest, run_id, tag, config)
+                    writer = writers[ref] = _BucketWriter(
+                        ref, staging, dest, source, run_id, tag, config, functools.partial(on_lineage, ref)
+                    )
                 before = writer.buffered
                 writer.write(to_row(sample, source, config))
                 buffered += writer.buffered - before
@@ -163,14 +194,12 @@ def write_shards(
                     fullest = max(writers.values(), key=lambda w: w.buffered)
                     buffered -= fullest.buffered
                     fullest.flush_early()
-            out = WrittenShards(source=source, run_id=run_id, tag=tag)
-            tables = []
             for ref in sorted(writers):
                 out.shards[ref] = writers[ref].finish()
-                tables.append(lineage_for_bucket(ref, source, out.shards[ref], writers[ref].sample_ids))
                 out.bytes_written += writers[ref].bytes
         finally:
             shutil.rmtree(local, ignore_errors=True)
+    tables = [table for ref in sorted(kept) for table in kept[ref]]
     if tables:
         out.lineage = pa.concat_tables(tables)
     return out

@@ -49,9 +49,10 @@ from prx_data.core.ray_tasks import ensure_ray, task_options
 from prx_data.core.reasons import reason_code
 from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
 from prx_data.export.commit import abandon, begin, new_run_id, recover
+from prx_data.export.mds_rows import LINEAGE_SCHEMA
 from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
-from prx_data.export.shard_writer import write_shards
+from prx_data.export.shard_writer import WrittenShards, write_shards
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BucketConfig, Drop
@@ -59,7 +60,7 @@ from prx_data.imaging.transform import Prepared, prepare
 from prx_data.stages.column_stage import address_chunks, read_images, read_rows
 from prx_data.stages.executors import Executor, make_processor, resolve_executor
 from prx_data.stages.export_plan import META_COLUMNS, exports_table, find_orphans, plan, scan_current
-from prx_data.stages.export_spill import MAX_PARTITION_ROWS, SpilledPartitions, partition_of, range_bounds
+from prx_data.stages.export_spill import MAX_PARTITION_ROWS, SpilledPartitions, range_bounds
 from prx_data.stages.versions import export_version
 
 # A caption longer than this is a scraping accident (a page's whole text, a base64 blob), not a
@@ -301,6 +302,9 @@ def _export(
         stats.superseded = planned.new_sup
         stats.superseded_total = planned.sup_after.rows
         late_drops: dict[str, str] = {}
+        # Where every written sample landed, spilled as the shards close (in sample-id
+        # partitions, like the plan), never held for the whole run.
+        lineage = SpilledPartitions(os.path.join(spill, "lineage"), LINEAGE_SCHEMA, range_bounds(planned.partitions))
         export = None
         if encode.num_rows or reuse.num_rows or rewrite:
             check()  # a lost lease must not commit
@@ -322,11 +326,13 @@ def _export(
                 meta_columns=meta_columns,
                 rewrite=rewrite,
                 late_drops=late_drops,
+                lineage=lineage,
                 write_workers=write_workers if where == "ray" else 1,
                 task_resources=task_resources,
             )
         del encode, reuse
-        same = _new_exports(planned, spill, source, stats, now, run_id, export.lineage if export is not None else None, late_drops)
+        lineage.close()
+        same = _new_exports(planned, spill, source, stats, now, run_id, lineage, late_drops)
         changed = export is not None or bool(planned.new_sup) or not same
         if changed:
             # Streamed partition by partition: in sample-id order, as one sorted table would be.
@@ -364,18 +370,17 @@ def _export(
     return stats
 
 
-def _new_exports(planned, spill: str, source: str, stats: ExportStats, now, run_id, lineage, late_drops) -> bool:
+def _new_exports(planned, spill: str, source: str, stats: ExportStats, now, run_id, lineage: SpilledPartitions, late_drops) -> bool:
     """Build the new exports table partition by partition into ``spill``/exports and count its
     placements and drops into ``stats``. True when it equals the previous table in all but
     when and by which run each row was made."""
     exports = SpilledPartitions(os.path.join(spill, "exports"), EXPORT_SCHEMA, range_bounds(planned.partitions))
-    lineage_parts = _by_partition(lineage, exports.bounds)
     same = planned.previous is not None and planned.previous.schema.names == EXPORT_SCHEMA.names
     exported = 0
     dropped: Counter[str] = Counter()
     per_bucket: Counter[str] = Counter()
     for part in range(planned.partitions):
-        table = exports_table(source, stats.version, now, run_id, planned.planned.read(part), lineage_parts.get(part), late_drops)
+        table = exports_table(source, stats.version, now, run_id, planned.planned.read(part), lineage.read(part), late_drops)
         if same and not _same_exports(planned.previous.read(part), table):
             same = False
         exports.put(part, table)
@@ -395,11 +400,14 @@ def new_exports_batches(spill: str, planned) -> Iterator[pa.RecordBatch]:
     yield from SpilledPartitions(os.path.join(spill, "exports"), EXPORT_SCHEMA, range_bounds(planned.partitions)).batches()
 
 
-def _by_partition(table: pa.Table | None, bounds) -> dict[int, pa.Table]:
-    if table is None or not table.num_rows:
-        return {}
-    parts = partition_of(table["sample_id"], bounds)
-    return {int(part): table.filter(pa.array(parts == part)) for part in np.unique(parts)}
+def _check_distinct(lineage: SpilledPartitions, source: str) -> None:
+    """Before the commit: no sample was written twice. A sample id lives in one partition, so
+    distinct ids per partition add up to distinct ids overall."""
+    lineage.close()
+    for part in range(lineage.partitions):
+        ids = lineage.read(part)["sample_id"]
+        if pc.count_distinct(ids).as_py() != len(ids):
+            raise ValueError(f"source {source!r}: duplicate sample_id in the partition")
 
 
 def _write(
@@ -420,6 +428,7 @@ def _write(
     meta_columns: list[str],
     rewrite,
     late_drops,
+    lineage: SpilledPartitions,
     write_workers,
     task_resources,
 ):
@@ -496,6 +505,7 @@ def _write(
                     chunk_rows=chunk_rows,
                     scratch_dir=scratch_dir,
                     late_drops=late_drops,
+                    lineage=lineage,
                     workers=min(write_workers, encode.num_rows),
                     run_id=mds_run,
                     task_resources=task_resources,
@@ -511,8 +521,10 @@ def _write(
                         config=writer_cfg,
                         storage_options=options,
                         scratch_dir=scratch_dir,
+                        lineage_sink=lineage.add,
                     )
                 ]
+        _check_distinct(lineage, source)
         return commit_parts(
             parts,
             mds_root=mds_root,
@@ -578,12 +590,14 @@ def _write_parallel(
     chunk_rows,
     scratch_dir,
     late_drops,
+    lineage: SpilledPartitions,
     workers,
     run_id,
     task_resources,
 ):
     """``workers`` Ray tasks encode and write; the driver writes the re-used bytes (``reused``)
-    meanwhile. Returns every writer's unpublished shards; the caller publishes them."""
+    meanwhile. Returns every writer's unpublished shards, their lineage spilled into
+    ``lineage`` as each task's result arrives; the caller publishes them."""
     ray = ensure_ray()
     task = ray.remote(**task_options(num_cpus=1, max_retries=0, resources=task_resources))(_write_part)
     refs = []
@@ -619,12 +633,24 @@ def _write_parallel(
                     config=writer_cfg,
                     storage_options=options,
                     scratch_dir=scratch_dir,
+                    lineage_sink=lineage.add,
                 )
             )
-        try:
-            results = ray.get(refs)
-        except ray.exceptions.RayTaskError as exc:
-            raise (exc.cause or exc) from None
+        position = {ref: k for k, ref in enumerate(refs)}
+        finished: dict[int, WrittenShards] = {}
+        waiting = list(refs)
+        while waiting:
+            # One task's result at a time: its lineage goes to disk before the next is fetched.
+            done, waiting = ray.wait(waiting, num_returns=1)
+            try:
+                written, late = ray.get(done[0])
+            except ray.exceptions.RayTaskError as exc:
+                raise (exc.cause or exc) from None
+            lineage.add(written.lineage)
+            written.lineage = LINEAGE_SCHEMA.empty_table()
+            finished[position[done[0]]] = written
+            late_drops.update(late)
+        parts += [finished[k] for k in range(len(refs))]  # writer order, not finishing order
     except BaseException:
         # Nothing may keep writing once the run is abandoned: kill the tasks and wait until
         # they are gone (a cancel only asks), so the clean-up sees everything they wrote.
@@ -632,9 +658,6 @@ def _write_parallel(
             ray.cancel(ref, force=True)
         ray.wait(refs, num_returns=len(refs), timeout=60)
         raise
-    for written, late in results:
-        parts.append(written)
-        late_drops.update(late)
     return parts
 
 

@@ -15,7 +15,7 @@ from prx_data.core.storage import locate, try_read_bytes
 from prx_data.export import commit
 from prx_data.export.commit import COMMITS_DIR, new_run_id, run_of_object
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
-from prx_data_tests.export.conftest import SMALL, make_samples
+from prx_data_tests.export.conftest import BUCKETS, SMALL, jpeg_bytes, make_samples
 from prx_data_tests.storage_parity import StorageRoot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,7 +164,7 @@ KILLED_WRITER = """
 import json, os, signal, sys
 from prx_data.export import commit
 from prx_data.export.shard_writer import write_shards
-from prx_data_tests.export.conftest import SMALL, make_samples
+from prx_data_tests.export.conftest import BUCKETS, SMALL, jpeg_bytes, make_samples
 root, options, run_id = sys.argv[1], json.loads(sys.argv[2]) or None, sys.argv[3]
 commit.begin(root, "alpha", run_id, options)
 write_shards(make_samples("alpha", 40, seed=5), mds_root=root, source="alpha", run_id=run_id, tag="p1", config=SMALL, storage_options=options)
@@ -180,7 +180,10 @@ def test_run_killed_between_shard_writes_and_publish(storage_root: StorageRoot) 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, "-c", KILLED_WRITER, storage_root.base, json.dumps(storage_root.options), killed],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == -9, proc.stderr[-2000:]
     leftovers = _run_objects(storage_root, killed)
@@ -191,3 +194,54 @@ def test_run_killed_between_shard_writes_and_publish(storage_root: StorageRoot) 
     assert _run_objects(storage_root, killed) == []
     assert _run_objects(storage_root, first.run_id)  # replaced shards wait for garbage collection
     assert sum(second.samples_per_bucket.values()) == 10
+
+
+def _writer_heap_peak(tmp_path: Path, n: int) -> tuple[int, int]:
+    """Python heap peak of one writer of ``n`` samples whose lineage goes to a sink, and the
+    rows the sink got."""
+    import tracemalloc
+
+    from prx_data.export.shard_writer import write_shards
+
+    image = jpeg_bytes(1)
+    got = [0]
+
+    def sink(table) -> None:
+        got[0] += table.num_rows
+
+    def samples():
+        for i in range(n):
+            tier, height, width = BUCKETS[i % len(BUCKETS)]
+            yield {
+                "tier": tier,
+                "height": height,
+                "width": width,
+                "image": image,
+                "caption": "c",
+                "sample_id": f"s-{i:032d}",
+                "source": "alpha",
+                "original_width": 1,
+                "original_height": 1,
+                "label": "visual",
+                "caption_model": "m",
+            }
+
+    config = MdsWriterConfig(size_limit=200_000, max_buffered_bytes=10_000_000)
+    tracemalloc.start()
+    try:
+        written = write_shards(
+            samples(), mds_root=str(tmp_path / f"r{n}"), source="alpha", run_id=new_run_id(), tag="p0", config=config, lineage_sink=sink
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert written.lineage_rows == got[0] == n and written.lineage.num_rows == 0
+    return peak, got[0]
+
+
+def test_writer_holds_the_open_shards_ids_not_the_parts(tmp_path: Path) -> None:
+    """A writer hands each shard's lineage on as the shard closes: its Python heap does not grow
+    with the samples it writes (a list of every id written took ~100 bytes a sample)."""
+    small, _ = _writer_heap_peak(tmp_path, 1_500)
+    large, _ = _writer_heap_peak(tmp_path, 6_000)
+    assert large < small + 150_000, f"4x the samples took {large - small} more bytes of Python heap ({small} -> {large})"
