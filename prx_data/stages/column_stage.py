@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import lance
 import numpy as np
@@ -227,7 +227,16 @@ def find_pending(ds: lance.LanceDataset, stage: ColumnStage, exclude: set[str] |
 
 # A processor receives the sample ids and row addresses of a chunk and yields result tables
 # (sample_id + the stage's columns); it decides where the work runs.
-Processor = Callable[[lance.LanceDataset, pa.Table], Iterable[pa.Table]]
+class Chunked(Protocol):
+    """Rows to do that read themselves back in slices (``export_spill.ScanOrdered``)."""
+
+    @property
+    def num_rows(self) -> int: ...
+
+    def chunks(self, size: int) -> Iterator[pa.Table]: ...
+
+
+Processor = Callable[[lance.LanceDataset, pa.Table | Chunked], Iterable[pa.Table]]
 
 
 # Results are staged (what a killed run keeps) at most this many seconds apart, or this many rows:
@@ -416,7 +425,12 @@ def _remove(uri: str, storage_options: dict | None = None) -> None:
     delete_tree(locate(uri, storage_options))
 
 
-def address_chunks(todo: pa.Table, size: int) -> Iterator[pa.Table]:
+def address_chunks(todo: pa.Table | Chunked, size: int) -> Iterator[pa.Table]:
+    """Slices of at most ``size`` rows of the rows to do: a table, or rows spilled to disk that
+    read themselves back in order (``export_spill.ScanOrdered``)."""
+    if not isinstance(todo, pa.Table):
+        yield from todo.chunks(size)
+        return
     for start in range(0, todo.num_rows, size):
         yield todo.slice(start, size)
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from prx_data.core.lance_io import storage_options_of
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, Executor, bounded, ensure_ray, task_options
-from prx_data.stages.column_stage import Processor, address_chunks, read_images, read_rows
+from prx_data.stages.column_stage import Chunked, Processor, address_chunks, read_images, read_rows
 
 __all__ = ["Executor", "make_processor", "resolve_executor"]
 
@@ -61,12 +61,12 @@ def make_processor(
     options_of_task = task_options(num_cpus=num_cpus, max_retries=2, resources=task_resources)  # checked before any work
     column_names = list(columns)
 
-    def local(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+    def local(ds: lance.LanceDataset, todo: pa.Table | Chunked) -> Iterator[pa.Table]:
         options = storage_options_of(ds)
         for chunk in address_chunks(todo, chunk_rows):
             yield _run_chunk(ds.uri, ds.version, options, chunk, fn, column_names, with_images)
 
-    def on_ray(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+    def on_ray(ds: lance.LanceDataset, todo: pa.Table | Chunked) -> Iterator[pa.Table]:
         ray = ensure_ray()
         remote = ray.remote(**options_of_task)(_run_chunk)
         options = storage_options_of(ds)
@@ -75,7 +75,7 @@ def make_processor(
         submit = lambda chunk: remote.remote(ds.uri, ds.version, options, chunk, fn_ref, column_names, with_images)  # noqa: E731
         yield from bounded(ray, submit, address_chunks(todo, chunk_rows), limit)
 
-    def auto(ds: lance.LanceDataset, todo: pa.Table) -> Iterator[pa.Table]:
+    def auto(ds: lance.LanceDataset, todo: pa.Table | Chunked) -> Iterator[pa.Table]:
         where = resolve_executor("auto", todo.num_rows, task_resources, local_max_rows)
         yield from (on_ray if where == "ray" else local)(ds, todo)
 

@@ -8,9 +8,11 @@ the previous exports and superseded tables to Arrow IPC files in sample-id parti
 (``export_spill``), and joined partition by partition. Two passes: the first sums the small
 per-bucket counts the rewrite threshold needs, the second decides each partition and spills its
 plan, which the exports table is then built from partition by partition. Captions of rows to
-write are read again, chunk by chunk, by whoever writes them. What stays whole-source in memory
-is only the rows this run writes (sample id and row address per row to encode or re-use: empty
-on a no-change run) and the orphans a killed run left.
+write are read again, chunk by chunk, by whoever writes them. The rows to encode are spilled too,
+by ranges of scan position, and read back one range at a time (``export_spill.ScanOrdered``).
+What stays whole-source in memory is only the rows re-used with their old bytes (sample id, row
+address and old placement: the changed captions, or every row of a bucket being rewritten) and
+the orphans a killed run left.
 
 Order: partitions are sample-id ranges, so the exports table streams out sorted by sample id as
 before, and the rows to write are re-sorted into scan order (the shards' content). The
@@ -37,7 +39,7 @@ from prx_data.core.schema import EXPORT_SCHEMA
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BucketConfig, Drop, assign
-from prx_data.stages.export_spill import SpilledPartitions, partition_count, partition_of, range_bounds
+from prx_data.stages.export_spill import ScanOrdered, SpilledPartitions, partition_count, partition_of, range_bounds
 
 # Columns the written samples carry besides the image (read per chunk, never source-wide).
 META_COLUMNS = ("caption", "label", "caption_model")
@@ -54,6 +56,7 @@ CURRENT_SCHEMA = pa.schema(
         pa.field("drop", pa.string()),
     ]
 )
+_ENCODE_SCHEMA = pa.schema([CURRENT_SCHEMA.field(name) for name in ("sample_id", "_rowaddr", "_i")])
 # The previous exports table's columns, prefixed 'p_' once joined to the current rows.
 PREV_COLUMNS = ("tier", "bucket", "shard", "index_in_shard", "drop_reason", "exported_at", "export_run_id", "image_key", "meta_key")
 PLACEMENT_SCHEMA = pa.schema(
@@ -250,7 +253,7 @@ class Plan:
     sup_after: SpilledPartitions  # PLACEMENT_SCHEMA: what the superseded table holds after the run
     previous: SpilledPartitions | None  # the previous exports table, as stored
     reuse: pa.Table  # sample_id, _rowaddr, shard, index_in_shard: written with the old bytes
-    encode: pa.Table  # sample_id, _rowaddr: decoded, resized, encoded (scan order)
+    encode: ScanOrdered  # sample_id, _rowaddr: decoded, resized, encoded (spilled, scan order)
     rewrite: set[BucketRef]
     kept: int
     new_sup: int  # old placements newly superseded
@@ -357,7 +360,8 @@ def plan(
     # Second pass: decide each partition and spill its plan.
     planned = SpilledPartitions(os.path.join(folder, "planned"), _PLANNED_SCHEMA, bounds)
     sup_after = SpilledPartitions(os.path.join(folder, "sup_after"), PLACEMENT_SCHEMA, bounds)
-    encodes, reuses = [], []
+    encode = ScanOrdered(os.path.join(folder, "encode"), _ENCODE_SCHEMA, max_partition_rows)
+    reuses = []
     kept = new_sup = 0
     for part in range(parts):
         c = classified(part)
@@ -373,7 +377,7 @@ def plan(
         new_sup += sup_new.num_rows
         kept += pc.sum(keep.cast(pa.int64())).as_py() or 0
         planned.put(part, c.joined.select(list(PLANNED_COLUMNS)).append_column("keep", keep).append_column("drop", c.drop))
-        encodes.append(c.joined.filter(c.encode).select(["sample_id", "_rowaddr", "_i"]))
+        encode.add(c.joined.filter(c.encode).select(_ENCODE_SCHEMA.names))
         reused = c.joined.filter(reuse)
         reuses.append(
             pa.table(
@@ -387,14 +391,13 @@ def plan(
             )
         )
     # The rows to write, in scan order as one partition would list them (the shards' order).
-    encode = pa.concat_tables(encodes).sort_by("_i").select(["sample_id", "_rowaddr"]).combine_chunks()
     reuse = pa.concat_tables(reuses).sort_by("_i").drop_columns(["_i"]).combine_chunks()
     return Plan(
         planned=planned.close(),
         sup_after=sup_after.close(),
         previous=previous,
         reuse=reuse,
-        encode=encode,
+        encode=encode.close(),
         rewrite=rewrite,
         kept=kept,
         new_sup=new_sup,

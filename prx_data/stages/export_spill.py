@@ -60,6 +60,41 @@ def partition_of(sample_ids: pa.Array | pa.ChunkedArray, bounds: np.ndarray) -> 
     return out
 
 
+class ScanOrdered(PartitionFiles):
+    """Rows to write, spilled by ranges of their scan position (``_i``) and read back in scan
+    order one range at a time: the order the shards were always written in, without holding
+    every row to write. Call ``close`` before reading."""
+
+    def __init__(self, folder: str, schema: pa.Schema, range_rows: int):
+        if range_rows < 1:
+            raise ValueError(f"range_rows must be at least 1, got {range_rows}")
+        super().__init__(folder, schema)
+        self.range_rows = range_rows
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows
+
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self.split(table, table["_i"].to_numpy() // self.range_rows)
+
+    def tables(self) -> Iterator[pa.Table]:
+        """Each range's rows in scan order, without ``_i``."""
+        for part in sorted(self._written):
+            yield self.read(part).sort_by("_i").drop_columns(["_i"])
+
+    def chunks(self, size: int) -> Iterator[pa.Table]:
+        """Slices of at most ``size`` rows, in scan order (a range's last one may be shorter)."""
+        for table in self.tables():
+            for start in range(0, table.num_rows, size):
+                yield table.slice(start, size)
+
+    def close(self) -> ScanOrdered:  # type: ignore[override]
+        super().close()
+        return self
+
+
 class SpilledPartitions(PartitionFiles):
     """One table's rows split into sample-id range partitions (``bounds``)."""
 
@@ -85,4 +120,4 @@ class SpilledPartitions(PartitionFiles):
         return self
 
 
-__all__ = ["MAX_PARTITION_ROWS", "SpilledPartitions", "partition_count", "partition_of", "range_bounds"]
+__all__ = ["MAX_PARTITION_ROWS", "ScanOrdered", "SpilledPartitions", "partition_count", "partition_of", "range_bounds"]

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import lance
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -60,7 +59,7 @@ from prx_data.imaging.transform import Prepared, prepare
 from prx_data.stages.column_stage import address_chunks, read_images, read_rows
 from prx_data.stages.executors import Executor, make_processor, resolve_executor
 from prx_data.stages.export_plan import META_COLUMNS, exports_table, find_orphans, plan, scan_current
-from prx_data.stages.export_spill import MAX_PARTITION_ROWS, SpilledPartitions, range_bounds
+from prx_data.stages.export_spill import MAX_PARTITION_ROWS, ScanOrdered, SpilledPartitions, range_bounds
 from prx_data.stages.versions import export_version
 
 # A caption longer than this is a scraping accident (a page's whole text, a base64 blob), not a
@@ -551,17 +550,24 @@ def _write_part(
     source,
     run_id,
     tag,
-    todo: pa.Table,
+    pieces: list,
     meta_columns: list[str],
     chunk_rows: int,
 ):
-    """One parallel writer (a Ray task, any node): encode its rows and write its shards straight
-    into the MDS root under the run's names. Returns them unpublished, with its late drops."""
+    """One parallel writer (a Ray task, any node): encode its rows (``pieces``: object refs of
+    tables of sample_id, _rowaddr, fetched one at a time) and write its shards straight into
+    the MDS root under the run's names. Returns them unpublished, with its late drops."""
+    import ray
+
     ds = lance.dataset(uri, version=version, storage_options=lance_options)
     late: dict[str, str] = {}
 
+    def chunks() -> Iterator[pa.Table]:
+        for piece in pieces:
+            yield from address_chunks(ray.get(piece), chunk_rows)
+
     def samples() -> Iterator[dict]:
-        for chunk in address_chunks(todo, chunk_rows):
+        for chunk in chunks():
             addresses = chunk.column("_rowaddr").to_pylist()
             images = read_images(ds, addresses)
             rows = read_rows(ds, addresses, meta_columns)
@@ -601,8 +607,7 @@ def _write_parallel(
     ray = ensure_ray()
     task = ray.remote(**task_options(num_cpus=1, max_retries=0, resources=task_resources))(_write_part)
     refs = []
-    for k, group in enumerate(np.array_split(np.arange(todo.num_rows), workers), start=1):
-        chunk = todo.take(pa.array(group, pa.int64()))
+    for k, pieces in enumerate(_scan_runs(ray, todo, workers), start=1):
         refs.append(
             task.remote(
                 ds.uri,
@@ -615,7 +620,7 @@ def _write_parallel(
                 source,
                 run_id,
                 f"p{k}",
-                chunk,
+                pieces,
                 meta_columns,
                 chunk_rows,
             )
@@ -659,6 +664,27 @@ def _write_parallel(
         ray.wait(refs, num_returns=len(refs), timeout=60)
         raise
     return parts
+
+
+def _scan_runs(ray, todo: ScanOrdered, workers: int) -> list[list]:
+    """``workers`` contiguous runs of the rows to encode, in scan order, their sizes differing by
+    at most one row, each a list of object refs of its pieces: the driver holds one spilled
+    range at a time, and Ray's object store spills to disk past its memory."""
+    n = todo.num_rows
+    sizes = [n // workers + (1 if k < n % workers else 0) for k in range(workers)]
+    runs: list[list] = [[] for _ in sizes]
+    k, room = 0, sizes[0]
+    for table in todo.tables():
+        start = 0
+        while start < table.num_rows:
+            while not room:
+                k += 1
+                room = sizes[k]
+            take = min(room, table.num_rows - start)
+            runs[k].append(ray.put(table.slice(start, take)))
+            room -= take
+            start += take
+    return runs
 
 
 def _same_exports(prev: pa.Table, new: pa.Table) -> bool:

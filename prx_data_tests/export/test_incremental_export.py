@@ -230,7 +230,9 @@ def ray_driver(shared_ray_head, monkeypatch):
 def test_parallel_writers_each_write_their_shards_and_one_commit_merges_them(paths, ray_driver):
     items = [item(f"k{i}", i) for i in range(10)]
     write_raw(paths.raw_table("alpha"), "alpha", items)
-    stats = export(paths, executor="ray", write_workers=2)
+    # The rows to encode are spilled in ranges of 3 rows of scan order (4 ranges); each task still
+    # gets a contiguous half of scan order, pieced together from ranges.
+    stats = export(paths, executor="ray", write_workers=2, max_partition_rows=3)
     assert stats.encoded == 10 and stats.exported == 10
     expect_visible(paths, items)
     shards = [k for k in tree_files(paths.mds_root) if k.endswith(".mds")]
@@ -238,6 +240,9 @@ def test_parallel_writers_each_write_their_shards_and_one_commit_merges_them(pat
     assert len({run for run, *_ in names}) == 1 and {tag for _, tag, *_ in names} == {"p1", "p2"}, "each task wrote its own shards"
     exports = lance.dataset(paths.exports_table("alpha")).to_table()
     assert set(exports["shard"].to_pylist()) == set(shards)
+    scan = lance.dataset(paths.raw_table("alpha")).to_table(columns=["sample_id"])["sample_id"].to_pylist()
+    tag_of = {sid: shard.rsplit("/", 1)[1].split(".")[1] for sid, shard in zip(exports["sample_id"].to_pylist(), exports["shard"].to_pylist())}
+    assert [tag_of[sid] for sid in scan] == ["p1"] * 5 + ["p2"] * 5
 
     items[0]["caption"] = "edited"  # re-used bytes, written by the driver beside the tasks
     items += [item("n1", 60), item("n2", 61), item("n3", 62)]
