@@ -47,11 +47,12 @@ from prx_data.core.paths import superseded_uri
 from prx_data.core.ray_tasks import ensure_ray, task_options
 from prx_data.core.reasons import reason_code
 from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
+from prx_data.core.spill import PartitionFiles
 from prx_data.export.commit import abandon, begin, new_run_id, recover
 from prx_data.export.mds_rows import LINEAGE_SCHEMA
 from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
 from prx_data.export.reuse import ShardReader, shard_sizes, source_indexes
-from prx_data.export.shard_writer import WrittenShards, write_shards
+from prx_data.export.shard_writer import write_shards
 from prx_data.export.skiplist import REWRITE_SHARE
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BucketConfig, Drop
@@ -71,6 +72,8 @@ MAX_CAPTION_CHARS = 20_000
 METADATA_DROPS = frozenset({"no_caption", "caption_too_long"})
 # Source rows per planning batch: the captions the driver holds at once (about 1 KB each).
 PLAN_BATCH_ROWS = 8192
+# Lineage rows per object a parallel writer yields (~150 bytes each as Arrow).
+LINEAGE_YIELD_ROWS = 65_536
 
 _PREPARED_SCHEMA = pa.schema(
     [
@@ -554,9 +557,11 @@ def _write_part(
     meta_columns: list[str],
     chunk_rows: int,
 ):
-    """One parallel writer (a Ray task, any node): encode its rows (``pieces``: object refs of
-    tables of sample_id, _rowaddr, fetched one at a time) and write its shards straight into
-    the MDS root under the run's names. Returns them unpublished, with its late drops."""
+    """One parallel writer (a Ray generator task, any node): encode its rows (``pieces``:
+    object refs of tables of sample_id, _rowaddr, fetched one at a time) and write its shards
+    straight into the MDS root under the run's names. Yields its lineage in batches of
+    ``LINEAGE_YIELD_ROWS`` (spilled to this node's disk as the shards close, so the task never
+    holds it whole), then its unpublished shards and late drops."""
     import ray
 
     ds = lance.dataset(uri, version=version, storage_options=lance_options)
@@ -578,8 +583,28 @@ def _write_part(
                 yield _sample(rec)
 
     config = MdsWriterConfig.model_validate_json(writer_cfg_json)
-    written = write_shards(samples(), mds_root=mds_root, source=source, run_id=run_id, tag=tag, config=config, storage_options=mds_options)
-    return written, late
+    with tempfile.TemporaryDirectory(prefix=f"prx-lineage-{source}-") as local:
+        spilled = PartitionFiles(local, LINEAGE_SCHEMA)
+        written = write_shards(
+            samples(),
+            mds_root=mds_root,
+            source=source,
+            run_id=run_id,
+            tag=tag,
+            config=config,
+            storage_options=mds_options,
+            lineage_sink=lambda table: spilled.put(0, table),
+        )
+        spilled.close()
+        batches: list[pa.RecordBatch] = []
+        for batch in spilled.read_batches(0):
+            batches.append(batch)
+            if sum(b.num_rows for b in batches) >= LINEAGE_YIELD_ROWS:
+                yield pa.Table.from_batches(batches, LINEAGE_SCHEMA)
+                batches = []
+        if batches:
+            yield pa.Table.from_batches(batches, LINEAGE_SCHEMA)
+    yield written, late
 
 
 def _write_parallel(
@@ -641,29 +666,47 @@ def _write_parallel(
                     lineage_sink=lineage.add,
                 )
             )
-        position = {ref: k for k, ref in enumerate(refs)}
-        finished: dict[int, WrittenShards] = {}
-        waiting = list(refs)
-        while waiting:
-            # One task's result at a time: its lineage goes to disk before the next is fetched.
-            done, waiting = ray.wait(waiting, num_returns=1)
-            try:
-                written, late = ray.get(done[0])
-            except ray.exceptions.RayTaskError as exc:
-                raise (exc.cause or exc) from None
-            lineage.add(written.lineage)
-            written.lineage = LINEAGE_SCHEMA.empty_table()
-            finished[position[done[0]]] = written
-            late_drops.update(late)
-        parts += [finished[k] for k in range(len(refs))]  # writer order, not finishing order
+        # Each task's yields in writer order, one object at a time: lineage batches go to disk
+        # as they arrive, and what a task yields before the driver gets to it waits in Ray's
+        # object store (spilled to disk past its memory).
+        for gen in refs:
+            for ref in gen:
+                try:
+                    item = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    raise (exc.cause or exc) from None
+                if isinstance(item, pa.Table):
+                    lineage.add(item)
+                else:
+                    written, late = item
+                    parts.append(written)
+                    late_drops.update(late)
     except BaseException:
         # Nothing may keep writing once the run is abandoned: kill the tasks and wait until
         # they are gone (a cancel only asks), so the clean-up sees everything they wrote.
-        for ref in refs:
-            ray.cancel(ref, force=True)
-        ray.wait(refs, num_returns=len(refs), timeout=60)
+        for gen in refs:
+            ray.cancel(gen, force=True)
+        _drain(ray, refs, deadline=time.monotonic() + 60)
         raise
     return parts
+
+
+def _drain(ray, generators: list, deadline: float) -> None:
+    """Read what cancelled generator tasks still yield until each ends (an error ends a
+    killed one): a generator is "ready" as soon as one yield waits, even while its task runs."""
+    for gen in generators:
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _ = ray.wait([gen], timeout=left)
+            if not ready:
+                break
+            try:
+                ref = next(gen)
+            except StopIteration:
+                break
+            try:
+                ray.get(ref)
+            except Exception:  # noqa: BLE001 - the task's end (killed, failed) is what we wait for
+                pass
 
 
 def _scan_runs(ray, todo: ScanOrdered, workers: int) -> list[list]:
