@@ -7,7 +7,8 @@ disk, never a path the driver chose); every shard is moved to ``<root>/<tier>/<H
 as soon as it is closed, so the local copy never holds more than one shard per open bucket.
 Nothing written here is visible to readers: they resolve ``index.json``, which only the commit
 (``export.commit``) writes. What comes back (``WrittenShards``) is small and picklable: the
-shards' index entries and the lineage, which the driver publishes.
+shards' index entries, which the driver publishes, and the lineage unless a sink took it shard
+by shard as each shard closed (the export stage spills it).
 """
 
 from __future__ import annotations

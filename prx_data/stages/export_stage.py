@@ -597,11 +597,13 @@ def _write_part(
         )
         spilled.close()
         batches: list[pa.RecordBatch] = []
+        rows = 0
         for batch in spilled.read_batches(0):
             batches.append(batch)
-            if sum(b.num_rows for b in batches) >= LINEAGE_YIELD_ROWS:
+            rows += batch.num_rows
+            if rows >= LINEAGE_YIELD_ROWS:
                 yield pa.Table.from_batches(batches, LINEAGE_SCHEMA)
-                batches = []
+                batches, rows = [], 0
         if batches:
             yield pa.Table.from_batches(batches, LINEAGE_SCHEMA)
     yield written, late
@@ -628,7 +630,7 @@ def _write_parallel(
 ):
     """``workers`` Ray tasks encode and write; the driver writes the re-used bytes (``reused``)
     meanwhile. Returns every writer's unpublished shards, their lineage spilled into
-    ``lineage`` as each task's result arrives; the caller publishes them."""
+    ``lineage`` as the tasks yield it; the caller publishes them."""
     ray = ensure_ray()
     task = ray.remote(**task_options(num_cpus=1, max_retries=0, resources=task_resources))(_write_part)
     refs = []
