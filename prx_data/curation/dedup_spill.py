@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -83,8 +83,13 @@ def spilled_duplicates(
     columns: list[str],
     max_partition_rows: int = DEFAULT_PARTITION_ROWS,
     scratch_dir: str | None = None,
+    sink: Callable[[pa.Table], None] | None = None,
 ) -> pa.Table:
     """``find_duplicates`` over the concatenation of ``batches``, one partition in memory at a time.
+
+    With ``sink``, each partition's duplicates go to it as they are found (in no particular
+    order) and an empty table is returned; without, they are returned together, in the order
+    ``find_duplicates`` gives on the whole input.
 
     ``total_rows`` (an upper bound is fine) sizes the exact partitions; ``columns`` are the input
     columns kept in the result (plus ``kept_sample_id`` and ``reason``). Each batch needs what
@@ -110,7 +115,10 @@ def spilled_duplicates(
             table = spill.read(part)
             dups = find_duplicates(table, config)
             keys = [c for c in ("ar_index", "phash", "phash_degenerate", "image_sha256") if c in dups.column_names and c not in columns]
-            results.append(dups.select([*columns, "kept_sample_id", "reason", *keys]))
+            if sink is not None:
+                sink(dups.select([*columns, "kept_sample_id", "reason"]))
+            else:
+                results.append(dups.select([*columns, "kept_sample_id", "reason", *keys]))
             del table, dups
     if not results:
         schema = pa.schema(

@@ -7,7 +7,7 @@ opt-out request resolved to. Shards are never rewritten: the result is written a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -23,21 +23,9 @@ from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, 
 from prx_data.curation.optout.receipt import record_build
 from prx_data.curation.optout.requests import read_fingerprints
 from prx_data.curation.skip_reasons import MIN_BUFFER_ROWS, ReasonCollector, reason_lookup
+from prx_data.curation.skip_spill import SKIP_COLUMNS, SKIP_SCHEMA, SpilledSkips, as_skip_rows
 from prx_data.export.skiplist import SkiplistReport, build_skiplists
 from prx_data.imaging.buckets import BucketConfig
-
-SKIP_COLUMNS = ["sample_id", "source", "shard", "index_in_shard", "reason", "kept_sample_id"]
-SKIP_SCHEMA = pa.schema(
-    [
-        pa.field("sample_id", pa.string()),
-        pa.field("source", pa.string()),
-        pa.field("shard", pa.string()),
-        pa.field("index_in_shard", pa.int64()),
-        pa.field("reason", pa.string()),
-        pa.field("kept_sample_id", pa.string()),
-    ]
-)
-
 
 # PRX_DEDUP_RADIUS's default (core/settings.py); callers that run under settings pass theirs.
 DEFAULT_DEDUP_RADIUS = 2
@@ -100,6 +88,13 @@ def _degenerate_keys(raw_uri: str, options: dict | None) -> pa.Table:
     return raw.to_table(columns=wanted, filter="phash_degenerate = true")
 
 
+def exported_row_count(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None) -> int:
+    """Rows of every source's exports table (placed or dropped): an upper bound of the exported
+    samples, to size spills before the scan."""
+    found = (open_table(paths.exports_table(source), options) for source in sorted(priorities))
+    return sum(ds.count_rows() for ds in found if ds is not None)
+
+
 def exported_batches(paths: StoragePaths, priorities: Mapping[str, int], options: dict | None = None, batch_rows: int = SCAN_BATCH_ROWS):
     """(row count upper bound, iterator of tables): ``exported_samples``' rows, streamed from each
     source's exports table in scanner batches; only the degenerate rows' content keys are joined
@@ -145,10 +140,12 @@ def spilled_dedup_rows(
     max_partition_rows: int = DEFAULT_PARTITION_ROWS,
     scratch_dir: str | None = None,
     on_batch: Callable[[pa.Table], None] | None = None,
+    sink: Callable[[pa.Table], None] | None = None,
 ) -> pa.Table:
     """``dedup_rows(exported_samples(...))`` without holding the corpus: the exports stream from
     Lance into partitions spilled under ``scratch_dir`` (see curation.dedup_spill). ``on_batch``
-    sees every export batch (``EXPORTED_SCHEMA``) of that one scan."""
+    sees every export batch (``EXPORTED_SCHEMA``) of that one scan. With ``sink``, the rows go to
+    it partition by partition (SKIP_SCHEMA) and an empty table is returned."""
     total, batches = exported_batches(paths, priorities, options)
 
     def shaped():
@@ -164,8 +161,9 @@ def spilled_dedup_rows(
         columns=["sample_id", "source", "shard", "index_in_shard"],
         max_partition_rows=max_partition_rows,
         scratch_dir=scratch_dir,
+        sink=None if sink is None else (lambda rows: sink(as_skip_rows(rows))),
     )
-    return dups.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
+    return as_skip_rows(dups)
 
 
 def _with_content_keys(exports: pa.Table, raw_uri: str, options: dict | None) -> pa.Table:
@@ -260,17 +258,18 @@ def _join_reasons(exports: pa.Table, tables: list[pa.Table], reason_of) -> pa.Ta
 
 def superseded_rows(paths: StoragePaths, sources: Iterable[str], options: dict | None = None) -> pa.Table:
     """Old placements an incremental export replaced (``superseded``), from each source's table."""
-    tables = []
+    return pa.concat_tables([SKIP_SCHEMA.empty_table(), *superseded_batches(paths, sources, options)])
+
+
+def superseded_batches(paths: StoragePaths, sources: Iterable[str], options: dict | None = None) -> Iterator[pa.Table]:
+    """``superseded_rows`` batch by batch."""
     for source in sorted(sources):
         ds = open_table(paths.superseded_table(source), options)
-        if ds is not None:
-            tables.append(ds.to_table(columns=["sample_id", "source", "shard", "index_in_shard"]))
-    if not tables or not sum(t.num_rows for t in tables):
-        return SKIP_SCHEMA.empty_table()
-    found = pa.concat_tables(tables)
-    found = found.append_column("reason", pa.array(["superseded"] * found.num_rows, pa.string()))
-    found = found.append_column("kept_sample_id", pa.nulls(found.num_rows, pa.string()))
-    return found.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
+        if ds is None:
+            continue
+        for batch in ds.to_batches(columns=["sample_id", "source", "shard", "index_in_shard"], batch_size=SCAN_BATCH_ROWS):
+            found = pa.Table.from_batches([batch])
+            yield as_skip_rows(found.append_column("reason", pa.array(["superseded"] * found.num_rows, pa.string())))
 
 
 @dataclass
@@ -281,10 +280,11 @@ class RecordedSkiplistReport(SkiplistReport):
 
 
 def write_skip_lists(
-    mds_root: str, skips: pa.Table, storage_options: dict | None = None, paths: StoragePaths | None = None
+    mds_root: str, skips: pa.Table | SpilledSkips, storage_options: dict | None = None, paths: StoragePaths | None = None
 ) -> SkiplistReport:
     """Write the sidecars; with ``paths``, also record the build (which request it excludes, on
-    which shards) for the requesters' receipts (the report is then a RecordedSkiplistReport)."""
+    which shards) for the requesters' receipts (the report is then a RecordedSkiplistReport).
+    ``skips``: a table, or rows spilled by bucket and sample id (read a part at a time)."""
     report = build_skiplists(skips, mds_root, storage_options=storage_options)
     if paths is None:
         return report
@@ -324,14 +324,18 @@ def scan_skips(
     scratch_dir: str | None = None,
     placements: bool = False,
     min_buffer_rows: int = MIN_BUFFER_ROWS,
+    into: SpilledSkips | None = None,
 ) -> SkipScan:
     """Every skip over the whole corpus from one streamed scan of the exports: dedup spills one
     partition of at most ``max_partition_rows`` (exact dedup) under ``scratch_dir`` (the system
     temp folder when None); labels and opt-outs are joined per buffer of at least
-    ``min_buffer_rows`` exports (see curation.skip_reasons)."""
+    ``min_buffer_rows`` exports (see curation.skip_reasons). With ``into``, every skip row goes
+    there as it is found (left open) and ``SkipScan.skips`` is empty; without, they come back as
+    one table."""
     cfg = dedup_config(bucket_cfg, dedup_radius)
     lookup = reason_lookup(paths, priorities, exclude_labels, read_optout_samples(paths, options), options)
-    reasons = ReasonCollector(lookup, min_buffer_rows)
+    sink = into.add if into is not None else None
+    reasons = ReasonCollector(lookup, min_buffer_rows, sink=sink)
     kept: list[pa.Table] = []
     exported = 0
 
@@ -343,10 +347,15 @@ def scan_skips(
             kept.append(batch.select(PLACEMENT_SCHEMA.names))
 
     dups = spilled_dedup_rows(
-        paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir, on_batch=on_batch
+        paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir, on_batch=on_batch, sink=sink
     )
     labels, optouts = reasons.finish(SKIP_SCHEMA)
-    skips = pa.concat_tables([dups, labels, optouts, superseded_rows(paths, priorities, options)])
+    if into is not None:
+        for rows in superseded_batches(paths, priorities, options):
+            into.add(rows)
+        skips = SKIP_SCHEMA.empty_table()
+    else:
+        skips = pa.concat_tables([dups, labels, optouts, superseded_rows(paths, priorities, options)])
     table = pa.concat_tables(kept).cast(PLACEMENT_SCHEMA) if kept else PLACEMENT_SCHEMA.empty_table()
     return SkipScan(skips=skips, exported=exported, placements=table)
 

@@ -11,13 +11,11 @@ one sequence behind the ``skip_lists`` and ``corpus_report`` assets and ``prx-da
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from prx_data.core.paths import StoragePaths
 from prx_data.curation.optout.requests import OptOutReport, apply_requests
@@ -32,15 +30,11 @@ if TYPE_CHECKING:  # fold pulls in streaming (torch): imported where it runs, be
 @dataclass
 class SkipListsRebuilt:
     exported_samples: int  # exported placements (rows with a shard) the skips were computed over
-    skips: pa.Table  # one row per (sample, shard, reason)
+    skipped_samples: int  # distinct samples skipped: one skipped for two reasons counts once
+    skipped_per_source: dict[str, int]  # the same, per source
     report: SkiplistReport  # sidecars written / unchanged / removed, per-stream shares
     merged: list  # export.corpus_index merge results, one per bucket (published or not)
     folds: FoldReport
-
-    @property
-    def skipped_samples(self) -> int:
-        """Distinct samples skipped: a sample skipped for two reasons counts once."""
-        return pc.count_distinct(self.skips["sample_id"], mode="all").as_py() if self.skips.num_rows else 0
 
 
 def rebuild_skip_lists(
@@ -55,39 +49,61 @@ def rebuild_skip_lists(
     writer_cfg=None,
     options: dict | None = None,
     run_id: str | None = None,
+    scratch_dir: str | None = None,
 ) -> SkipListsRebuilt:
     """``fold`` is a ``curation.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
-    call's, so folding and publication agree on what is sparse."""
+    call's, so folding and publication agree on what is sparse. The skip rows are spilled under
+    ``scratch_dir`` (``curation.skip_spill``) and read a bucket or a sample-id range at a time;
+    with the fold policy on, its plan reads them whole."""
     # lazy: fold pulls in streaming (torch) through export.mds_writer; exclusion pulls in lance
-    from prx_data.curation.exclusion import scan_skips, write_skip_lists
+    from prx_data.curation.exclusion import exported_row_count, scan_skips, write_skip_lists
     from prx_data.curation.fold import FoldPolicy, apply_fold_policy
+    from prx_data.curation.skip_spill import SKIP_SCHEMA, SpilledSkips
 
     policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
-    # The placements are kept only for the fold plan; with the policy off it reads none.
-    scan = scan_skips(
-        paths,
-        priorities,
-        bucket_cfg=bucket_cfg,
-        exclude_labels=tuple(exclude_labels),
-        options=options,
-        dedup_radius=dedup_radius,
-        placements=policy.enabled and policy.min_stream_samples > 1,
-    )
-    skips, folds = apply_fold_policy(
-        paths,
-        scan.placements,
-        scan.skips,
-        sources=priorities,
-        bucket_cfg=bucket_cfg,
-        writer_cfg=writer_cfg,
-        policy=policy,
-        options=options,
-        run_id=run_id,
-    )
-    report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
+    folding = policy.enabled and policy.min_stream_samples > 1
+    with tempfile.TemporaryDirectory(prefix="prx-skips-", dir=scratch_dir) as folder:
+        skips = SpilledSkips(folder, expected_rows=exported_row_count(paths, priorities, options))
+        # The placements are kept only for the fold plan; with the policy off it reads none.
+        scan = scan_skips(
+            paths,
+            priorities,
+            bucket_cfg=bucket_cfg,
+            exclude_labels=tuple(exclude_labels),
+            options=options,
+            dedup_radius=dedup_radius,
+            placements=folding,
+            scratch_dir=scratch_dir,
+            into=skips,
+        )
+        before = skips.close().table() if folding else SKIP_SCHEMA.empty_table()
+        # Off, it still runs: it removes the fold folders a policy once on left behind.
+        with_folded, folds = apply_fold_policy(
+            paths,
+            scan.placements,
+            before,
+            sources=priorities,
+            bucket_cfg=bucket_cfg,
+            writer_cfg=writer_cfg,
+            policy=policy,
+            options=options,
+            run_id=run_id,
+        )
+        skips.add(with_folded.slice(before.num_rows))  # the folded originals' rows
+        del before, with_folded
+        skips.close()
+        report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
+        skipped, per_source = skips.distinct_samples()
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
     merged = merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples)
-    return SkipListsRebuilt(exported_samples=scan.exported, skips=skips, report=report, merged=merged, folds=folds)
+    return SkipListsRebuilt(
+        exported_samples=scan.exported,
+        skipped_samples=skipped,
+        skipped_per_source=per_source,
+        report=report,
+        merged=merged,
+        folds=folds,
+    )
 
 
 def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None):

@@ -11,7 +11,7 @@ about the corpus' size, and memory is that lookup plus one buffer (never the cor
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -88,10 +88,13 @@ def _unique_pairs(parts: list[pa.Table]) -> pa.Table:
 @dataclass
 class ReasonCollector:
     """Feed it export batches (``add``), then ``finish`` -> (label rows, opt-out rows), each
-    ``sample_id, source, shard, index_in_shard, reason`` sorted by shard, index and reason."""
+    ``sample_id, source, shard, index_in_shard, reason`` sorted by shard, index and reason.
+    With ``sink``, the rows go to it buffer by buffer instead (unsorted), and ``finish``
+    returns empty tables."""
 
     lookup: ReasonLookup
     min_buffer_rows: int = MIN_BUFFER_ROWS
+    sink: Callable[[pa.Table], None] | None = None
     _buffer: list[pa.Table] = field(default_factory=list)
     _buffered: int = 0
     _labels: list[pa.Table] = field(default_factory=list)
@@ -122,7 +125,7 @@ class ReasonCollector:
         self._buffer, self._buffered = [], 0
         placed = exports.select(PLACEMENT_COLUMNS)
         if self.lookup.labelled.num_rows:
-            self._labels.append(placed.join(self.lookup.labelled, "sample_id", join_type="inner", use_threads=False))
+            self._keep(self._labels, placed.join(self.lookup.labelled, "sample_id", join_type="inner", use_threads=False))
         pairs = [self.lookup.optout_pairs]
         perceptual = self._perceptual
         if perceptual.num_rows:
@@ -134,7 +137,13 @@ class ReasonCollector:
         if pairs.num_rows:
             joined = placed.join(pairs, "sample_id", join_type="inner", use_threads=False)
             reason = pc.binary_join_element_wise("optout:", joined["request_id"], "")
-            self._optouts.append(joined.drop_columns(["request_id"]).append_column("reason", reason))
+            self._keep(self._optouts, joined.drop_columns(["request_id"]).append_column("reason", reason))
+
+    def _keep(self, into: list[pa.Table], rows: pa.Table) -> None:
+        if self.sink is None:
+            into.append(rows)
+        elif rows.num_rows:
+            self.sink(rows.select([*PLACEMENT_COLUMNS, "reason"]))
 
     def finish(self, schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
         """Both tables cast to ``schema`` (the skip schema; ``kept_sample_id`` is null)."""

@@ -36,7 +36,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -511,46 +511,82 @@ def _checked_groups(
     return out
 
 
+class SkipRowsByBucket(Protocol):
+    """Skip rows read a bucket at a time (``curation.skip_spill.SpilledSkips``)."""
+
+    def bucket_names(self) -> list[str]: ...
+
+    def bucket(self, name: str) -> pa.Table: ...
+
+
+class _TableByBucket:
+    """A skip table seen a bucket at a time (the bucket is the shard path's first two parts)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.table = _normalised(table)
+        shard_code, shards = _codes(self.table["shard"])
+        parsed = [_parse_shard_path(path) for path in shards]
+        names = sorted({bucket for bucket, _, _ in parsed})
+        codes = {bucket: code for code, bucket in enumerate(names)}
+        bucket_of_shard = np.asarray([codes[bucket] for bucket, _, _ in parsed], dtype=np.int32)
+        self.row_bucket = bucket_of_shard[shard_code] if len(shards) else np.empty(0, np.int32)
+        self.codes = codes
+
+    def bucket_names(self) -> list[str]:
+        return list(self.codes)
+
+    def bucket(self, name: str) -> pa.Table:
+        return self.table.take(pa.array(np.flatnonzero(self.row_bucket == self.codes[name])))
+
+
 def build_skiplists(
-    table: pa.Table, mds_root: str, rewrite_share: float = REWRITE_SHARE, storage_options: dict | None = None
+    table: pa.Table | SkipRowsByBucket, mds_root: str, rewrite_share: float = REWRITE_SHARE, storage_options: dict | None = None
 ) -> SkiplistReport:
     """Make the sidecars under ``mds_root`` say exactly what ``table`` says.
 
     ``table``: ``sample_id, shard (path relative to the MDS root), index_in_shard, reason`` and
     optional ``kept_sample_id``; the same (shard, index, reason) may repeat only with equal ids.
-    The table is the whole truth for the tree: sidecars of (shard, reason) pairs it does not
+    It may also be rows spilled by bucket (``SkipRowsByBucket``), read one bucket at a time.
+    The rows are the whole truth for the tree: sidecars of (shard, reason) pairs they do not
     mention are removed, and every bucket gets a fresh manifest (also when nothing is skipped).
     ``mds_root`` is a folder or an ``s3://`` / ``gs://`` root that ``storage_options``
     (Lance-style) reach. Both get the same names and bytes, each file written whole (a rename
     locally, one PUT on an object store), sidecars first and the manifest last.
 
-    Memory is bounded by a bucket, not the corpus: beyond the table's own Arrow columns, only
-    a shard code per row is held tree-wide; sample ids become Python strings, and sidecar bytes
-    are made, one bucket at a time. Every bucket is checked (conflicts, shards, ranges) before
-    the first file is written, so bad rows change nothing.
+    Memory is bounded by a bucket, not the corpus (beyond a table's own Arrow columns when one
+    is given): one bucket's rows, their sample ids as Python strings and their sidecar bytes at a
+    time. Every bucket is checked (conflicts, shards, ranges) before the first file is written,
+    so bad rows change nothing.
     """
     root = locate(mds_root, storage_options)
-    table = _normalised(table)
-    shard_code, shards = _codes(table["shard"])
-    parsed = [_parse_shard_path(path) for path in shards]
+    rows_by_bucket = _TableByBucket(table) if isinstance(table, pa.Table) else table
+    named = rows_by_bucket.bucket_names()
+    named_set = set(named)
     tree_buckets = {ref.rel for ref in list_buckets(mds_root, storage_options)}
-    unknown = sorted({bucket for bucket, _, _ in parsed} - tree_buckets)
+    unknown = sorted(set(named) - tree_buckets)
     if unknown:
+        for name in unknown:  # an unparsable shard path is named as such
+            for path in _codes(_normalised(rows_by_bucket.bucket(name))["shard"])[1]:
+                _parse_shard_path(path)
         raise ValueError(f"skip rows name buckets that are not in {mds_root}: {unknown[:5]}")
     sizes: dict[tuple[str, str], dict[str, int]] = {}
-    for bucket, source, _ in parsed:
-        if (bucket, source) not in sizes:
-            sizes[(bucket, source)] = _shard_sizes(root, bucket, source)
-    buckets = {bucket: code for code, bucket in enumerate(sorted({bucket for bucket, _, _ in parsed}))}
-    bucket_of_shard = np.asarray([buckets[bucket] for bucket, _, _ in parsed], dtype=np.int32)
-    row_bucket = bucket_of_shard[shard_code] if len(shards) else np.empty(0, np.int32)
 
-    def positions(bucket: str) -> np.ndarray:
-        return np.flatnonzero(row_bucket == buckets[bucket])
+    def bucket_rows(bucket: str) -> tuple[_BucketRows, list[tuple[str, str, str]], list[str]]:
+        rows = _normalised(rows_by_bucket.bucket(bucket))
+        shard_code, shards = _codes(rows["shard"])
+        parsed = [_parse_shard_path(path) for path in shards]
+        for rel, source, _ in parsed:
+            if rel != bucket:
+                raise ValueError(f"shard {rel}/{source} was read as a row of bucket {bucket}")
+            if (rel, source) not in sizes:
+                sizes[(rel, source)] = _shard_sizes(root, rel, source)
+        return _bucket_rows(rows, np.arange(rows.num_rows), shard_code, shards), parsed, shards
 
     # Check pass: no file is touched until every bucket's rows are known to be good.
-    for bucket in buckets:
-        _checked_groups(_bucket_rows(table, positions(bucket), shard_code, shards), parsed, shards, sizes)
+    for bucket in named:
+        rows, parsed, shards = bucket_rows(bucket)
+        _checked_groups(rows, parsed, shards, sizes)
+        del rows
 
     report = SkiplistReport(counts=pa.table({}), streams=pa.table({}))
     counts: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -559,8 +595,8 @@ def build_skiplists(
         bucket_loc = root.child(*bucket.split("/"))
         entries: dict[str, tuple[str, str, int]] = {}  # rel -> (sha256, reason, count)
         skipped = 0
-        if bucket in buckets:
-            rows = _bucket_rows(table, positions(bucket), shard_code, shards)
+        if bucket in named_set:
+            rows, parsed, shards = bucket_rows(bucket)
             kept_column = rows.rows["kept_sample_id"] if "kept_sample_id" in rows.rows.column_names else None
             for start, end, source, basename, reason, samples in _checked_groups(rows, parsed, shards, sizes):
                 sids = rows.rows["sample_id"].slice(start, end - start).to_pylist()

@@ -114,16 +114,3 @@ def test_instance_config_limits_runs_per_partition():
         ]
         assert config.pool_config.default_pool_limit == 1
         assert instance.run_retries_enabled and instance.run_retries_max_retries == 2
-
-
-def test_skip_lists_metadata_counts_samples_not_sidecar_entries():
-    import pyarrow as pa
-
-    from prx_data.defs.export.assets import _distinct_per_source
-
-    skips = pa.table({
-        "source": ["a", "a", "a", "b"],
-        "sample_id": ["s1", "s1", "s2", "s3"],  # s1 skipped for two reasons
-        "reason": ["dedup", "label:text", "dedup", "optout:r"],
-    })
-    assert _distinct_per_source(skips) == {"a": 2, "b": 1}

@@ -16,8 +16,10 @@ from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_BUILD_SCHEMA
 
 
-def record_build(paths: StoragePaths, skips: pa.Table, options: dict | None = None) -> str:
-    """Append one row per filed request to the builds table; returns the build id."""
+def record_build(paths: StoragePaths, skips, options: dict | None = None) -> str:
+    """Append one row per filed request to the builds table; returns the build id. ``skips``:
+    the build's skip rows, a table or rows spilled by sample id (``SpilledSkips``: counted one
+    sample-id range at a time, which sums exactly since a sample lives in one range)."""
     import lance
 
     built_at = datetime.now(UTC)
@@ -25,9 +27,11 @@ def record_build(paths: StoragePaths, skips: pa.Table, options: dict | None = No
     audit = open_table(paths.optout_audit_table(), options)
     requests = sorted(set(audit.to_table(columns=["request_id"])["request_id"].to_pylist())) if audit is not None else []
     excluded: dict[str, int] = {}  # request -> distinct samples excluded
-    shards: dict[str, list[str]] = {}  # request -> sorted distinct shards
-    if skips.num_rows:
-        optout = skips.filter(pc.starts_with(skips["reason"], "optout:"))
+    distinct_shards: dict[str, set[str]] = {}
+    for part in [skips] if isinstance(skips, pa.Table) else skips.id_ranges():
+        if not part.num_rows:
+            continue
+        optout = part.filter(pc.starts_with(part["reason"], "optout:"))
         per_request = (
             pa.table(
                 {
@@ -44,7 +48,9 @@ def record_build(paths: StoragePaths, skips: pa.Table, options: dict | None = No
             per_request["sample_id_count_distinct"].to_pylist(),
             per_request["shard_distinct"].to_pylist(),
         ):
-            excluded[request], shards[request] = count, sorted(distinct)
+            excluded[request] = excluded.get(request, 0) + count
+            distinct_shards.setdefault(request, set()).update(distinct)
+    shards = {request: sorted(found) for request, found in distinct_shards.items()}
     names = sorted(set(requests) | set(excluded))
     if not names:
         return build_id

@@ -182,10 +182,10 @@ def skip_lists(
         options=storage.options,
         run_id=context.run_id,
     )
-    report, skips, merged, folds = rebuilt.report, rebuilt.skips, rebuilt.merged, rebuilt.folds
+    report, merged, folds = rebuilt.report, rebuilt.merged, rebuilt.folds
     per_reason = _sum_by(report.counts, "reason")
     # In samples: a sample skipped for two reasons is one sample.
-    per_source = _distinct_per_source(skips)
+    per_source = rebuilt.skipped_per_source
     streams = report.streams.to_pylist()
     # An unpublished bucket (too few samples left, or folded away) is streamed by no trainer:
     # rewriting it would buy nothing.
@@ -219,9 +219,3 @@ def _sum_by(counts, key: str) -> dict[str, int]:
     for row in counts.to_pylist():
         out[row[key]] = out.get(row[key], 0) + int(row["skipped"])
     return dict(sorted(out.items()))
-
-
-def _distinct_per_source(skips) -> dict[str, int]:
-    pairs = skips.select(["source", "sample_id"]).group_by(["source", "sample_id"]).aggregate([])
-    counts = pairs.group_by("source").aggregate([("sample_id", "count")])
-    return dict(zip(counts["source"].to_pylist(), counts["sample_id_count"].to_pylist()))
