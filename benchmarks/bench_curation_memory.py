@@ -9,14 +9,18 @@ files only: the skip-list builder never opens shards). A subprocess then runs, o
 * ``materialised``: ``compute_skips`` of a tree without ``scan_skips`` (the exports read into
   memory, deduped, joined with labels and opt-outs), or
 * ``streamed``: ``scan_skips`` (one Lance scan in batches: dedup spilled to partitions on local
-  disk, labels joined per buffer),
+  disk, labels joined per buffer), the skip rows returned as one table, or
+* ``spilled``: the same scan with every skip row spilled as it is found
+  (``curation.skip_spill.SpilledSkips``, what ``rebuild_skip_lists`` does), read back a bucket
+  at a time by the builder,
 
 followed by ``build_skiplists`` on the skip rows (~5 % duplicates, ~2 % 'label:nsfw'), and
 prints its peak RSS above the interpreter baseline (after imports) and its wall time. Figures
 are medians of ``--repeats`` runs.
 
     .venv/bin/python benchmarks/bench_curation_memory.py [--n 200000] [--radius 0] \
-        [--old-tree /work/main] [--new-tree .] [--partition-rows 100000]
+        [--old-tree /work/main] [--new-tree .] [--partition-rows 100000] \
+        [--modes materialised streamed]   # or: --modes streamed spilled (old tree, this one)
 """
 
 from __future__ import annotations
@@ -102,7 +106,14 @@ paths = StoragePaths(lance_root=root + "/lance", mds_root=root + "/mds")
 prios = {"src-a": 1, "src-b": 0}
 common = dict(bucket_cfg=BucketConfig(), exclude_labels=("nsfw",), dedup_radius=radius)
 start = time.perf_counter()
-if mode == "streamed":
+if mode == "spilled":
+    import tempfile
+    from prx_data.curation.skip_spill import SpilledSkips
+    folder = tempfile.mkdtemp(dir=root)
+    skips = SpilledSkips(folder, expected_rows=exclusion.exported_row_count(paths, prios))
+    exclusion.scan_skips(paths, prios, max_partition_rows=partition_rows, scratch_dir=root, into=skips, **common)
+    skips.close()
+elif mode == "streamed":
     skips = exclusion.scan_skips(paths, prios, max_partition_rows=partition_rows, scratch_dir=root, **common).skips
 else:
     skips = exclusion.compute_skips(paths, prios, **common)[1]
@@ -128,6 +139,8 @@ def main() -> None:
     parser.add_argument("--new-tree", default=".")
     parser.add_argument("--partition-rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--modes", nargs=2, default=["materialised", "streamed"], metavar=("OLD", "NEW"),
+                        help="the old tree's mode and this tree's (materialised, streamed, spilled)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-curmem-") as tmp:
         worlds = {}
@@ -135,7 +148,8 @@ def main() -> None:
             worlds[size] = os.path.join(tmp, str(size))
             build_world(worlds[size], size)
         results = {}
-        for label, tree, mode in (("before (materialised)", args.old_tree, "materialised"), ("after (streamed)", args.new_tree, "streamed")):
+        before_label, after_label = f"before ({args.modes[0]})", f"after ({args.modes[1]})"
+        for label, tree, mode in ((before_label, args.old_tree, args.modes[0]), (after_label, args.new_tree, args.modes[1])):
             for size, root in worlds.items():
                 runs = []
                 for _ in range(args.repeats):
@@ -150,7 +164,7 @@ def main() -> None:
             print(f"{label:<24} 4N/N: memory {large['above_mb'] / small['above_mb']:.2f} (goal <= 1.2)   "
                   f"time {large['total_s'] / small['total_s']:.2f} (goal <= 4.4)", flush=True)
         for size in (args.n, 4 * args.n):
-            before, after = results[("before (materialised)", size)], results[("after (streamed)", size)]
+            before, after = results[(before_label, size)], results[(after_label, size)]
             print(f"n={size:>9,}: after/before memory {after['above_mb'] / before['above_mb']:.2f}, time {after['total_s'] / before['total_s']:.2f}")
 
 
