@@ -1,12 +1,14 @@
 """Label and opt-out skip rows from a stream of export batches, so the exports are scanned once
 (alongside dedup) and never held whole.
 
-What is looked up per exported row is small and read up front (``reason_lookup``): the raw rows
-with an excluded label, the samples an opt-out already resolved to plus those whose content key
-equals a recorded fingerprint, and the perceptual fingerprints with the degenerate rows whose
-hash is none. The export batches are buffered until the buffer is at least as large as those
-tables, then joined with them: each join costs about the buffer's size, so the whole pass costs
-about the corpus' size, and memory is that lookup plus one buffer (never the corpus).
+What is looked up per exported row is read up front (``reason_lookup``): the samples an opt-out
+already resolved to plus those whose content key equals a recorded fingerprint, and the
+perceptual fingerprints with the degenerate rows whose hash is none (all small); and, one source
+at a time as its exports arrive, that source's raw rows with an excluded label (a sample id
+belongs to one source, so no other source's rows can match). The export batches are buffered
+until the buffer is at least as large as those tables, then joined with them: each join costs
+about the buffer's size, so the whole pass costs about the corpus' size, and memory is one
+source's labelled rows plus one buffer (never the corpus).
 """
 
 from __future__ import annotations
@@ -30,16 +32,22 @@ _PAIR_SCHEMA = pa.schema([("sample_id", pa.string()), ("request_id", pa.string()
 _HASHED_SCHEMA = pa.schema([("sample_id", pa.string()), ("source", pa.string()), ("phash", pa.int64())])
 
 
+_LABEL_SCHEMA = pa.schema([("sample_id", pa.string()), ("reason", pa.string())])
+
+
 @dataclass(frozen=True)
 class ReasonLookup:
-    labelled: pa.Table  # sample_id, reason ('label:<label>') of raw rows with an excluded label
+    # sample_id, reason ('label:<label>') of one source's raw rows with an excluded label
+    labelled_of: Callable[[str], pa.Table]
+    labels_excluded: bool  # some label is excluded (else labelled_of is always empty)
     optout_pairs: pa.Table  # sample_id, request_id: resolved matches and content-key matches
     fingerprints: pa.Table  # every recorded fingerprint (the perceptual ones are matched per batch)
     flat_ids: pa.Array  # raw rows flagged degenerate: their hash is no fingerprint
 
     @property
     def rows(self) -> int:
-        return self.labelled.num_rows + self.optout_pairs.num_rows + len(self.flat_ids)
+        """Rows looked up besides a source's labelled rows."""
+        return self.optout_pairs.num_rows + len(self.flat_ids)
 
 
 def reason_lookup(
@@ -47,7 +55,7 @@ def reason_lookup(
 ) -> ReasonLookup:
     """``optouts``: (sample_id, request_id) an opt-out resolution matched (None: none)."""
     sources, exclude = sorted(sources), sorted(set(exclude_labels))
-    labelled, flat, keyed = [], [], []
+    flat, keyed = [], []
     fingerprints = read_fingerprints(paths, options)
     shas = pc.unique(fingerprints["sha256"].combine_chunks().drop_null()).to_pylist() if fingerprints.num_rows else []
     for source in sources:
@@ -55,11 +63,6 @@ def reason_lookup(
         if ds is None:
             continue
         names = ds.schema.names
-        if exclude and "label" in names:
-            found = ds.to_table(columns=["sample_id", "label"], filter=one_of("label", exclude))
-            labelled.append(
-                pa.table({"sample_id": found["sample_id"], "reason": pc.binary_join_element_wise("label:", found["label"], "")})
-            )
         if fingerprints.num_rows and DEGENERATE_COLUMN in names:
             flat.append(ds.to_table(columns=["sample_id"], filter=f"{DEGENERATE_COLUMN} = true")["sample_id"])
         if shas and "image_sha256" in names:
@@ -70,9 +73,18 @@ def reason_lookup(
         # Content keys are matched here once (not per batch): the match is by key, not by row.
         found = match_fingerprints(fingerprints, _HASHED_SCHEMA.empty_table(), pa.concat_tables(keyed))
         pairs.append(found.select(["sample_id", "request_id"]).cast(_PAIR_SCHEMA))
-    label_schema = pa.schema([("sample_id", pa.string()), ("reason", pa.string())])
+
+    def labelled_of(source: str) -> pa.Table:
+        ds = open_table(paths.raw_table(source), options) if exclude and source in sources else None
+        if ds is None or "label" not in ds.schema.names:
+            return _LABEL_SCHEMA.empty_table()
+        found = ds.to_table(columns=["sample_id", "label"], filter=one_of("label", exclude))
+        reason = pc.binary_join_element_wise("label:", found["label"], "")
+        return pa.table({"sample_id": found["sample_id"], "reason": reason}).cast(_LABEL_SCHEMA)
+
     return ReasonLookup(
-        labelled=pa.concat_tables([t.cast(label_schema) for t in labelled]) if labelled else label_schema.empty_table(),
+        labelled_of=labelled_of,
+        labels_excluded=bool(exclude),
         optout_pairs=_unique_pairs(pairs),
         fingerprints=fingerprints,
         flat_ids=pa.chunked_array(flat, pa.string()).combine_chunks() if flat else pa.array([], pa.string()),
@@ -97,13 +109,15 @@ class ReasonCollector:
     sink: Callable[[pa.Table], None] | None = None
     _buffer: list[pa.Table] = field(default_factory=list)
     _buffered: int = 0
+    _source: str | None = None  # the source of the buffered rows
+    _labelled: pa.Table = field(default_factory=_LABEL_SCHEMA.empty_table)  # that source's
     _labels: list[pa.Table] = field(default_factory=list)
     _optouts: list[pa.Table] = field(default_factory=list)
 
     @property
     def idle(self) -> bool:
         """Nothing to look up: batches need not be fed."""
-        return not self.lookup.labelled.num_rows and not self.lookup.optout_pairs.num_rows and not self._perceptual.num_rows
+        return not self.lookup.labels_excluded and not self.lookup.optout_pairs.num_rows and not self._perceptual.num_rows
 
     @property
     def _perceptual(self) -> pa.Table:
@@ -113,9 +127,17 @@ class ReasonCollector:
     def add(self, batch: pa.Table) -> None:
         if self.idle or not batch.num_rows:
             return
+        sources = pc.unique(batch["source"]).to_pylist()
+        if len(sources) > 1:  # the scan yields one source at a time; anything else is split
+            for source in sources:
+                self.add(batch.filter(pc.equal(batch["source"], source)))
+            return
+        if sources[0] != self._source:
+            self._flush()
+            self._source, self._labelled = sources[0], self.lookup.labelled_of(sources[0])
         self._buffer.append(batch.select([*PLACEMENT_COLUMNS, "phash"]))
         self._buffered += batch.num_rows
-        if self._buffered >= max(self.min_buffer_rows, self.lookup.rows):
+        if self._buffered >= max(self.min_buffer_rows, self.lookup.rows + self._labelled.num_rows):
             self._flush()
 
     def _flush(self) -> None:
@@ -124,8 +146,8 @@ class ReasonCollector:
         exports = pa.concat_tables(self._buffer)
         self._buffer, self._buffered = [], 0
         placed = exports.select(PLACEMENT_COLUMNS)
-        if self.lookup.labelled.num_rows:
-            self._keep(self._labels, placed.join(self.lookup.labelled, "sample_id", join_type="inner", use_threads=False))
+        if self._labelled.num_rows:
+            self._keep(self._labels, placed.join(self._labelled, "sample_id", join_type="inner", use_threads=False))
         pairs = [self.lookup.optout_pairs]
         perceptual = self._perceptual
         if perceptual.num_rows:

@@ -53,3 +53,32 @@ def test_label_skips_per_small_buffer_equal_the_materialised_join(tmp_path) -> N
         assert labels.sort_by(ORDER).equals(expected.sort_by(ORDER))
         assert scan.exported == exported_samples(paths, prios).num_rows
         assert scan.placements.num_rows == 0  # not asked for
+
+
+def test_labelled_rows_are_read_one_source_at_a_time(tmp_path) -> None:
+    """The labelled raw rows are read when their source's exports arrive, once per source, and
+    the collector holds one source's at a time: never the corpus's."""
+    from prx_data.curation.skip_reasons import ReasonCollector, reason_lookup
+    from prx_data.curation.exclusion import exported_batches
+
+    paths = _world(tmp_path)
+    prios = {"a": 1, "b": 0}
+    lookup = reason_lookup(paths, prios, ("nsfw", "text"), None)
+    read: list[tuple[str, int]] = []
+
+    def labelled_of(source: str) -> pa.Table:
+        rows = lookup.labelled_of(source)
+        read.append((source, rows.num_rows))
+        return rows
+
+    from dataclasses import replace
+
+    collector = ReasonCollector(replace(lookup, labelled_of=labelled_of), min_buffer_rows=1 << 20)
+    held = []
+    for batch in exported_batches(paths, prios)[1]:
+        collector.add(batch)
+        held.append(collector._labelled["sample_id"].to_pylist())
+    labels, _ = collector.finish(SKIP_SCHEMA)
+    assert [source for source, _ in read] == ["a", "b"] and all(count > 20 for _, count in read)
+    assert all(len({sid.split("-")[0] for sid in ids}) == 1 for ids in held), "two sources' labelled rows held at once"
+    assert set(pc.unique(labels["source"]).to_pylist()) == {"a", "b"}
