@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 from prx_data.core.spill import PartitionFiles
 from prx_data.stages.export_spill import SpilledPartitions, partition_count, range_bounds
 
-SKIP_COLUMNS = ["sample_id", "source", "shard", "index_in_shard", "reason", "kept_sample_id"]
 SKIP_SCHEMA = pa.schema(
     [
         pa.field("sample_id", pa.string()),
@@ -35,6 +34,7 @@ SKIP_SCHEMA = pa.schema(
         pa.field("kept_sample_id", pa.string()),
     ]
 )
+SKIP_COLUMNS = SKIP_SCHEMA.names
 # Skip rows per sample-id range: a range is what a distinct count holds at once.
 RANGE_ROWS = 1_000_000
 

@@ -563,7 +563,7 @@ def build_skiplists(
     named = rows_by_bucket.bucket_names()
     named_set = set(named)
     tree_buckets = {ref.rel for ref in list_buckets(mds_root, storage_options)}
-    unknown = sorted(set(named) - tree_buckets)
+    unknown = sorted(named_set - tree_buckets)
     if unknown:
         for name in unknown:  # an unparsable shard path is named as such
             for path in _codes(_normalised(rows_by_bucket.bucket(name))["shard"])[1]:

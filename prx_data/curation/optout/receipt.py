@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,8 +16,11 @@ from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_BUILD_SCHEMA
 
+if TYPE_CHECKING:
+    from prx_data.curation.skip_spill import SpilledSkips
 
-def record_build(paths: StoragePaths, skips, options: dict | None = None) -> str:
+
+def record_build(paths: StoragePaths, skips: pa.Table | SpilledSkips, options: dict | None = None) -> str:
     """Append one row per filed request to the builds table; returns the build id. ``skips``:
     the build's skip rows, a table or rows spilled by sample id (``SpilledSkips``: counted one
     sample-id range at a time, which sums exactly since a sample lives in one range)."""
