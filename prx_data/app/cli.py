@@ -181,8 +181,9 @@ def _run_everything(args: argparse.Namespace) -> int:
 
         # One Ray for the whole command: every source's run and every step that needs Ray joins
         # it. It starts when a stage first submits Ray work (core.ray_tasks.ensure_ray), or in the
-        # background once ingest has written more rows than the stages do locally (prefetch_ray),
-        # so a command whose runs have little to do starts none.
+        # background: at once when the sources' listings grew by more rows than the stages do
+        # locally (RunPlan.expects_ray), else once ingest has written that many (prefetch_ray).
+        # A command whose runs have little to do starts none.
         # The first run that joins it keeps its connection for the others (connection_held), so
         # they find the Ray workers already up, with their imports and models.
         with (
@@ -191,6 +192,8 @@ def _run_everything(args: argparse.Namespace) -> int:
             ray_provider("prefetch", ray_head.prefetch),
             connection_held(),
         ):
+            if plan.expects_ray(settings.local_max_rows):
+                ray_head.prefetch()
             with open_instance(sources) as instance:
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
                 force = getattr(args, "force", False)
@@ -599,5 +602,13 @@ def main(argv: list[str] | None = None) -> int:
     return args.func(args)
 
 
+def entry() -> None:
+    """The ``prx-data`` command: ``main``, then an exit without module teardown (``fast_exit``).
+    An exception or ``SystemExit`` (a usage error) leaves the usual way."""
+    from prx_data.app.fast_exit import exit_now
+
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -186,6 +186,12 @@ def start_head(
         f"--temp-dir={temp}",
         # Not 10001: two commands on one machine would fight over it.
         f"--ray-client-server-port={free_port()}",
+        # Two Python processes this head has no use for, ~0.3 s of CPU each to start on a machine
+        # busy with the command's own start: the log monitor only feeds worker output to
+        # drivers, and every run joins with log_to_driver=False; the autoscaler monitor has
+        # nothing to scale on one fixed node.
+        "--include-log-monitor=false",
+        "--no-monitor",
     ]
     if num_cpus:
         cmd.append(f"--num-cpus={num_cpus}")

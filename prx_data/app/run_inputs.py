@@ -30,6 +30,7 @@ from prx_data.core.storage import (
     try_read_bytes,
     write_bytes,
 )
+from prx_data.ingest.readers import WDS_IMAGE_EXTENSIONS
 
 RECORDS = "_run_inputs"
 CORPUS = "_corpus"
@@ -110,22 +111,43 @@ def settings_digest(settings) -> str:
 class SourceInputs:
     source: str
     fingerprint: str | None  # None: could not be listed (too large): always runs
+    # Rows the listing suggests (``listed_rows``); None when it could not be listed.
+    listed_rows: int | None = None
 
 
 def source_inputs(source, *, code_versions: Mapping[str, str], settings, optout_version: str) -> SourceInputs:
     """``source``: a ``RegisteredSource``."""
     try:
+        location = listing(_resolved(source.spec.location, source.path), settings.storage_options)
+        root = listing(_resolved(source.spec.root, source.path), settings.storage_options) if source.spec.root else None
         parts = {
             "spec_file": hashlib.sha256(Path(source.path).read_bytes()).hexdigest(),
-            "location": listing(_resolved(source.spec.location, source.path), settings.storage_options),
-            "root": listing(_resolved(source.spec.root, source.path), settings.storage_options) if source.spec.root else None,
+            "location": location,
+            "root": root,
             "code_versions": dict(sorted(code_versions.items())),
             "settings": settings_digest(settings),
             "optout": optout_version,
         }
     except (ListingTooLarge, OSError):
         return SourceInputs(source.name, None)
-    return SourceInputs(source.name, _digest(parts))
+    return SourceInputs(source.name, _digest(parts), listed_rows(location + (root or [])))
+
+
+# A guess at the bytes of a row inside a container file (Parquet, JSONL, tar, Lance): an image
+# with its metadata. Only decides whether to start Ray early (``listed_rows``).
+_CONTAINER_BYTES_PER_ROW = 64 * 1024
+
+
+def listed_rows(entries: Iterable[tuple]) -> int:
+    """A cheap guess at the rows a listing holds: one per image file, and one per 64 KiB of
+    other files (captions and sidecars add next to nothing). It decides only whether a run
+    starts Ray at once (``run_plan.RunPlan.expects_ray``); a URL list is underestimated, and then
+    ingest starts Ray once it has written enough rows."""
+    rows = 0
+    for name, size, *_ in entries:
+        suffix = os.path.splitext(name)[1][1:].lower()
+        rows += 1 if suffix in WDS_IMAGE_EXTENSIONS else (size or 0) // _CONTAINER_BYTES_PER_ROW
+    return rows
 
 
 def _resolved(location: str, spec_path) -> str:
@@ -163,9 +185,15 @@ class RunRecords:
         except (OSError, ValueError):
             return None  # unreadable: treated as never run
 
-    def write(self, name: str, fingerprint: str, tables: Mapping[str, int | None]) -> None:
+    def write(self, name: str, fingerprint: str, tables: Mapping[str, int | None], listed_rows: int | None = None) -> None:
+        record = {"fingerprint": fingerprint, "tables": dict(tables), "listed_rows": listed_rows}
         # A local write makes its folder; an object store has none to make.
-        write_bytes(self._loc(name), json.dumps({"fingerprint": fingerprint, "tables": dict(tables)}, sort_keys=True).encode())
+        write_bytes(self._loc(name), json.dumps(record, sort_keys=True).encode())
+
+    def listed_rows(self, name: str) -> int:
+        """The ``listed_rows`` of the source's last successful run (0: none, or not recorded)."""
+        value = (self.read(name) or {}).get("listed_rows")
+        return value if isinstance(value, int) else 0
 
     def unchanged(self, name: str, fingerprint: str | None, tables: Mapping[str, int | None]) -> bool:
         if fingerprint is None:

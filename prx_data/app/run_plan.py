@@ -37,6 +37,17 @@ class RunPlan:
         ran = [s for s, ok in (outcome or {}).items() if ok]
         return bool(ran) or self.corpus_changed
 
+    def expects_ray(self, local_max_rows: int) -> bool:
+        """Whether a source to run has grown, by its listing, by more rows than the stages run
+        locally: its stages will then run on Ray, so Ray can start now, beside the run's set-up
+        and ingest, instead of once ingest has written that many rows (``prefetch_ray``).
+        Growth, not size: a re-run that adds a few files to a large source stays local."""
+        for name in self.to_run:
+            rows = self.inputs[name].listed_rows
+            if rows is None or rows - self.records.listed_rows(name) > local_max_rows:
+                return True
+        return False
+
 
 def _source_tables(paths: StoragePaths, source: str) -> list[str]:
     return [paths.raw_table(source), paths.exports_table(source)]
@@ -84,7 +95,8 @@ def record_sources(plan: RunPlan, outcome: dict[str, bool], settings) -> None:
     for name, ok in outcome.items():
         fingerprint = plan.inputs[name].fingerprint
         if ok and fingerprint is not None:
-            plan.records.write(name, fingerprint, table_versions(_source_tables(plan.paths, name), settings.storage_options))
+            tables = table_versions(_source_tables(plan.paths, name), settings.storage_options)
+            plan.records.write(name, fingerprint, tables, plan.inputs[name].listed_rows)
 
 
 def record_corpus(plan: RunPlan, settings) -> None:

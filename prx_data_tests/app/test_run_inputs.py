@@ -13,12 +13,14 @@ import pyarrow as pa
 
 from prx_data.app.run_inputs import (
     RunRecords,
+    listed_rows,
     listing,
     settings_digest,
     source_inputs,
     table_versions,
 )
-from prx_data.core.settings import get_settings
+from prx_data.app.run_plan import plan_run
+from prx_data.core.settings import Settings, get_settings
 from prx_data.ingest.registry import load_registry
 from prx_data_tests.app.helpers import tiny_root
 
@@ -116,3 +118,58 @@ def test_an_undecodable_file_name_is_listed_not_fatal(tmp_path, monkeypatch):
     get_settings.cache_clear()
     assert _inputs(root) is not None
     get_settings.cache_clear()
+
+
+def test_listed_rows_counts_image_files_and_guesses_rows_of_container_files():
+    entries = [
+        ("a/p0.jpg", 50_000, 1),
+        ("a/p0.txt", 30, 1),  # a sidecar adds nothing
+        ("b/P1.JPEG", 9, 1),  # an image file is a row whatever its size
+        ("rows.parquet", 10 * 64 * 1024 + 5, 1),  # a container: a row per 64 KiB
+        ("notes.bin", 100, 1),
+    ]
+    assert listed_rows(entries) == 2 + 10
+    assert listed_rows([]) == 0
+
+
+def test_ray_starts_with_the_command_only_for_a_source_grown_past_the_local_limit(storage_root, tmp_path):
+    """RunPlan.expects_ray: the listing's rows against the last successful run's, with the
+    source's files and the run records on the storage under test."""
+    from prx_data.core.storage import locate, write_bytes
+
+    jpeg = (tiny_root(tmp_path / "made", images=1) / "photos" / "p0.jpg").read_bytes()
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    (sources / "photos.yaml").write_text(f"name: photos\nshape: image_folder\nlocation: {storage_root.uri('photos')}\nlicense: CC0-1.0\n")
+
+    def add_images(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            write_bytes(locate(storage_root.uri("photos", f"p{i}.jpg"), storage_root.options), jpeg)
+            write_bytes(locate(storage_root.uri("photos", f"p{i}.txt"), storage_root.options), b"a caption")
+
+    settings = Settings(
+        data_root=storage_root.base,
+        sources_dir=str(sources),
+        optout_dir=str(tmp_path / "optout"),
+        lance_root=storage_root.uri("lance"),
+        mds_root=storage_root.uri("mds"),
+        storage_options=storage_root.options or {},
+    )
+
+    def plan(force: bool = False):
+        return plan_run(settings, load_registry(settings.sources_dir), ["photos"], force=force)
+
+    add_images(0, 3)
+    first = plan()
+    assert first.to_run == ["photos"] and first.inputs["photos"].listed_rows == 3
+    assert first.expects_ray(2) and not first.expects_ray(3)  # never run: its whole listing is new
+
+    first.records.write("photos", first.inputs["photos"].fingerprint, {}, first.inputs["photos"].listed_rows)
+    assert RunRecords(settings.lance_root, settings.storage_options).listed_rows("photos") == 3
+    again = plan(force=True)  # runs, but nothing was added since
+    assert again.to_run == ["photos"] and not again.expects_ray(0)
+
+    add_images(3, 3)
+    grown = plan()
+    assert grown.to_run == ["photos"] and grown.inputs["photos"].listed_rows == 6
+    assert grown.expects_ray(2) and not grown.expects_ray(3)  # 3 new rows
