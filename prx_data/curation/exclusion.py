@@ -22,6 +22,7 @@ from prx_data.curation.dedup_spill import DEFAULT_PARTITION_ROWS, spilled_duplic
 from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 from prx_data.curation.optout.receipt import record_build
 from prx_data.curation.optout.requests import read_fingerprints
+from prx_data.curation.placement_spill import SpilledPlacements
 from prx_data.curation.skip_reasons import MIN_BUFFER_ROWS, ReasonCollector, reason_lookup
 from prx_data.curation.skip_spill import SKIP_COLUMNS, SKIP_SCHEMA, SpilledSkips, as_skip_rows
 from prx_data.export.skiplist import SkiplistReport, build_skiplists
@@ -325,13 +326,15 @@ def scan_skips(
     placements: bool = False,
     min_buffer_rows: int = MIN_BUFFER_ROWS,
     into: SpilledSkips | None = None,
+    placements_into: SpilledPlacements | None = None,
 ) -> SkipScan:
     """Every skip over the whole corpus from one streamed scan of the exports: dedup spills one
     partition of at most ``max_partition_rows`` (exact dedup) under ``scratch_dir`` (the system
     temp folder when None); labels and opt-outs are joined per buffer of at least
     ``min_buffer_rows`` exports (see curation.skip_reasons). With ``into``, every skip row goes
     there as it is found (left open) and ``SkipScan.skips`` is empty; without, they come back as
-    one table."""
+    one table. ``placements``: the placements come back as one table; ``placements_into``: they
+    go there, spilled by bucket, instead (what the fold policy's plan reads)."""
     cfg = dedup_config(bucket_cfg, dedup_radius)
     lookup = reason_lookup(paths, priorities, exclude_labels, read_optout_samples(paths, options), options)
     sink = into.add if into is not None else None
@@ -345,6 +348,8 @@ def scan_skips(
         reasons.add(batch)
         if placements:
             kept.append(batch.select(PLACEMENT_SCHEMA.names))
+        if placements_into is not None:
+            placements_into.add(batch.select(PLACEMENT_SCHEMA.names).cast(PLACEMENT_SCHEMA))
 
     dups = spilled_dedup_rows(
         paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir, on_batch=on_batch, sink=sink

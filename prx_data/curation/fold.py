@@ -48,9 +48,12 @@ from prx_data.core.lance_io import open_table
 from prx_data.core.locking import table_lock
 from prx_data.core.paths import StoragePaths
 from prx_data.core.storage import locate, try_read_bytes
+from prx_data.curation.placement_spill import bucket_rels
+from prx_data.curation.skip_spill import SKIP_SCHEMA
 from prx_data.export._fs import sha256_bytes
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
+from prx_data.export.skiplist import RowsByBucket
 from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
 from prx_data.imaging import transform  # called as transform.prepare (tests count its calls)
 from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, fold_target, shape_index, shapes_for_tier
@@ -178,16 +181,54 @@ def _pooled_targets(
     return assigned
 
 
-def plan_folds(exports: pa.Table, skips: pa.Table, bucket_cfg: BucketConfig, policy: FoldPolicy) -> FoldPlan:
-    """Which sparse buckets fold into which published bucket, and the samples that move."""
+class _TableByBucket:
+    """A table of placements or skip rows seen a bucket at a time; buckets in first-seen order."""
+
+    def __init__(self, table: pa.Table, rels: pa.Array) -> None:
+        self.table, self.rels = table, rels
+        self.names = [rel for rel in pc.unique(rels).to_pylist() if rel is not None]
+
+    def bucket_names(self) -> list[str]:
+        return self.names
+
+    def bucket(self, name: str) -> pa.Table:
+        return self.table.filter(pc.equal(self.rels, name))
+
+
+def _placements_by_bucket(exports: pa.Table | RowsByBucket) -> RowsByBucket:
+    if not isinstance(exports, pa.Table):
+        return exports
+    placed = exports.filter(pc.is_valid(exports["shard"]))
+    return _TableByBucket(placed, bucket_rels(placed))
+
+
+def _skips_by_bucket(skips: pa.Table | RowsByBucket) -> RowsByBucket:
+    if not isinstance(skips, pa.Table):
+        return skips
+    # The bucket of a skip row is its shard path's first two parts (as the sidecars are built).
+    found = pc.extract_regex(skips["shard"], r"^(?P<bucket>[^/]+/[^/]+)/")
+    return _TableByBucket(skips, pc.struct_field(found, "bucket"))
+
+
+def plan_folds(exports: pa.Table | RowsByBucket, skips: pa.Table | RowsByBucket, bucket_cfg: BucketConfig, policy: FoldPolicy) -> FoldPlan:
+    """Which sparse buckets fold into which published bucket, and the samples that move.
+
+    ``exports`` (placements) and ``skips`` are tables or rows spilled by bucket: either way one
+    bucket's placements and skip rows are read at a time, and only the live placements of
+    sparse buckets (fewer than ``min_stream_samples`` each) are kept."""
     empty = FoldPlan({}, {}, _PLAN_SCHEMA.empty_table())
-    if not policy.enabled or policy.min_stream_samples <= 1 or not exports.num_rows:
+    if not policy.enabled or policy.min_stream_samples <= 1:
         return empty
-    live = unskipped_placements(exports, skips)
-    # Per row only Arrow columns: the bucket of each placement, counted per bucket.
-    live_rel = pc.binary_join_element_wise(pc.cast(live["tier"], pa.string()), live["bucket"], "/")
-    per_bucket = pa.table({"rel": live_rel}).group_by("rel", use_threads=False).aggregate([([], "count_all")])
-    counts = Counter(dict(zip(per_bucket["rel"].to_pylist(), per_bucket["count_all"].to_pylist())))
+    placed, skipped = _placements_by_bucket(exports), _skips_by_bucket(skips)
+    counts: Counter = Counter()
+    sparse: dict[str, pa.Table] = {}  # rel -> its live placements
+    for rel in sorted(placed.bucket_names()):
+        live = unskipped_placements(placed.bucket(rel), skipped.bucket(rel))
+        if not live.num_rows:
+            continue  # nothing left to publish or fold
+        counts[rel] = live.num_rows
+        if live.num_rows < policy.min_stream_samples:
+            sparse[rel] = live
     by_tier: dict[int, dict[int, str]] = defaultdict(dict)  # tier -> aspect index -> rel
     for rel in counts:
         tier_name, bucket = rel.split("/")
@@ -198,7 +239,8 @@ def plan_folds(exports: pa.Table, skips: pa.Table, bucket_cfg: BucketConfig, pol
     folds, refused = {}, {}
     targets: dict[str, tuple[int, int, int]] = {}
     for tier, indexes in by_tier.items():
-        published = [i for i, rel in indexes.items() if counts[rel] >= policy.min_stream_samples]
+        # In aspect order: fold_target keeps the first of two equally near, equally square shapes.
+        published = sorted(i for i, rel in indexes.items() if counts[rel] >= policy.min_stream_samples)
         pooled = _pooled_targets(tier, indexes, counts, published, bucket_cfg, policy)
         for i, rel in indexes.items():
             if counts[rel] >= policy.min_stream_samples or i in set(pooled.values()):
@@ -214,23 +256,22 @@ def plan_folds(exports: pa.Table, skips: pa.Table, bucket_cfg: BucketConfig, pol
             targets[rel] = (tier, height, width)
     if not folds:
         return FoldPlan({}, refused, _PLAN_SCHEMA.empty_table())
-    keep = pc.is_in(live_rel, value_set=pa.array(sorted(folds), pa.string()))
-    moving = live.filter(keep)
-    from_rel = live_rel.filter(keep)
-    names = sorted(targets)
-    which = pc.index_in(from_rel, value_set=pa.array(names, pa.string()))
-    rows = pa.table(
-        {
-            "sample_id": moving["sample_id"].cast(pa.string()),
-            "source": moving["source"].cast(pa.string()),
-            "folded_from": from_rel,
-            "tier": pa.array([targets[n][0] for n in names], pa.int32()).take(which),
-            "height": pa.array([targets[n][1] for n in names], pa.int32()).take(which),
-            "width": pa.array([targets[n][2] for n in names], pa.int32()).take(which),
-        },
-        schema=_PLAN_SCHEMA,
-    )
-    return FoldPlan(dict(sorted(folds.items())), dict(sorted(refused.items())), rows)
+    moving = [
+        pa.table(
+            {
+                "sample_id": sparse[rel]["sample_id"].cast(pa.string()),
+                "source": sparse[rel]["source"].cast(pa.string()),
+                "folded_from": pa.array([rel] * sparse[rel].num_rows, pa.string()),
+                "tier": pa.array([targets[rel][0]] * sparse[rel].num_rows, pa.int32()),
+                "height": pa.array([targets[rel][1]] * sparse[rel].num_rows, pa.int32()),
+                "width": pa.array([targets[rel][2]] * sparse[rel].num_rows, pa.int32()),
+            },
+            schema=_PLAN_SCHEMA,
+        )
+        for rel in counts
+        if rel in folds
+    ]
+    return FoldPlan(dict(sorted(folds.items())), dict(sorted(refused.items())), pa.concat_tables(moving))
 
 
 # Applying a plan, source by source ------------------------------------------------------------
@@ -458,18 +499,27 @@ def _json(data: bytes) -> dict:
     return json.loads(data)
 
 
-def folded_skip_rows(exports: pa.Table, folds: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A ``folded`` skip for the original placement of every sample that has a folded copy."""
+def folded_skip_rows(exports: pa.Table | RowsByBucket, folds: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A ``folded`` skip for the original placement of every sample that has a folded copy
+    (``exports``: placements, a table or spilled by bucket, read a bucket at a time)."""
     if not folds.num_rows:
         return schema.empty_table()
-    originals = _in(exports.filter(pc.is_valid(exports["shard"])), "sample_id", folds["sample_id"].to_pylist())
-    n = originals.num_rows
+    placed = _placements_by_bucket(exports)
+    folded_ids = pa.array(sorted(set(folds["sample_id"].to_pylist())), pa.string())
+    originals = [
+        rows.filter(pc.is_in(rows["sample_id"], value_set=folded_ids)) for rows in (placed.bucket(rel) for rel in placed.bucket_names())
+    ]
+    found = [rows for rows in originals if rows.num_rows]
+    if not found:
+        return schema.empty_table()
+    originals_table = pa.concat_tables(found)
+    n = originals_table.num_rows
     table = pa.table(
         {
-            "sample_id": originals["sample_id"],
-            "source": originals["source"],
-            "shard": originals["shard"],
-            "index_in_shard": originals["index_in_shard"].cast(pa.int64()),
+            "sample_id": originals_table["sample_id"],
+            "source": originals_table["source"],
+            "shard": originals_table["shard"],
+            "index_in_shard": originals_table["index_in_shard"].cast(pa.int64()),
             "reason": pa.array([FOLDED] * n, pa.string()),
             "kept_sample_id": pa.nulls(n, pa.string()),
         }
@@ -490,10 +540,40 @@ def apply_fold_policy(
     run_id: str | None = None,
     scratch_dir: str | None = None,
 ) -> tuple[pa.Table, FoldReport]:
-    """Fold the sparse buckets that ``exports`` and ``skips`` (every source, before folding)
-    show, bring every source's fold partition up to date, and return ``skips`` plus the
-    ``folded`` rows of the originals. With the policy off, existing fold partitions are removed.
-    ``policy`` defaults to off; ``writer_cfg`` must give the columns the export used."""
+    """``fold_sparse_buckets`` on tables: returns ``skips`` plus the ``folded`` rows."""
+    folded, report = fold_sparse_buckets(
+        paths,
+        exports,
+        skips,
+        sources=sources,
+        bucket_cfg=bucket_cfg,
+        writer_cfg=writer_cfg,
+        policy=policy,
+        options=options,
+        run_id=run_id,
+        scratch_dir=scratch_dir,
+    )
+    return pa.concat_tables([skips, folded.cast(skips.schema)]), report
+
+
+def fold_sparse_buckets(
+    paths: StoragePaths,
+    exports: pa.Table | RowsByBucket,
+    skips: pa.Table | RowsByBucket,
+    *,
+    sources: Iterable[str],
+    bucket_cfg: BucketConfig,
+    writer_cfg: MdsWriterConfig | None = None,
+    policy: FoldPolicy | None = None,
+    options: dict | None = None,
+    run_id: str | None = None,
+    scratch_dir: str | None = None,
+) -> tuple[pa.Table, FoldReport]:
+    """Fold the sparse buckets that ``exports`` (placements) and ``skips`` (every source, before
+    folding) show, bring every source's fold partition up to date, and return the ``folded``
+    skip rows of the originals (SKIP_SCHEMA). Both inputs may be spilled by bucket: memory is a
+    bucket's rows plus the samples that fold. With the policy off, existing fold partitions are
+    removed. ``policy`` defaults to off; ``writer_cfg`` must give the columns the export used."""
     policy = policy or FoldPolicy()
     writer_cfg = writer_cfg or MdsWriterConfig()
     sources = sorted(set(sources))
@@ -526,7 +606,7 @@ def apply_fold_policy(
     folds = pa.concat_tables(tables) if tables else FOLDS_SCHEMA.empty_table()
     report.folded = folds.num_rows
     report.per_target = dict(sorted(Counter(f"{t}/{b}" for t, b in zip(folds["tier"].to_pylist(), folds["bucket"].to_pylist())).items()))
-    return pa.concat_tables([skips, folded_skip_rows(exports, folds, skips.schema)]), report
+    return folded_skip_rows(exports, folds, SKIP_SCHEMA), report
 
 
 def read_folds(paths: StoragePaths, sources: Iterable[str], options: dict | None = None) -> pa.Table:
@@ -555,6 +635,7 @@ __all__ = [
     "FoldPolicy",
     "FoldReport",
     "apply_fold_policy",
+    "fold_sparse_buckets",
     "fold_folder",
     "fold_summary",
     "folded_skip_rows",

@@ -11,6 +11,7 @@ one sequence behind the ``skip_lists`` and ``corpus_report`` assets and ``prx-da
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -52,19 +53,21 @@ def rebuild_skip_lists(
     scratch_dir: str | None = None,
 ) -> SkipListsRebuilt:
     """``fold`` is a ``curation.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
-    call's, so folding and publication agree on what is sparse. The skip rows are spilled under
-    ``scratch_dir`` (``curation.skip_spill``) and read a bucket or a sample-id range at a time;
-    with the fold policy on, its plan reads them whole."""
+    call's, so folding and publication agree on what is sparse. The skip rows (and, with the
+    fold policy on, the placements) are spilled under ``scratch_dir`` (``curation.skip_spill``,
+    ``curation.placement_spill``) and read a bucket or a sample-id range at a time."""
     # lazy: fold pulls in streaming (torch) through export.mds_writer; exclusion pulls in lance
-    from prx_data.curation.exclusion import exported_row_count, scan_skips, write_skip_lists
-    from prx_data.curation.fold import FoldPolicy, apply_fold_policy
-    from prx_data.curation.skip_spill import SKIP_SCHEMA, SpilledSkips
+    from prx_data.curation.exclusion import PLACEMENT_SCHEMA, exported_row_count, scan_skips, write_skip_lists
+    from prx_data.curation.fold import FoldPolicy, fold_sparse_buckets
+    from prx_data.curation.placement_spill import SpilledPlacements
+    from prx_data.curation.skip_spill import SpilledSkips
 
     policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
     folding = policy.enabled and policy.min_stream_samples > 1
     with tempfile.TemporaryDirectory(prefix="prx-skips-", dir=scratch_dir) as folder:
-        skips = SpilledSkips(folder, expected_rows=exported_row_count(paths, priorities, options))
+        skips = SpilledSkips(os.path.join(folder, "skips"), expected_rows=exported_row_count(paths, priorities, options))
         # The placements are kept only for the fold plan; with the policy off it reads none.
+        placements = SpilledPlacements(os.path.join(folder, "placements"), PLACEMENT_SCHEMA) if folding else None
         scan = scan_skips(
             paths,
             priorities,
@@ -72,16 +75,16 @@ def rebuild_skip_lists(
             exclude_labels=tuple(exclude_labels),
             options=options,
             dedup_radius=dedup_radius,
-            placements=folding,
             scratch_dir=scratch_dir,
             into=skips,
+            placements_into=placements,
         )
-        before = skips.close().table() if folding else SKIP_SCHEMA.empty_table()
+        skips.close()
         # Off, it still runs: it removes the fold folders a policy once on left behind.
-        with_folded, folds = apply_fold_policy(
+        folded, folds = fold_sparse_buckets(
             paths,
-            scan.placements,
-            before,
+            placements.close() if placements is not None else PLACEMENT_SCHEMA.empty_table(),
+            skips,
             sources=priorities,
             bucket_cfg=bucket_cfg,
             writer_cfg=writer_cfg,
@@ -89,8 +92,8 @@ def rebuild_skip_lists(
             options=options,
             run_id=run_id,
         )
-        skips.add(with_folded.slice(before.num_rows))  # the folded originals' rows
-        del before, with_folded
+        skips.add(folded)  # the folded originals' rows
+        del folded
         skips.close()
         report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
         skipped, per_source = skips.distinct_samples()

@@ -110,10 +110,6 @@ class SpilledSkips:
         for part in range(len(self._bounds) + 1):
             yield pa.concat_tables([SKIP_SCHEMA.empty_table(), *(by_id.read(part) for _, by_id in self._gens)])
 
-    def table(self) -> pa.Table:
-        """Every row at once: for the fold policy's plan and for callers that want a table."""
-        return pa.concat_tables([SKIP_SCHEMA.empty_table(), *self.id_ranges()])
-
     def distinct_samples(self) -> tuple[int, dict[str, int]]:
         """(samples skipped, samples skipped per source): a sample skipped for two reasons or in
         two placements counts once."""

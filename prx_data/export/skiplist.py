@@ -511,8 +511,9 @@ def _checked_groups(
     return out
 
 
-class SkipRowsByBucket(Protocol):
-    """Skip rows read a bucket at a time (``curation.skip_spill.SpilledSkips``)."""
+class RowsByBucket(Protocol):
+    """Rows read a bucket (``<tier>/<HxW>``) at a time: skip rows (``curation.skip_spill``) or
+    placements (``curation.placement_spill``)."""
 
     def bucket_names(self) -> list[str]: ...
 
@@ -540,13 +541,13 @@ class _TableByBucket:
 
 
 def build_skiplists(
-    table: pa.Table | SkipRowsByBucket, mds_root: str, rewrite_share: float = REWRITE_SHARE, storage_options: dict | None = None
+    table: pa.Table | RowsByBucket, mds_root: str, rewrite_share: float = REWRITE_SHARE, storage_options: dict | None = None
 ) -> SkiplistReport:
     """Make the sidecars under ``mds_root`` say exactly what ``table`` says.
 
     ``table``: ``sample_id, shard (path relative to the MDS root), index_in_shard, reason`` and
     optional ``kept_sample_id``; the same (shard, index, reason) may repeat only with equal ids.
-    It may also be rows spilled by bucket (``SkipRowsByBucket``), read one bucket at a time.
+    It may also be rows spilled by bucket (``RowsByBucket``), read one bucket at a time.
     The rows are the whole truth for the tree: sidecars of (shard, reason) pairs they do not
     mention are removed, and every bucket gets a fresh manifest (also when nothing is skipped).
     ``mds_root`` is a folder or an ``s3://`` / ``gs://`` root that ``storage_options``
