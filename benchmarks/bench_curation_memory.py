@@ -13,6 +13,10 @@ files only: the skip-list builder never opens shards). A subprocess then runs, o
 * ``spilled``: the same scan with every skip row spilled as it is found
   (``curation.skip_spill.SpilledSkips``, what ``rebuild_skip_lists`` does), read back a bucket
   at a time by the builder,
+* ``fold-tables`` / ``fold-spilled``: ``spilled`` plus the fold policy's plan (on by default),
+  from the placements and skip rows as two whole tables (before 2026-12-02) or spilled by bucket
+  and read a bucket at a time (``curation.placement_spill``); run both on one tree:
+  ``--old-tree . --new-tree . --modes fold-tables fold-spilled``,
 
 followed by ``build_skiplists`` on the skip rows (~5 % duplicates, ~2 % 'label:nsfw'), and
 prints its peak RSS above the interpreter baseline (after imports) and its wall time. Figures
@@ -94,6 +98,8 @@ from prx_data.export.skiplist import build_skiplists
 from prx_data.imaging.buckets import BucketConfig
 import lance, pyarrow, numpy
 root, mode, radius, partition_rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if mode.startswith("fold"):
+    from prx_data.curation import fold  # pulls in streaming (torch): imported before the baseline
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key + ":"):
@@ -106,7 +112,23 @@ paths = StoragePaths(lance_root=root + "/lance", mds_root=root + "/mds")
 prios = {"src-a": 1, "src-b": 0}
 common = dict(bucket_cfg=BucketConfig(), exclude_labels=("nsfw",), dedup_radius=radius)
 start = time.perf_counter()
-if mode == "spilled":
+if mode.startswith("fold"):
+    # The fold policy's plan after the scan: the placements and skip rows as two tables (as
+    # rebuild_skip_lists held them up to 2026-12-01), or spilled by bucket and read a bucket at a time.
+    import tempfile
+    from prx_data.curation.placement_spill import SpilledPlacements
+    from prx_data.curation.skip_spill import SpilledSkips
+    skips = SpilledSkips(tempfile.mkdtemp(dir=root), expected_rows=exclusion.exported_row_count(paths, prios))
+    placed = SpilledPlacements(tempfile.mkdtemp(dir=root), exclusion.PLACEMENT_SCHEMA) if mode == "fold-spilled" else None
+    scan = exclusion.scan_skips(paths, prios, max_partition_rows=partition_rows, scratch_dir=root, into=skips,
+                                placements=placed is None, placements_into=placed, **common)
+    skips.close()
+    policy = fold.FoldPolicy(enabled=True, max_steps=2, min_stream_samples=32)
+    if placed is None:
+        plan = fold.plan_folds(scan.placements, pyarrow.concat_tables(list(skips.id_ranges())), BucketConfig(), policy)
+    else:
+        plan = fold.plan_folds(placed.close(), skips, BucketConfig(), policy)
+elif mode == "spilled":
     import tempfile
     from prx_data.curation.skip_spill import SpilledSkips
     folder = tempfile.mkdtemp(dir=root)
@@ -140,7 +162,7 @@ def main() -> None:
     parser.add_argument("--partition-rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--modes", nargs=2, default=["materialised", "streamed"], metavar=("OLD", "NEW"),
-                        help="the old tree's mode and this tree's (materialised, streamed, spilled)")
+                        help="the old tree's mode and this tree's (materialised, streamed, spilled, fold-tables, fold-spilled)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-curmem-") as tmp:
         worlds = {}
