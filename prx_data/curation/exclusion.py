@@ -338,7 +338,7 @@ def scan_skips(
     cfg = dedup_config(bucket_cfg, dedup_radius)
     lookup = reason_lookup(paths, priorities, exclude_labels, read_optout_samples(paths, options), options)
     sink = into.add if into is not None else None
-    reasons = ReasonCollector(lookup, min_buffer_rows, sink=sink)
+    reasons = ReasonCollector(lookup, min_buffer_rows, sink=sink, scratch_dir=scratch_dir)
     kept: list[pa.Table] = []
     exported = 0
 
@@ -351,10 +351,13 @@ def scan_skips(
         if placements_into is not None:
             placements_into.add(batch.select(PLACEMENT_SCHEMA.names).cast(PLACEMENT_SCHEMA))
 
-    dups = spilled_dedup_rows(
-        paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir, on_batch=on_batch, sink=sink
-    )
-    labels, optouts = reasons.finish(SKIP_SCHEMA)
+    try:
+        dups = spilled_dedup_rows(
+            paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir, on_batch=on_batch, sink=sink
+        )
+        labels, optouts = reasons.finish(SKIP_SCHEMA)
+    finally:
+        reasons.close()  # the label join's spill, also when the scan failed
     if into is not None:
         for rows in superseded_batches(paths, priorities, options):
             into.add(rows)

@@ -44,12 +44,13 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prx_data.core.filters import STATUS_OK, all_of, one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.locking import table_lock
 from prx_data.core.paths import StoragePaths
 from prx_data.core.storage import locate, try_read_bytes
 from prx_data.curation.placement_spill import bucket_rels
-from prx_data.curation.skip_spill import SKIP_SCHEMA
+from prx_data.curation.skip_spill import SKIP_SCHEMA, shard_buckets
 from prx_data.export._fs import sha256_bytes
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
@@ -205,9 +206,7 @@ def _placements_by_bucket(exports: pa.Table | RowsByBucket) -> RowsByBucket:
 def _skips_by_bucket(skips: pa.Table | RowsByBucket) -> RowsByBucket:
     if not isinstance(skips, pa.Table):
         return skips
-    # The bucket of a skip row is its shard path's first two parts (as the sidecars are built).
-    found = pc.extract_regex(skips["shard"], r"^(?P<bucket>[^/]+/[^/]+)/")
-    return _TableByBucket(skips, pc.struct_field(found, "bucket"))
+    return _TableByBucket(skips, shard_buckets(skips["shard"]))
 
 
 def plan_folds(exports: pa.Table | RowsByBucket, skips: pa.Table | RowsByBucket, bucket_cfg: BucketConfig, policy: FoldPolicy) -> FoldPlan:
@@ -288,10 +287,6 @@ def fold_folders_in_tree(mds_root: str, options: dict | None = None) -> dict[str
     return dict(found)
 
 
-def _in(table: pa.Table, column: str, values: Iterable[str]) -> pa.Table:
-    return table.filter(pc.is_in(table[column], value_set=pa.array(sorted(set(values)), pa.string())))
-
-
 def fold_source(
     paths: StoragePaths,
     source: str,
@@ -323,7 +318,9 @@ def fold_source(
         exports_ds = open_table(paths.exports_table(source), options)
         keys = {}
         if wanted.num_rows and exports_ds is not None:
-            ex = _in(exports_ds.to_table(columns=["sample_id", "image_key", "meta_key"]), "sample_id", wanted["sample_id"].to_pylist())
+            # Filtered in the scan: the source's other placements are never materialised.
+            ids = sorted(set(wanted["sample_id"].to_pylist()))
+            ex = exports_ds.to_table(columns=["sample_id", "image_key", "meta_key"], filter=one_of("sample_id", ids))
             keys = {r["sample_id"]: (r["image_key"], r["meta_key"]) for r in ex.to_pylist()}
         want: dict[str, dict[str, dict]] = defaultdict(dict)
         for r in wanted.to_pylist():
@@ -386,7 +383,9 @@ def _rewrite(
     raw = {}
     if needed and raw_ds is not None:
         cols = [c for c in ("sample_id", "width", "height", "caption", "label", "caption_model") if c in raw_ds.schema.names]
-        found = _in(raw_ds.to_table(columns=cols, filter="status = 'ok'", with_row_address=True), "sample_id", needed)
+        # Only the rows to write: the source's captions are never read whole.
+        wanted_ok = all_of(STATUS_OK, one_of("sample_id", sorted(set(needed))))
+        found = raw_ds.to_table(columns=cols, filter=wanted_ok, with_row_address=True)
         raw = {r["sample_id"]: r for r in found.to_pylist()}
     indexes = {ref: _json(data) for ref, data in current.items()}
     reuse: dict[tuple[str, int], tuple[str, dict]] = {}  # old placement -> (target rel, wanted row)

@@ -1,19 +1,27 @@
 """Label and opt-out skip rows from a stream of export batches, so the exports are scanned once
 (alongside dedup) and never held whole.
 
-What is looked up per exported row is read up front (``reason_lookup``): the samples an opt-out
-already resolved to plus those whose content key equals a recorded fingerprint, and the
-perceptual fingerprints with the degenerate rows whose hash is none (all small); and, one source
-at a time as its exports arrive, that source's raw rows with an excluded label (a sample id
-belongs to one source, so no other source's rows can match). The export batches are buffered
-until the buffer is at least as large as those tables, then joined with them: each join costs
-about the buffer's size, so the whole pass costs about the corpus' size, and memory is one
-source's labelled rows plus one buffer (never the corpus).
+Opt-outs: what is looked up per exported row is read up front (``reason_lookup``): the samples
+an opt-out already resolved to plus those whose content key equals a recorded fingerprint, and
+the perceptual fingerprints with the degenerate rows whose hash is none (all small). The export
+batches are buffered until the buffer is at least as large as those tables, then joined with
+them: each join costs about the buffer's size, so the whole pass costs about the corpus' size.
+
+Labels: a sample id belongs to one source, so a source's placements need only that source's raw
+rows with an excluded label. Both can be as large as the source (a tenth of a 50 M-image source
+labelled ``text`` is 5 M rows), so neither is held: while a source's exports stream by, their
+placements are spilled by sample-id range (``stages.export_spill``) under the scan's scratch
+folder; when the source ends, its labelled rows are scanned into the same ranges, and the two are
+joined range by range (a sample's placements and its label always meet in one range). Memory is
+one range of each (~``RANGE_ROWS``) plus one buffer, never a source or the corpus.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -25,9 +33,12 @@ from prx_data.core.paths import StoragePaths
 from prx_data.curation.optout.match import match_fingerprints
 from prx_data.curation.optout.requests import read_fingerprints
 from prx_data.imaging.fingerprints import DEGENERATE_COLUMN
+from prx_data.stages.export_spill import SpilledPartitions, partition_count, range_bounds
 
 PLACEMENT_COLUMNS = ["sample_id", "source", "shard", "index_in_shard"]
 MIN_BUFFER_ROWS = 1 << 18  # a join's fixed cost is paid per buffer: keep buffers large
+# Rows of a source's placements (and of its labelled rows) per sample-id range of the label join.
+RANGE_ROWS = 1_000_000
 _PAIR_SCHEMA = pa.schema([("sample_id", pa.string()), ("request_id", pa.string())])
 _HASHED_SCHEMA = pa.schema([("sample_id", pa.string()), ("source", pa.string()), ("phash", pa.int64())])
 
@@ -37,16 +48,19 @@ _LABEL_SCHEMA = pa.schema([("sample_id", pa.string()), ("reason", pa.string())])
 
 @dataclass(frozen=True)
 class ReasonLookup:
-    # sample_id, reason ('label:<label>') of one source's raw rows with an excluded label
-    labelled_of: Callable[[str], pa.Table]
+    # Batches of (sample_id, reason 'label:<label>') of one source's raw rows with an excluded
+    # label, read from the source's table as they are consumed.
+    labelled_of: Callable[[str], Iterator[pa.Table]]
     labels_excluded: bool  # some label is excluded (else labelled_of is always empty)
     optout_pairs: pa.Table  # sample_id, request_id: resolved matches and content-key matches
     fingerprints: pa.Table  # every recorded fingerprint (the perceptual ones are matched per batch)
     flat_ids: pa.Array  # raw rows flagged degenerate: their hash is no fingerprint
+    # Rows in a source's exports table (an upper bound of its placements: sizes the ranges).
+    exported_rows_of: Callable[[str], int] = lambda _source: 0
 
     @property
     def rows(self) -> int:
-        """Rows looked up besides a source's labelled rows."""
+        """Rows looked up per buffer (the opt-out tables)."""
         return self.optout_pairs.num_rows + len(self.flat_ids)
 
 
@@ -74,16 +88,22 @@ def reason_lookup(
         found = match_fingerprints(fingerprints, _HASHED_SCHEMA.empty_table(), pa.concat_tables(keyed))
         pairs.append(found.select(["sample_id", "request_id"]).cast(_PAIR_SCHEMA))
 
-    def labelled_of(source: str) -> pa.Table:
+    def labelled_of(source: str) -> Iterator[pa.Table]:
         ds = open_table(paths.raw_table(source), options) if exclude and source in sources else None
         if ds is None or "label" not in ds.schema.names:
-            return _LABEL_SCHEMA.empty_table()
-        found = ds.to_table(columns=["sample_id", "label"], filter=one_of("label", exclude))
-        reason = pc.binary_join_element_wise("label:", found["label"], "")
-        return pa.table({"sample_id": found["sample_id"], "reason": reason}).cast(_LABEL_SCHEMA)
+            return
+        for batch in ds.to_batches(columns=["sample_id", "label"], filter=one_of("label", exclude), batch_size=1 << 16):
+            if batch.num_rows:
+                reason = pc.binary_join_element_wise("label:", batch["label"], "")
+                yield pa.table({"sample_id": batch["sample_id"], "reason": reason}).cast(_LABEL_SCHEMA)
+
+    def exported_rows_of(source: str) -> int:
+        ds = open_table(paths.exports_table(source), options)
+        return 0 if ds is None else ds.count_rows()
 
     return ReasonLookup(
         labelled_of=labelled_of,
+        exported_rows_of=exported_rows_of,
         labels_excluded=bool(exclude),
         optout_pairs=_unique_pairs(pairs),
         fingerprints=fingerprints,
@@ -101,23 +121,31 @@ def _unique_pairs(parts: list[pa.Table]) -> pa.Table:
 class ReasonCollector:
     """Feed it export batches (``add``), then ``finish`` -> (label rows, opt-out rows), each
     ``sample_id, source, shard, index_in_shard, reason`` sorted by shard, index and reason.
-    With ``sink``, the rows go to it buffer by buffer instead (unsorted), and ``finish``
-    returns empty tables."""
+    With ``sink``, the rows go to it buffer by buffer (and range by range) instead (unsorted),
+    and ``finish`` returns empty tables. The label join spills under ``scratch_dir`` (the
+    system temp folder when None); ``range_rows`` sizes its sample-id ranges."""
 
     lookup: ReasonLookup
     min_buffer_rows: int = MIN_BUFFER_ROWS
     sink: Callable[[pa.Table], None] | None = None
+    scratch_dir: str | None = None
+    range_rows: int = RANGE_ROWS
     _buffer: list[pa.Table] = field(default_factory=list)
     _buffered: int = 0
-    _source: str | None = None  # the source of the buffered rows
-    _labelled: pa.Table = field(default_factory=_LABEL_SCHEMA.empty_table)  # that source's
+    _source: str | None = None  # the source of the batches being fed
+    _placed: SpilledPartitions | None = None  # that source's placements, by sample-id range
+    _folder: str | None = None
     _labels: list[pa.Table] = field(default_factory=list)
     _optouts: list[pa.Table] = field(default_factory=list)
 
     @property
     def idle(self) -> bool:
         """Nothing to look up: batches need not be fed."""
-        return not self.lookup.labels_excluded and not self.lookup.optout_pairs.num_rows and not self._perceptual.num_rows
+        return not self.lookup.labels_excluded and not self._matches_optouts
+
+    @property
+    def _matches_optouts(self) -> bool:
+        return bool(self.lookup.optout_pairs.num_rows or self._perceptual.num_rows)
 
     @property
     def _perceptual(self) -> pa.Table:
@@ -133,12 +161,43 @@ class ReasonCollector:
                 self.add(batch.filter(pc.equal(batch["source"], source)))
             return
         if sources[0] != self._source:
-            self._flush()
-            self._source, self._labelled = sources[0], self.lookup.labelled_of(sources[0])
+            self._end_source()
+            self._source = sources[0]
+            if self.lookup.labels_excluded:
+                self._placed = self._spill(sources[0], "placed", pa.schema([(c, batch.schema.field(c).type) for c in PLACEMENT_COLUMNS]))
+        if self._placed is not None:
+            self._placed.add(batch.select(PLACEMENT_COLUMNS))
+        if not self._matches_optouts:
+            return
         self._buffer.append(batch.select([*PLACEMENT_COLUMNS, "phash"]))
         self._buffered += batch.num_rows
-        if self._buffered >= max(self.min_buffer_rows, self.lookup.rows + self._labelled.num_rows):
+        if self._buffered >= max(self.min_buffer_rows, self.lookup.rows):
             self._flush()
+
+    def _spill(self, source: str, name: str, schema: pa.Schema) -> SpilledPartitions:
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix="prx-labels-", dir=self.scratch_dir)
+        parts = partition_count(self.lookup.exported_rows_of(source), self.range_rows)
+        return SpilledPartitions(os.path.join(self._folder, name), schema, range_bounds(parts))
+
+    def _end_source(self) -> None:
+        """The source's last batch was fed: match its opt-outs, then join its labels range by range."""
+        self._flush()
+        placed, self._placed = self._placed, None
+        if placed is None or not placed.close().rows:
+            return
+        assert self._source is not None
+        labelled = SpilledPartitions(os.path.join(self._folder or "", "labelled"), _LABEL_SCHEMA, placed.bounds)
+        for rows in self.lookup.labelled_of(self._source):
+            labelled.add(rows)
+        labelled.close()
+        if labelled.rows:
+            for part in range(placed.partitions):
+                found = labelled.read(part)
+                if found.num_rows:
+                    self._keep(self._labels, placed.read(part).join(found, "sample_id", join_type="inner", use_threads=False))
+        for spill in (placed, labelled):
+            shutil.rmtree(spill.folder, ignore_errors=True)
 
     def _flush(self) -> None:
         if not self._buffer:
@@ -146,8 +205,6 @@ class ReasonCollector:
         exports = pa.concat_tables(self._buffer)
         self._buffer, self._buffered = [], 0
         placed = exports.select(PLACEMENT_COLUMNS)
-        if self._labelled.num_rows:
-            self._keep(self._labels, placed.join(self._labelled, "sample_id", join_type="inner", use_threads=False))
         pairs = [self.lookup.optout_pairs]
         perceptual = self._perceptual
         if perceptual.num_rows:
@@ -169,8 +226,17 @@ class ReasonCollector:
 
     def finish(self, schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
         """Both tables cast to ``schema`` (the skip schema; ``kept_sample_id`` is null)."""
-        self._flush()
+        try:
+            self._end_source()
+        finally:
+            self.close()
         return self._rows(self._labels, schema), self._rows(self._optouts, schema)
+
+    def close(self) -> None:
+        """Remove the label join's spill (``finish`` does; call it when the scan fails)."""
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder, self._placed = None, None
 
     @staticmethod
     def _rows(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
@@ -186,4 +252,4 @@ class ReasonCollector:
         )
 
 
-__all__ = ["MIN_BUFFER_ROWS", "ReasonCollector", "ReasonLookup", "reason_lookup"]
+__all__ = ["MIN_BUFFER_ROWS", "RANGE_ROWS", "ReasonCollector", "ReasonLookup", "reason_lookup"]

@@ -39,6 +39,12 @@ SKIP_COLUMNS = SKIP_SCHEMA.names
 RANGE_ROWS = 1_000_000
 
 
+def shard_buckets(shards: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The bucket (``<tier>/<HxW>``: a shard path's first two parts) of each shard path; null
+    where the path has fewer parts."""
+    return pc.struct_field(pc.extract_regex(shards, r"^(?P<bucket>[^/]+/[^/]+)/"), "bucket")
+
+
 def as_skip_rows(table: pa.Table) -> pa.Table:
     """``table`` in SKIP_SCHEMA; a missing ``kept_sample_id`` is null."""
     if "kept_sample_id" not in table.column_names:
@@ -80,8 +86,7 @@ class SpilledSkips:
         table = as_skip_rows(table)
         # Unparsable shard paths get bucket "" here and are refused by build_skiplists with the
         # path named, as a table holding them would be.
-        found = pc.extract_regex(table["shard"], r"^(?P<bucket>[^/]+/[^/]+)/")
-        buckets = pc.fill_null(pc.struct_field(found, "bucket"), "")
+        buckets = pc.fill_null(shard_buckets(table["shard"]), "")
         encoded = pc.dictionary_encode(buckets).combine_chunks()
         codes = np.array([self._buckets.setdefault(name, len(self._buckets)) for name in encoded.dictionary.to_pylist()], np.int64)
         by_bucket.split(table, codes[encoded.indices.to_numpy(zero_copy_only=False)])
@@ -125,4 +130,4 @@ class SpilledSkips:
         return total, dict(sorted(per_source.items()))
 
 
-__all__ = ["RANGE_ROWS", "SKIP_COLUMNS", "SKIP_SCHEMA", "SpilledSkips", "as_skip_rows"]
+__all__ = ["RANGE_ROWS", "SKIP_COLUMNS", "SKIP_SCHEMA", "SpilledSkips", "as_skip_rows", "shard_buckets"]

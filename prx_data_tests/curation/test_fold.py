@@ -253,3 +253,34 @@ def test_a_source_named_like_a_fold_folder_is_left_alone(paths: StoragePaths):
     assert Path(paths.mds_root, TARGET, "alpha--fold", "index.json").is_file()
     with pytest.raises(ValueError, match="reserved"):
         apply_fold_policy(paths, exports, skips, sources=["alpha", "alpha--fold"], bucket_cfg=BucketConfig(), policy=ON)
+
+
+def test_the_fold_reads_only_the_rows_it_folds_from_the_sources_tables(paths: StoragePaths, encodes, monkeypatch):
+    """fold_source looks up the folded samples' placements and raw rows with the ids in the scan's
+    filter: a source's other exports and captions are never materialised (a 50 M-row source's
+    captions are tens of GB)."""
+    import lance
+
+    items = corpus_items() + [raw_item(f"more{i}", 80 + i, 640, 480) for i in range(30)]  # published, never folded
+    write_raw(paths.raw_table("alpha"), "alpha", items)
+    read: list[tuple[str, int]] = []
+    real = lance.LanceDataset.to_table
+
+    def counting(self, *args, **kwargs):
+        table = real(self, *args, **kwargs)
+        read.append((Path(self.uri).name, table.num_rows))
+        return table
+
+    monkeypatch.setattr(fold_mod, "fold_source", _spy(fold_mod.fold_source, lambda: monkeypatch.setattr(lance.LanceDataset, "to_table", counting)))
+    report, _ = pipeline(paths, ON)
+    assert report.folds == {SPARSE: TARGET} and report.encoded == 2
+    from_sources = [(name, rows) for name, rows in read if name in ("alpha.lance",)]
+    assert from_sources and max(rows for _, rows in from_sources) == 2, read  # the two folded samples, not 44 rows
+
+
+def _spy(fn, on_call):
+    def wrapped(*args, **kwargs):
+        on_call()
+        return fn(*args, **kwargs)
+
+    return wrapped

@@ -56,29 +56,87 @@ def test_label_skips_per_small_buffer_equal_the_materialised_join(tmp_path) -> N
 
 
 def test_labelled_rows_are_read_one_source_at_a_time(tmp_path) -> None:
-    """The labelled raw rows are read when their source's exports arrive, once per source, and
-    the collector holds one source's at a time: never the corpus's."""
-    from prx_data.curation.skip_reasons import ReasonCollector, reason_lookup
+    """The labelled raw rows are read once per source, when that source's exports have all
+    arrived: never two sources' at once, never the corpus's."""
+    from dataclasses import replace
+
     from prx_data.curation.exclusion import exported_batches
+    from prx_data.curation.skip_reasons import ReasonCollector, reason_lookup
 
     paths = _world(tmp_path)
     prios = {"a": 1, "b": 0}
     lookup = reason_lookup(paths, prios, ("nsfw", "text"), None)
     read: list[tuple[str, int]] = []
 
-    def labelled_of(source: str) -> pa.Table:
-        rows = lookup.labelled_of(source)
+    def labelled_of(source: str):
+        rows = pa.concat_tables(list(lookup.labelled_of(source)))
         read.append((source, rows.num_rows))
-        return rows
+        yield rows
 
-    from dataclasses import replace
-
-    collector = ReasonCollector(replace(lookup, labelled_of=labelled_of), min_buffer_rows=1 << 20)
-    held = []
+    collector = ReasonCollector(replace(lookup, labelled_of=labelled_of), min_buffer_rows=1 << 20, scratch_dir=str(tmp_path))
+    fed = []
     for batch in exported_batches(paths, prios)[1]:
         collector.add(batch)
-        held.append(collector._labelled["sample_id"].to_pylist())
+        fed.append((batch["source"][0].as_py(), [source for source, _ in read]))
     labels, _ = collector.finish(SKIP_SCHEMA)
     assert [source for source, _ in read] == ["a", "b"] and all(count > 20 for _, count in read)
-    assert all(len({sid.split("-")[0] for sid in ids}) == 1 for ids in held), "two sources' labelled rows held at once"
+    # A source's labelled rows are read only once its last batch went by.
+    assert all(source not in done for source, done in fed), fed
     assert set(pc.unique(labels["source"]).to_pylist()) == {"a", "b"}
+    assert not list(tmp_path.glob("prx-labels-*")), "the spill outlived the collector"
+
+
+def test_the_label_join_holds_one_sample_id_range_at_a_time(tmp_path, monkeypatch) -> None:
+    """With ranges of a few rows, the placements and the labelled rows are joined range by range
+    (each range's rows only), and the label skips equal those of one range."""
+    from prx_data.core.ids import sample_id
+    from prx_data.curation import skip_reasons
+    from prx_data.curation.exclusion import exported_batches
+    from prx_data.curation.skip_reasons import ReasonCollector, reason_lookup
+
+    paths = StoragePaths(lance_root=str(tmp_path / "lance"), mds_root=str(tmp_path / "mds"))
+    rng = np.random.default_rng(5)
+    n = 400
+    ids = [sample_id("h", f"k{i}") for i in range(n)]  # spread over the hex id space
+    label = rng.choice(["nsfw", "text", "ok", "ok"], n)
+    lance.write_dataset(
+        pa.table(
+            {
+                "sample_id": ids,
+                "source": ["h"] * n,
+                "tier": pa.array([512] * n, pa.int32()),
+                "bucket": ["512x512"] * n,
+                "shard": [f"512/512x512/h/shard.{i // 50:05d}.mds" for i in range(n)],
+                "index_in_shard": pa.array(np.arange(n) % 50, pa.int64()),
+                "phash": pa.array(rng.integers(-(2**62), 2**62, n), pa.int64()),
+            }
+        ),
+        paths.exports_table("h"),
+        max_rows_per_file=40,
+    )
+    lance.write_dataset(pa.table({"sample_id": ids, "source": ["h"] * n, "label": label}), paths.raw_table("h"))
+    lookup = reason_lookup(paths, {"h": 1}, ("nsfw", "text"), None)
+
+    reads: list[int] = []
+
+    class Recorded(skip_reasons.SpilledPartitions):
+        def read(self, part: int) -> pa.Table:
+            rows = super().read(part)
+            reads.append(rows.num_rows)
+            return rows
+
+    monkeypatch.setattr(skip_reasons, "SpilledPartitions", Recorded)
+
+    def results(range_rows: int) -> pa.Table:
+        collector = ReasonCollector(lookup, scratch_dir=str(tmp_path), range_rows=range_rows)
+        for batch in exported_batches(paths, {"h": 1})[1]:
+            collector.add(batch)
+        return collector.finish(SKIP_SCHEMA)[0]
+
+    whole = results(10**6)
+    assert max(reads) > n / 2  # one range: every placement at once
+    reads.clear()
+    ranged = results(25)
+    assert whole.num_rows == int(np.isin(label, ["nsfw", "text"]).sum()) > 100
+    assert ranged.sort_by(ORDER).equals(whole.sort_by(ORDER))
+    assert len(reads) >= 20 and max(reads) < n / 4, reads  # 16 ranges of ~25 placements, not 400
