@@ -604,10 +604,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The ``prx-data`` command: ``main``, then an exit without module teardown (``fast_exit``).
-    An exception or ``SystemExit`` (a usage error) leaves the usual way."""
+    An exception or ``SystemExit`` (a usage error) leaves the usual way, and so does every exit
+    under a profiler or debugger (``python -m cProfile`` writes its figures after the program
+    returns)."""
     from prx_data.app.fast_exit import exit_now
 
-    exit_now(main())
+    code = main()
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
+    exit_now(code)
 
 
 if __name__ == "__main__":

@@ -51,3 +51,12 @@ def test_the_command_exits_with_its_code(tmp_path):
     assert returned.returncode == 2 and "give --id" in returned.stderr  # main's own code, flushed
     usage = subprocess.run(cli("no-such-command"), capture_output=True, text=True, timeout=120, env=cli_env(tmp_path))
     assert usage.returncode == 2 and "invalid choice" in usage.stderr  # argparse's SystemExit, the usual way
+
+
+def test_a_profiled_command_still_writes_its_profile(tmp_path):
+    """Under a profiler the command exits the usual way: cProfile writes after it returns."""
+    out = tmp_path / "buckets.prof"
+    proc = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "prx_data.app.cli", "buckets"],
+                          capture_output=True, text=True, timeout=120, env=cli_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size > 0
