@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +19,7 @@ from prx_data.core.paths import StoragePaths, join
 from prx_data.core.storage import Entry, locate, write_bytes
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import iter_root_sidecars, root_sidecar_entries
+from prx_data.stages.export_spill import SpilledPartitions, partition_count, range_bounds
 
 
 @dataclass
@@ -140,11 +143,15 @@ def _tally_raw(tally: _Tally, raw: lance.LanceDataset) -> tuple[int, int]:
     return rows, ok
 
 
-def _tally_exports(tally: _Tally, exports: lance.LanceDataset) -> tuple[int, pa.Array]:
-    """(exported rows, their distinct sample ids) of one source; tiers, buckets and drop
-    reasons counted into ``tally``. The ids are Arrow, a source's worth at most."""
+# Sample ids of a source per sample-id range of the skipped-exports count.
+ID_RANGE_ROWS = 1_000_000
+_IDS = pa.schema([("sample_id", pa.string())])
+
+
+def _tally_exports(tally: _Tally, exports: lance.LanceDataset, ids: SpilledPartitions) -> int:
+    """Exported rows of one source, their sample ids spilled into ``ids``; tiers, buckets and
+    drop reasons counted into ``tally``."""
     exported = 0
-    ids: list[pa.Array] = []
     for batch in exports.to_batches(columns=["sample_id", "tier", "bucket", "drop_reason"], batch_size=SCAN_ROWS):
         table = pa.Table.from_batches([batch])
         reason = table.column("drop_reason")
@@ -152,24 +159,37 @@ def _tally_exports(tally: _Tally, exports: lance.LanceDataset) -> tuple[int, pa.
         tally.drops.update(value_counter(reason_codes(reason.filter(dropped))))
         kept = table.filter(pc.invert(dropped))
         exported += kept.num_rows
-        ids.extend(kept.column("sample_id").cast(pa.string()).chunks)
+        ids.add(pa.table({"sample_id": kept.column("sample_id").cast(pa.string())}))
         _count_groups(tally.tiers, kept, ["tier"], lambda tier: tier)
         _count_groups(tally.buckets, kept, ["tier", "bucket"], lambda tier, bucket: f"{tier}/{bucket}")
-    return exported, pc.unique(pa.chunked_array(ids, pa.string())) if ids else pa.array([], pa.string())
+    return exported
 
 
-def _skipped_ids(tally: _Tally, mds_root: str, options: dict | None, entries: list[Entry]) -> pa.Array:
-    """The distinct sample ids the sidecars ``entries`` skip (a folded original is trained from
-    its copy, so not counted); every entry's reason is counted into ``tally``."""
+def _skipped_ids(tally: _Tally, mds_root: str, options: dict | None, entries: list[Entry], ids: SpilledPartitions | None = None) -> None:
+    """Every reason of the sidecars ``entries`` counted into ``tally``; the sample ids they skip
+    spilled into ``ids`` (a folded original is trained from its copy, so not counted)."""
     # lazy: pulls in streaming (torch)
     from prx_data.curation.fold import FOLDED
 
-    ids = []
     for sidecar in iter_root_sidecars(mds_root, options, entries=entries):
         tally.reasons[sidecar.reason] += len(sidecar.indices)
-        if sidecar.reason != FOLDED:
-            ids.append(pa.array(sidecar.sample_ids, pa.string()))
-    return pc.unique(pa.chunked_array(ids, pa.string())) if ids else pa.array([], pa.string())
+        if ids is not None and sidecar.reason != FOLDED:
+            ids.add(pa.table({"sample_id": pa.array(sidecar.sample_ids, pa.string())}))
+
+
+def _exported_and_skipped(exported: SpilledPartitions, skipped: SpilledPartitions) -> tuple[int, int]:
+    """(distinct exported ids, how many of them are skipped), one sample-id range at a time: an
+    id lives in one range, so the counts add up."""
+    exported.close()
+    skipped.close()
+    distinct = hit = 0
+    for part in range(exported.partitions):
+        ids = pc.unique(exported.read(part)["sample_id"])
+        distinct += len(ids)
+        skips = skipped.read(part)["sample_id"]
+        if len(skips):
+            hit += pc.sum(pc.is_in(ids, value_set=pc.unique(skips))).as_py() or 0
+    return distinct, hit
 
 
 def build_data_card(
@@ -178,8 +198,9 @@ def build_data_card(
     """The card of ``sources`` under ``paths`` (local or object-store roots alike, via ``options``).
     ``generated_at`` (default: now) is the one line that differs between two equal corpora.
 
-    Tables are scanned in batches and counted in Arrow; what is held across batches is counts,
-    plus one source's exported and skipped ids (Arrow), so memory follows a source, not the corpus."""
+    Tables are scanned in batches and counted in Arrow; what is held across batches is counts.
+    A source's exported and skipped sample ids are spilled by sample-id range to a temporary
+    folder and counted one range at a time, so memory follows neither a source nor the corpus."""
     tally = _Tally()
     # Sidecars sit under <tier>/<HxW>/<source>/: a source's skips are read with its exports.
     sidecars: dict[str, list[Entry]] = {}
@@ -195,11 +216,16 @@ def build_data_card(
         exported = 0
         exp = open_table(paths.exports_table(source), options)
         if exp is not None:
-            exported, ids = _tally_exports(tally, exp)
-            skipped = _skipped_ids(tally, paths.mds_root, options, sidecars.pop(source, []))
+            with tempfile.TemporaryDirectory(prefix="prx-card-") as folder:
+                bounds = range_bounds(partition_count(exp.count_rows(), ID_RANGE_ROWS))
+                exported_ids = SpilledPartitions(os.path.join(folder, "exported"), _IDS, bounds)
+                skipped_ids = SpilledPartitions(os.path.join(folder, "skipped"), _IDS, bounds)
+                exported = _tally_exports(tally, exp, exported_ids)
+                _skipped_ids(tally, paths.mds_root, options, sidecars.pop(source, []), skipped_ids)
+                distinct, skipped = _exported_and_skipped(exported_ids, skipped_ids)
             # A sample id hashes its source's name, so ids of two sources never meet: totals add.
-            totals["exported"] += len(ids)
-            totals["skipped"] += pc.sum(pc.is_in(ids, value_set=skipped)).as_py() or 0
+            totals["exported"] += distinct
+            totals["skipped"] += skipped
         per_source.append((source, rows, ok, exported))
     for entries in sidecars.values():  # sources not on the card: their skips still count by reason
         _skipped_ids(tally, paths.mds_root, options, entries)

@@ -130,3 +130,24 @@ def test_python_heap_does_not_grow_with_the_source(tmp_path, monkeypatch):
     # Counts only: tens of KB whatever the size (20 -> 32 KB here). The rows as Python dicts
     # and the ids in a set took 10.7 -> 42.9 MB.
     assert large < 1_000_000 and large < 4 * small, f"Python heap {small} -> {large} bytes for 4x the rows"
+
+
+@pytest.mark.parametrize("partitions", [1, 8])
+def test_skipped_exports_are_counted_one_sample_id_range_at_a_time(tmp_path, partitions):
+    """Distinct exported ids and how many of them are skipped, from ids spilled by range: the
+    counts of one range add up to the set arithmetic over the whole source."""
+    from prx_data.stages.export_spill import SpilledPartitions, range_bounds
+
+    rng = random.Random(9)
+    exported = [sample_id(SOURCE, f"k{rng.randrange(2000)}") for _ in range(3000)]  # with repeats
+    skipped = [rng.choice(exported) for _ in range(400)] + [sample_id(SOURCE, f"gone{i}") for i in range(50)]
+    bounds = range_bounds(partitions)
+    spills = []
+    for name, ids in (("exported", exported), ("skipped", skipped)):
+        spill = SpilledPartitions(str(tmp_path / f"{name}-{partitions}"), report._IDS, bounds)
+        for start in range(0, len(ids), 128):
+            spill.add(pa.table({"sample_id": ids[start : start + 128]}))
+        spills.append(spill)
+    assert report._exported_and_skipped(*spills) == (len(set(exported)), len(set(exported) & set(skipped)))
+    if partitions > 1:
+        assert max(len(spills[0].read(p)) for p in range(partitions)) < len(exported) / 4  # a range, not the source
