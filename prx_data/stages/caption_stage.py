@@ -17,7 +17,6 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.counts import word_histogram
-from prx_data.core.filters import is_set
 from prx_data.core.lance_io import scan_text, storage_options_of
 from prx_data.core.ray_tasks import ensure_ray
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
@@ -55,7 +54,7 @@ def caption_stage(config: CaptionerConfig) -> ColumnStage:
             name="caption",
             columns=pa.schema([*CAPTION_COLUMNS, *LABEL_COLUMNS]),
             current={"caption_model": model_id, "caption_prompt_version": prompt_version},
-            redo_also=is_set("caption_error"),
+            redo_if_set=("caption_error",),
             inputs=inputs,
             upgrade=upgrade,
             output_fingerprints={input_fingerprint_field("label").name: ("caption",)},
@@ -64,7 +63,7 @@ def caption_stage(config: CaptionerConfig) -> ColumnStage:
         name="caption",
         columns=CAPTION_COLUMNS,
         current={"caption_model": model_id, "caption_prompt_version": prompt_version},
-        redo_also=is_set("caption_error"),
+        redo_if_set=("caption_error",),
         invalidates=tuple(f.name for f in LABEL_COLUMNS),
         inputs=inputs,
         upgrade=upgrade,

@@ -39,7 +39,7 @@ def label_stage(config: ClassifierConfig) -> ColumnStage:
         columns=LABEL_COLUMNS,
         current={"label_model": model_id, "label_version": version},
         eligible=all_of(STATUS_OK, is_set("caption")),
-        redo_also=is_set("label_error"),
+        redo_if_set=("label_error",),
         # A label follows its caption; older code nulled the label of every re-captioned row,
         # so labels made before the fingerprint existed are adopted, not redone.
         inputs=("caption",),

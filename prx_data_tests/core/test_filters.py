@@ -46,7 +46,10 @@ def test_pending_rows_with_a_model_name_full_of_quotes(tmp_path) -> None:
         "caption_error": pa.array([None, None, None, None], pa.string()),
     })
     ds = lance.write_dataset(table, str(tmp_path / "t"))
-    stage = ColumnStage(name="caption", columns=pa.schema([]), current={"caption_model": model}, redo_also=F.is_set("caption_error"))
+    stage = ColumnStage(name="caption", columns=pa.schema([]), current={"caption_model": model}, redo_if_set=("caption_error",))
     pending = ds.to_table(columns=["sample_id"], filter=stage.pending_filter()).column("sample_id").to_pylist()
     assert sorted(pending) == ["b", "c"]
     assert ds.to_table(columns=["sample_id"], filter=stage.current_filter()).column("sample_id").to_pylist() == ["a"]
+    # The run judges its scan's batches in Arrow: the same rows as the filter.
+    eligible = ds.to_table(columns=["sample_id", *stage.condition_columns], filter=stage.eligible)
+    assert sorted(eligible.filter(stage.stale(eligible)).column("sample_id").to_pylist()) == ["b", "c"]

@@ -5,6 +5,8 @@ local root and on moto S3."""
 
 from __future__ import annotations
 
+import os
+
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,7 +25,9 @@ STAGE = cs.ColumnStage(
 def upper(ds: lance.LanceDataset, todo: pa.Table):
     for chunk in cs.address_chunks(todo, 7):
         rows = cs.read_rows(ds, chunk.column("_rowaddr").to_pylist(), ["text"])
-        yield pa.table({"sample_id": chunk.column("sample_id"), "echo": pc.utf8_upper(rows.column("text")), "echo_version": ["v1"] * chunk.num_rows})
+        yield pa.table(
+            {"sample_id": chunk.column("sample_id"), "echo": pc.utf8_upper(rows.column("text")), "echo_version": ["v1"] * chunk.num_rows}
+        )
 
 
 def test_results_are_committed_one_fragment_at_a_time(storage_root, monkeypatch):
@@ -42,7 +46,8 @@ def test_results_are_committed_one_fragment_at_a_time(storage_root, monkeypatch)
 
     def recording(self, part):
         got = read(self, part)
-        held.append(got.num_rows)
+        if os.path.basename(self.folder) == "commit":  # the results spilled by fragment, not the plan's
+            held.append(got.num_rows)
         return got
 
     monkeypatch.setattr(cs.PartitionFiles, "read", recording)
@@ -89,7 +94,9 @@ def test_a_redone_value_nulls_what_was_made_from_it_unless_it_came_out_the_same(
         yield from upper(ds, todo.take(pa.array(range(todo.num_rows - 1, -1, -1))))
 
     assert cs.run_column_stage(uri, stage, reversed_upper, storage_options=options).processed == len(edited)
-    after = {r["sample_id"]: r for r in lance.dataset(uri, storage_options=options).to_table(columns=["sample_id", "echo", "mark"]).to_pylist()}
+    after = {
+        r["sample_id"]: r for r in lance.dataset(uri, storage_options=options).to_table(columns=["sample_id", "echo", "mark"]).to_pylist()
+    }
     assert {s: r["echo"] for s, r in after.items() if s in edited} == {s: t.upper() for s, t in edited.items()}
     assert {s for s, r in after.items() if r["mark"] is None} == {"id0003", "id0025"}
     assert all(r["mark"] == "made from " + r["echo"] for s, r in after.items() if s not in ("id0003", "id0025"))
