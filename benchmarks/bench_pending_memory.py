@@ -11,7 +11,10 @@ arenas, fragments of ``--rows-per-fragment`` rows), and its wall time; figures a
 medians of ``--repeats`` runs, with the ratio of the new tree against the old in the same run.
 
     git worktree add /tmp/old-tree <old commit>
-    .venv/bin/python benchmarks/bench_pending_memory.py --old-tree /tmp/old-tree [--n 250000]
+    .venv/bin/python benchmarks/bench_pending_memory.py --old-tree /tmp/old-tree [--n 250000] [--range-rows 250000]
+
+``--range-rows`` sets a ranged tree's rows per sample-id range (a tree from before ranges holds
+every row to do, whatever it says), so the bound shows at sizes that run in minutes.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def build_table(uri: str, n: int, rows_per_fragment: int) -> None:
 
 
 CHILD = r"""
-import json, sys, time
+import inspect, json, sys, time
 import numpy as np, pyarrow as pa
 from prx_data.stages.column_stage import address_chunks, run_column_stage
 from prx_data.stages.phash_stage import PHASH_STAGE
@@ -55,14 +58,16 @@ def processor(ds, todo):
                         "phash_error": pa.nulls(n, pa.string())})
 """ + PRELUDE + r"""
 start = time.perf_counter()
-stats = run_column_stage(uri, PHASH_STAGE, processor)
+# A tree whose stages work one sample-id range at a time is told the range (older ones hold all).
+ranged = "range_rows" in inspect.signature(run_column_stage).parameters and int(sys.argv[2]) > 0
+stats = run_column_stage(uri, PHASH_STAGE, processor, **({"range_rows": int(sys.argv[2])} if ranged else {}))
 seconds = time.perf_counter() - start
 print(json.dumps({"processed": stats.processed, "above_mb": (peak_kb() - base) / 1024, "seconds": seconds}))
 """
 
 
-def run_child(tree: str, uri: str) -> dict:
-    return run_in_tree(tree, CHILD, uri)
+def run_child(tree: str, uri: str, range_rows: int) -> dict:
+    return run_in_tree(tree, CHILD, uri, str(range_rows))
 
 
 def main() -> None:
@@ -74,6 +79,8 @@ def main() -> None:
     # Fragments smaller than the table: the commit holds one fragment's results at a time, so
     # what still grows with the rows is the driver's own bookkeeping.
     parser.add_argument("--rows-per-fragment", type=int, default=65_536)
+    # Rows to do per sample-id range, for a tree that plans by range (0: its default, 1 M).
+    parser.add_argument("--range-rows", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pending-") as tmp:
         tables = {}
@@ -89,7 +96,7 @@ def main() -> None:
                     work = os.path.join(tmp, "work.lance")
                     shutil.rmtree(work, ignore_errors=True)
                     shutil.copytree(uri, work)
-                    runs.append(run_child(tree, work))
+                    runs.append(run_child(tree, work, args.range_rows))
                 results[label, size] = {
                     "above_mb": statistics.median(r["above_mb"] for r in runs),
                     "seconds": statistics.median(r["seconds"] for r in runs),
