@@ -14,7 +14,7 @@ from pathlib import Path
 from prx_data.app.local_ray import starting_local_ray
 from prx_data.app.ui import install_config, serve_ui
 from prx_data.core.native_memory import cap_malloc_arenas
-from prx_data.core.ray_tasks import connection_held, ray_provider
+from prx_data.core.ray_tasks import connection_held, prefetch_ray, ray_provider
 from prx_data.core.reasons import reason_code
 
 
@@ -193,7 +193,7 @@ def _run_everything(args: argparse.Namespace) -> int:
             connection_held(),
         ):
             if plan.expects_ray(settings.local_max_rows):
-                ray_head.prefetch()
+                prefetch_ray()
             with open_instance(sources) as instance:
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
                 force = getattr(args, "force", False)

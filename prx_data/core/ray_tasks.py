@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -61,6 +62,7 @@ def connection_held() -> Iterator[None]:
     finally:
         _HELD.pop()
         if not _HELD:
+            _AHEAD.clear()
             ray = sys.modules.get("ray")  # never imported: never connected
             if ray is not None and ray.is_initialized():
                 ray.shutdown()
@@ -70,8 +72,15 @@ def connection_is_held() -> bool:
     return bool(_HELD)
 
 
+# Set (within ``connection_held``) once the command knows its work will need Ray, so a run that
+# starts after that can warm Ray up from its start (``warming``).
+_AHEAD: list[None] = []
+
+
 def prefetch_ray() -> None:
     """Work ahead will need Ray: get it starting now, without waiting (no-op when nothing can)."""
+    if _HELD and not _AHEAD:
+        _AHEAD.append(None)
     for kind, provide in list(_PROVIDERS):
         if kind == "prefetch":
             provide()
@@ -84,6 +93,10 @@ def start_ray() -> None:
             provide()
 
 
+# A stage and the background warm-up (``warming``) may ask at once: one of them connects.
+_CONNECTING = threading.RLock()
+
+
 def ensure_ray(required: bool = True):
     """The ``ray`` module, initialised: already, or by the innermost registered connector.
     ``required=False`` returns None instead of raising when nothing can connect."""
@@ -91,15 +104,51 @@ def ensure_ray(required: bool = True):
     import ray
 
     if not ray.is_initialized():
-        start_ray()
-        connectors = [provide for kind, provide in _PROVIDERS if kind == "connect"]
-        if connectors:
-            connectors[-1]()
+        with _CONNECTING:
+            if not ray.is_initialized():
+                start_ray()
+                connectors = [provide for kind, provide in _PROVIDERS if kind == "connect"]
+                if connectors:
+                    connectors[-1]()
     if ray.is_initialized():
         return ray
     if required:
         raise RuntimeError("Ray is not initialized: run this stage with a dagster-ray RayResource (or call ray.init first)")
     return None
+
+
+@contextlib.contextmanager
+def warming(warm_up: Callable[[Any], None]) -> Iterator[None]:
+    """While a run lasts: once its work is known to need Ray (``prefetch_ray``, before the run
+    or during it), join Ray in a background thread and call ``warm_up(ray)`` there (start the
+    job's workers and their imports), beside the run's local work (ingest), so the first Ray
+    stage finds both done. A failure there is left to that stage, which connects again and
+    reports it. The thread is joined when the run ends. Only while the connection is held
+    (``connection_held``: the runs of one ``prx-data run``, in its process): elsewhere each
+    step may be a process of its own, which would warm a connection only to drop it."""
+    threads: list[threading.Thread] = []
+
+    def warm() -> None:
+        try:
+            ray = ensure_ray(required=False)
+            if ray is not None:
+                warm_up(ray)
+        except Exception:  # noqa: BLE001, S110 - the stage that needs Ray reports its own failure
+            pass
+
+    def start() -> None:
+        if _HELD and not threads:
+            threads.append(threading.Thread(target=warm, name="prx-ray-warm-up", daemon=True))
+            threads[0].start()
+
+    with ray_provider("prefetch", start):
+        if _AHEAD:
+            start()
+        try:
+            yield
+        finally:
+            for thread in threads:
+                thread.join()
 
 
 def bounded(ray, submit: Callable[[Any], Any], items: Iterator[Any], limit: int) -> Iterator[Any]:

@@ -29,7 +29,7 @@ import yaml
 from dagster_ray import LocalRay, RayResource
 from dagster_ray.configs import Lifecycle
 
-from prx_data.core.ray_tasks import connection_is_held, ray_provider
+from prx_data.core.ray_tasks import connection_is_held, ray_provider, warming
 from prx_data.core.settings import Settings
 from prx_data.core.storage import ObjectStoreError, check_access
 
@@ -39,6 +39,24 @@ _REMOTE_RAY_INIT = {"ignore_reinit_error": True, "log_to_driver": True}
 
 class ClusterStartupError(RuntimeError):
     """A cluster deployment cannot work as configured; the message names the setting."""
+
+
+# Warm-up tasks per node CPU, at most this many: enough to start a small cluster's workers.
+WARM_UP_TASKS = 64
+
+
+def start_stage_workers(ray: Any) -> None:
+    """One task per CPU (up to ``WARM_UP_TASKS``), placed like the stages' (PRX_RAY_TASK_RESOURCES),
+    that imports the CPU stages' code: the job's workers are started and warm before its first
+    stage submits (``core.ray_tasks.warming``)."""
+    # lazy: the code location never needs lance or the stages
+    from prx_data.core.settings import get_settings
+    from prx_data.stages.executors import import_stage_code
+
+    resources = get_settings().ray_task_resources or None
+    tasks = max(1, min(WARM_UP_TASKS, int(ray.cluster_resources().get("CPU", 1))))
+    remote = ray.remote(num_cpus=1, resources=resources, max_retries=0)(import_stage_code)
+    ray.get([remote.remote() for _ in range(tasks)], timeout=120)
 
 
 class ConnectOnDemand:
@@ -52,7 +70,7 @@ class ConnectOnDemand:
             if resource.lifecycle.connect:
                 yield resource
             else:
-                with ray_provider("connect", lambda: resource._connect(context)):
+                with ray_provider("connect", lambda: resource._connect(context)), warming(start_stage_workers):
                     yield resource
 
 
