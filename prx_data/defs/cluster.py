@@ -51,7 +51,7 @@ def start_stage_workers(ray: Any) -> None:
     stage submits (``core.ray_tasks.warming``)."""
     # lazy: the code location never needs lance or the stages
     from prx_data.core.settings import get_settings
-    from prx_data.stages.executors import import_stage_code
+    from prx_data.stages.warm_up import import_stage_code
 
     resources = get_settings().ray_task_resources or None
     tasks = max(1, min(WARM_UP_TASKS, int(ray.cluster_resources().get("CPU", 1))))

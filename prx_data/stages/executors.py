@@ -16,15 +16,7 @@ from prx_data.core.lance_io import storage_options_of
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, Executor, bounded, ensure_ray, task_options
 from prx_data.stages.column_stage import Chunked, Processor, address_chunks, read_images, read_rows
 
-__all__ = ["Executor", "import_stage_code", "make_processor", "resolve_executor"]
-
-
-def import_stage_code() -> None:
-    """What the CPU stages' Ray tasks import on a worker, imported ahead of them (the command's
-    warm-up, ``defs.cluster.start_stage_workers``): a fresh worker spends ~1 s on it."""
-    import prx_data.stages.export_stage  # noqa: F401
-    import prx_data.stages.label_stage  # noqa: F401
-    import prx_data.stages.phash_stage  # noqa: F401
+__all__ = ["Executor", "make_processor", "resolve_executor"]
 
 
 def resolve_executor(
