@@ -158,3 +158,33 @@ def test_ingest_gets_ray_starting_once_it_has_written_more_than_the_stages_do_lo
         assert prefetched == []  # 3 rows: the stages after it stay local
         ingest_source(source, str(tmp_path / "b.lance"), local_max_rows=2)
     assert prefetched, "3 new rows over a threshold of 2 did not get Ray starting"
+
+
+def test_a_command_whose_work_needs_ray_warms_it_in_the_background(monkeypatch):
+    """``warming``: within a command (a held connection), once work ahead needs Ray, before a run
+    or during it, the warm-up runs in a thread joined by the run's end; never outside a command
+    (each step may be a process of its own there), and a failing warm-up is left to the stage."""
+    got: list[str] = []
+    monkeypatch.setattr(ray_tasks, "ensure_ray", lambda required=True: "the ray module")
+
+    with ray_tasks.warming(got.append):
+        ray_tasks.prefetch_ray()
+    assert got == []
+
+    with ray_tasks.connection_held():
+        with ray_tasks.warming(got.append):
+            assert got == []  # nothing ahead needs Ray yet
+            ray_tasks.prefetch_ray()  # ingest found more rows than the stages do here
+        assert got == ["the ray module"]  # joined by the run's end
+        with ray_tasks.warming(got.append):
+            pass  # the command's work needs Ray: the next run warms from its start
+        assert got == ["the ray module"] * 2
+
+        def broken(ray):
+            raise RuntimeError("no workers")
+
+        with ray_tasks.warming(broken):
+            pass
+    with ray_tasks.connection_held(), ray_tasks.warming(got.append):
+        pass  # a new command starts with nothing ahead
+    assert len(got) == 2
