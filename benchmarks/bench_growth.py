@@ -31,6 +31,11 @@ sources of N and K of 4N images, alternating (hard links of the same images). Pe
 (the Dagster run's own start to end, from the instance, and the same plus the command's gap
 since the previous run ended) and per stage it prints the medians at N and 4N and the intercept,
 against a baseline measured in the same run: the same sources, each as a command of its own.
+
+``--against OLD_TREE`` compares two code trees instead: one source of N images as a command of
+its own, run alternately by OLD_TREE (a ``git worktree`` of the baseline commit) and this tree,
+``--repeats`` times each; it prints each run's step seconds and the medians of the whole command
+and of each step, with the ratio new/old.
 """
 
 from __future__ import annotations
@@ -393,6 +398,33 @@ def report(small: RunResult, large: RunResult) -> list[str]:
     return lines
 
 
+def run_against(work: Path, n: int, old_tree: Path, repeats: int) -> list[str]:
+    """One source of ``n`` images as a command of its own, alternately by ``old_tree`` and this tree."""
+    global REPO
+    trees = {"old": Path(old_tree).resolve(), "new": REPO}
+    runs: dict[str, list[RunResult]] = {"old": [], "new": []}
+    lines = []
+    try:
+        for repeat in range(repeats):
+            for label, tree in trees.items():
+                REPO = tree
+                result = run_chain(work / "small", work / f"root_{label}_{repeat}", n, work / f"{label}_{repeat}.log")
+                runs[label].append(result)
+                steps = ", ".join(f"{k} {v:.2f}" for k, v in result.stages.items() if v >= 0.3)
+                lines.append(f"{label} run {repeat + 1}: {result.wall_s:.2f} s ({steps})")
+                print(lines[-1], flush=True)
+    finally:
+        REPO = trees["new"]
+    old, new = combine(runs["old"]), combine(runs["new"])
+    lines.append(f"\nmedians of {repeats}, {n} images   {'old s':>8} {'new s':>8} {'new/old':>8}")
+    lines.append(f"{'whole command':<30} {old.wall_s:>8.2f} {new.wall_s:>8.2f} {new.wall_s / old.wall_s:>8.2f}")
+    for key in old.stages:
+        a, b = old.stages[key], new.stages.get(key, 0.0)
+        if max(a, b) >= 0.3:
+            lines.append(f"{key:<30} {a:>8.2f} {b:>8.2f} {b / a if a else float('inf'):>8.2f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=5000, help="the small size; the large one is 4x (default 5000)")
@@ -403,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the images, roots and logs (path printed)")
     parser.add_argument("--one-command", type=int, default=0, metavar="K",
                         help="instead: K sources of N and K of 4N in one command; the fixed cost per source run")
+    parser.add_argument("--against", metavar="OLD_TREE",
+                        help="instead: N images as a command of its own, alternately by OLD_TREE and this tree")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -413,11 +447,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"load average: {tuple(round(x, 2) for x in os.getloadavg())}  cores: {os.cpu_count()}  work: {work}")
         started = time.perf_counter()
-        build_images(work / "all", 4 * args.n, args.seed)
+        build_images(work / "all", args.n if args.against else 4 * args.n, args.seed)
         link_first(work / "all", work / "small", args.n)
         size = sum(p.stat().st_size for p in (work / "all").glob("*.jpg"))
         print(f"built {4 * args.n} JPEGs ({size / 1e6:.1f} MB, {4 * args.n // DUPLICATE_EVERY} planted near-duplicates) "
               f"in {time.perf_counter() - started:.1f} s")
+        if args.against:
+            print("\n".join(run_against(work, args.n, args.against, args.repeats)[args.repeats * 2:]))
+            return 0
         if args.one_command:
             print("\n".join(run_sources_in_one_command(work, args.n, args.one_command)))
             return 0
