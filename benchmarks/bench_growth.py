@@ -447,10 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"load average: {tuple(round(x, 2) for x in os.getloadavg())}  cores: {os.cpu_count()}  work: {work}")
         started = time.perf_counter()
-        build_images(work / "all", args.n if args.against else 4 * args.n, args.seed)
+        built = args.n if args.against else 4 * args.n
+        build_images(work / "all", built, args.seed)
         link_first(work / "all", work / "small", args.n)
         size = sum(p.stat().st_size for p in (work / "all").glob("*.jpg"))
-        print(f"built {4 * args.n} JPEGs ({size / 1e6:.1f} MB, {4 * args.n // DUPLICATE_EVERY} planted near-duplicates) "
+        print(f"built {built} JPEGs ({size / 1e6:.1f} MB, {built // DUPLICATE_EVERY} planted near-duplicates) "
               f"in {time.perf_counter() - started:.1f} s")
         if args.against:
             print("\n".join(run_against(work, args.n, args.against, args.repeats)[args.repeats * 2:]))
