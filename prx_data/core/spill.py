@@ -12,6 +12,14 @@ import numpy as np
 import pyarrow as pa
 
 
+def key_runs(keys: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """The stable sort order of ``keys``, and ``(key, start, end)`` of each run of one key in it."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    edges = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1], True])
+    return order, [(int(ordered[start]), start, end) for start, end in zip(edges[:-1].tolist(), edges[1:].tolist())]
+
+
 class PartitionFiles:
     """Rows keep their order inside a partition. ``schema`` (else the first table's) is what
     every partition is written and read with."""
@@ -30,12 +38,10 @@ class PartitionFiles:
         """Append each row of ``table`` to partition ``parts[row]``."""
         if not table.num_rows:
             return
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        edges = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
-        taken = table if len(edges) == 2 else table.take(pa.array(order))
-        for start, end in zip(edges[:-1].tolist(), edges[1:].tolist()):
-            self.put(int(sorted_parts[start]), taken.slice(start, end - start))
+        order, runs = key_runs(parts)
+        taken = table if len(runs) == 1 else table.take(pa.array(order))
+        for part, start, end in runs:
+            self.put(part, taken.slice(start, end - start))
 
     def put(self, part: int, table: pa.Table) -> None:
         """Append ``table``, whose rows all belong to partition ``part``, as they are."""

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.lance_io import ensure_columns, fragment_of, open_table, update_fragments
 from prx_data.core.locking import locks_table
-from prx_data.core.spill import PartitionFiles
+from prx_data.core.spill import PartitionFiles, key_runs
 from prx_data.core.storage import delete_tree, locate
 from prx_data.stages.column_spec import FINGERPRINT, ColumnStage, input_fingerprints
 from prx_data.stages.pending_plan import RANGE_ROWS, PendingPlan, RangeLookup, plan_pending
@@ -221,13 +221,9 @@ def _adopt(ds: lance.LanceDataset, plan: PendingPlan, fp_col: str, range_rows: i
     column-only updates (a fragment keeps its id)."""
     for rows in plan.adopt_slices(range_rows):
         frags = fragment_of(rows.column("_rowaddr")).cast(pa.int64()).to_numpy(zero_copy_only=False)
-        updates = rows.select(["sample_id", FINGERPRINT]).rename_columns(["sample_id", fp_col])
-        order = np.argsort(frags, kind="stable")
-        sorted_frags = frags[order]
-        edges = np.flatnonzero(np.r_[True, sorted_frags[1:] != sorted_frags[:-1], True])
-        taken = updates.take(pa.array(order))
-        parts = ((int(sorted_frags[a]), taken.slice(a, b - a)) for a, b in zip(edges[:-1].tolist(), edges[1:].tolist()))
-        ds = update_fragments(ds, parts)
+        order, runs = key_runs(frags)
+        updates = rows.select(["sample_id", FINGERPRINT]).rename_columns(["sample_id", fp_col]).take(pa.array(order))
+        ds = update_fragments(ds, ((frag, updates.slice(start, end - start)) for frag, start, end in runs))
     return ds
 
 

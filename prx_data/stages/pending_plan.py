@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.core.sorted_keys import SortedKeys
-from prx_data.core.spill import PartitionFiles
+from prx_data.core.spill import PartitionFiles, key_runs
 from prx_data.stages.column_spec import FINGERPRINT, ColumnStage, input_fingerprints
 from prx_data.stages.export_spill import SpilledPartitions, partition_count, partition_of, range_bounds
 
@@ -82,13 +82,13 @@ class PendingPlan:
             spill.add(pa.table({"sample_id": batch.column("sample_id"), FINGERPRINT: made_from}))
         spill.close()
         self._done = PartitionFiles(os.path.join(self.folder, "done"), pa.schema([("sample_id", pa.string())]))
+        lookup = self.lookup(cached_ranges=1)
         for part in range(self.ranges):
             kept = spill.read(part)
             if not kept.num_rows:
                 continue
-            lookup = SortedKeys(self.todo(part))
             ids = kept.column("sample_id")
-            done = pc.unique(ids.filter(_current_made(lookup, ids, kept.column(FINGERPRINT) if fp_col else None)))
+            done = pc.unique(ids.filter(lookup.current_made(ids, kept.column(FINGERPRINT) if fp_col else None)))
             self._done.put(part, pa.table({"sample_id": done}))
             self.resumed += len(done)
         self._done.close()
@@ -102,12 +102,6 @@ class PendingPlan:
 
     def lookup(self, cached_ranges: int = 2) -> RangeLookup:
         return RangeLookup(self, cached_ranges)
-
-
-def _current_made(keys: SortedKeys, ids: pa.Array | pa.ChunkedArray, made_from: pa.Array | pa.ChunkedArray | None) -> pa.Array:
-    if made_from is None:
-        return keys.contains(ids)
-    return pc.fill_null(pc.equal(keys.get(ids, FINGERPRINT), made_from), False)
 
 
 class RangeLookup:
@@ -136,14 +130,9 @@ class RangeLookup:
         first = int(parts[0]) if len(parts) else 0
         if not len(parts) or (parts == first).all():
             return self._range(first).get(ids, column)
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        edges = np.flatnonzero(np.r_[True, sorted_parts[1:] != sorted_parts[:-1], True])
+        order, runs = key_runs(parts)
         taken = ids.take(pa.array(order))
-        pieces = [
-            self._range(int(sorted_parts[start])).get(taken.slice(start, end - start), column)
-            for start, end in zip(edges[:-1].tolist(), edges[1:].tolist())
-        ]
+        pieces = [self._range(part).get(taken.slice(start, end - start), column) for part, start, end in runs]
         return pa.concat_arrays(pieces).take(pa.array(np.argsort(order)))
 
     def current_made(self, ids: pa.Array | pa.ChunkedArray, made_from: pa.Array | pa.ChunkedArray | None) -> pa.Array:
