@@ -123,23 +123,28 @@ def warming(warm_up: Callable[[Any], None]) -> Iterator[None]:
     or during it), join Ray in a background thread and call ``warm_up(ray)`` there (start the
     job's workers and their imports), beside the run's local work (ingest), so the first Ray
     stage finds both done. A failure there is left to that stage, which connects again and
-    reports it. The thread is joined when the run ends. Only while the connection is held
-    (``connection_held``: the runs of one ``prx-data run``, in its process): elsewhere each
-    step may be a process of its own, which would warm a connection only to drop it."""
-    threads: list[threading.Thread] = []
+    reports it. The run's end waits for the connection (made through the run's own connector),
+    not for ``warm_up``, whose tasks may wait for nodes a run that failed early never needs.
+    Only while the connection is held (``connection_held``: the runs of one ``prx-data run``, in
+    its process): elsewhere each step may be a process of its own, which would warm a
+    connection only to drop it."""
+    connected: list[threading.Event] = []
 
-    def warm() -> None:
+    def warm(done: threading.Event) -> None:
         try:
             ray = ensure_ray(required=False)
-            if ray is not None:
+        except Exception:  # noqa: BLE001 - the stage that needs Ray reports its own failure
+            ray = None
+        finally:
+            done.set()
+        if ray is not None:
+            with contextlib.suppress(Exception):
                 warm_up(ray)
-        except Exception:  # noqa: BLE001, S110 - the stage that needs Ray reports its own failure
-            pass
 
     def start() -> None:
-        if _HELD and not threads:
-            threads.append(threading.Thread(target=warm, name="prx-ray-warm-up", daemon=True))
-            threads[0].start()
+        if _HELD and not connected:
+            connected.append(threading.Event())
+            threading.Thread(target=warm, args=(connected[0],), name="prx-ray-warm-up", daemon=True).start()
 
     with ray_provider("prefetch", start):
         if _AHEAD:
@@ -147,8 +152,8 @@ def warming(warm_up: Callable[[Any], None]) -> Iterator[None]:
         try:
             yield
         finally:
-            for thread in threads:
-                thread.join()
+            for done in connected:
+                done.wait()
 
 
 def bounded(ray, submit: Callable[[Any], Any], items: Iterator[Any], limit: int) -> Iterator[Any]:

@@ -162,29 +162,50 @@ def test_ingest_gets_ray_starting_once_it_has_written_more_than_the_stages_do_lo
 
 def test_a_command_whose_work_needs_ray_warms_it_in_the_background(monkeypatch):
     """``warming``: within a command (a held connection), once work ahead needs Ray, before a run
-    or during it, the warm-up runs in a thread joined by the run's end; never outside a command
-    (each step may be a process of its own there), and a failing warm-up is left to the stage."""
-    got: list[str] = []
-    monkeypatch.setattr(ray_tasks, "ensure_ray", lambda required=True: "the ray module")
+    or during it, the warm-up connects in a thread the run's end waits for; never outside a
+    command (each step may be a process of its own there); a failure is left to the stage."""
+    import threading
+    import time
 
-    with ray_tasks.warming(got.append):
+    connects: list[str] = []
+    warmed: list[object] = []
+    release = threading.Event()
+
+    def connect(required=True):
+        time.sleep(0.2)  # a connection takes time: the run's end must wait for it
+        connects.append("connected")
+        return "the ray module"
+
+    def warm_up(ray):
+        release.wait(10)  # tasks waiting for nodes: the run's end does not wait for them
+        warmed.append(ray)
+
+    monkeypatch.setattr(ray_tasks, "ensure_ray", connect)
+    with ray_tasks.warming(warm_up):
         ray_tasks.prefetch_ray()
-    assert got == []
+    assert connects == []
 
     with ray_tasks.connection_held():
-        with ray_tasks.warming(got.append):
-            assert got == []  # nothing ahead needs Ray yet
+        with ray_tasks.warming(warm_up):
+            assert connects == []  # nothing ahead needs Ray yet
             ray_tasks.prefetch_ray()  # ingest found more rows than the stages do here
-        assert got == ["the ray module"]  # joined by the run's end
-        with ray_tasks.warming(got.append):
+        assert connects == ["connected"] and warmed == []  # connected by the run's end
+        release.set()
+        with ray_tasks.warming(warm_up):
             pass  # the command's work needs Ray: the next run warms from its start
-        assert got == ["the ray module"] * 2
+        assert connects == ["connected"] * 2
 
-        def broken(ray):
-            raise RuntimeError("no workers")
+        def broken(required=True):
+            raise RuntimeError("no head")
 
-        with ray_tasks.warming(broken):
+        monkeypatch.setattr(ray_tasks, "ensure_ray", broken)
+        with ray_tasks.warming(warm_up):
             pass
-    with ray_tasks.connection_held(), ray_tasks.warming(got.append):
+    monkeypatch.setattr(ray_tasks, "ensure_ray", connect)
+    with ray_tasks.connection_held(), ray_tasks.warming(warm_up):
         pass  # a new command starts with nothing ahead
-    assert len(got) == 2
+    assert len(connects) == 2
+    deadline = time.monotonic() + 10
+    while len(warmed) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert warmed == ["the ray module"] * 2
