@@ -34,9 +34,9 @@ from prx_data.stages.export_spill import SpilledPartitions, partition_count, par
 
 RANGE_ROWS = 1_000_000
 
+# The rows to do, and the rows made before fingerprints existed that only get theirs recorded
+# (upgrade "adopt"): the fingerprint is of the inputs they hold now.
 TODO_SCHEMA = pa.schema([("sample_id", pa.string()), ("_rowaddr", pa.uint64()), (FINGERPRINT, pa.string())])
-# Rows made before fingerprints existed that only get theirs recorded (upgrade "adopt").
-ADOPT_SCHEMA = pa.schema([("sample_id", pa.string()), ("_rowaddr", pa.uint64()), (FINGERPRINT, pa.string())])
 _STAGED_SCHEMA = pa.schema([("sample_id", pa.string()), (FINGERPRINT, pa.string())])
 
 
@@ -153,7 +153,7 @@ def plan_pending(ds: lance.LanceDataset, stage: ColumnStage, folder: str, range_
     present = [c for c in stage.inputs if c in ds.schema.names]
     columns = list(dict.fromkeys(["sample_id", *stage.condition_columns, *present, *stored_fp]))
     scanned = PartitionFiles(os.path.join(folder, "scan"), TODO_SCHEMA)
-    adopt = PartitionFiles(os.path.join(folder, "adopt"), ADOPT_SCHEMA)
+    adopt = PartitionFiles(os.path.join(folder, "adopt"), TODO_SCHEMA)
     changed = 0
     for batch in ds.scanner(columns=columns, filter=stage.eligible, with_row_address=True).to_batches():
         is_stale = stage.stale(batch)
