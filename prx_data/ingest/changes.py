@@ -23,6 +23,7 @@ from prx_data.core.filters import one_of
 from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
 from prx_data.core.lance_io import chunked
 from prx_data.core.schema import Status
+from prx_data.core.urls import redact_url
 from prx_data.ingest.items import RawItem
 from prx_data.ingest.registry import RegisteredSource
 from prx_data.ingest.rows import (
@@ -91,7 +92,8 @@ class UnitResult:
 
 
 class _Stored:
-    """The stored rows of one chunk's sample ids: (sha, status, metadata digest, row address)."""
+    """The stored rows of one chunk's sample ids: (sha, status, metadata digest, row address,
+    stored source URL)."""
 
     def __init__(self, ds: lance.LanceDataset | None) -> None:
         self.ds = ds
@@ -100,7 +102,7 @@ class _Stored:
             extra = ["embedding"] if "embedding" in ds.schema.names else []
             self.columns = ["sample_id", "image_sha256", "status", *METADATA_COLUMNS, *extra]
 
-    def lookup(self, ids: list[str]) -> dict[str, tuple[str | None, str, bytes, int]]:
+    def lookup(self, ids: list[str]) -> dict[str, tuple[str | None, str, bytes, int, str | None]]:
         if self.ds is None or not ids:
             return {}
         table = self.ds.to_table(columns=self.columns, filter=one_of("sample_id", ids), with_row_address=True)
@@ -112,6 +114,7 @@ class _Stored:
                 cols["status"][i],
                 metadata_digest(cols["source_caption"][i], cols["source_url"][i], cols["license"][i], embeddings[i]),
                 cols["_rowaddr"][i],
+                cols["source_url"][i],
             )
             for i, sid in enumerate(cols["sample_id"])
         }
@@ -154,8 +157,16 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
             before_of = stored.lookup([sid for sid, _ in chunk])
             for sid, item in chunk:
                 before = before_of.get(sid)
-                # A URL already fetched (ok or opted out) is not fetched again.
-                fetched = bool(item.url and not item.error and before is not None and before[1] in _FETCHED)
+                # A URL already fetched (ok or opted out) is not fetched again; a key whose URL
+                # changed is, or its row would name one URL and hold another's bytes. Compared
+                # redacted, as stored: a re-signed URL (new credentials, same object) is the same.
+                fetched = bool(
+                    item.url
+                    and not item.error
+                    and before is not None
+                    and before[1] in _FETCHED
+                    and before[4] == redact_url(item.source_url or item.url)
+                )
                 wanted = item.url and item.data is None and not item.error and not fetched
                 yield (sid, item, before, fetched), item.key, item.url if wanted else None
 

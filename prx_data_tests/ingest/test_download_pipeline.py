@@ -8,6 +8,7 @@ split test runs on a local root and on moto S3 (storage_parity).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from pathlib import Path
@@ -258,3 +259,36 @@ def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, t
         whole = [(it.key, it.url, it.error) for it in units.read_unit(src, one[0], storage_root.options)]
         assert [len(p) for p in pieces] == expected
         assert [x for p in pieces for x in p] == whole
+
+
+def test_a_key_whose_url_changed_is_fetched_again_and_a_re_signed_url_is_not(storage_root, tmp_path: Path, http_server: HTTPTestServer):
+    """A row names one URL and holds that URL's bytes: a key whose image URL was edited is
+    downloaded again (before: the new URL was recorded over the old URL's bytes, no request
+    made). Only credentials changing (a re-signed URL of the same object) is not a new image."""
+    old, new = images.jpeg(24, 16, seed=1), images.jpeg(24, 16, seed=2)
+    http_server.add_route("/old.jpg", old, headers={"Content-Type": "image/jpeg"})
+    http_server.add_route("/new.jpg", new, headers={"Content-Type": "image/jpeg"})
+    http_server.add_route("/same.jpg", old, headers={"Content-Type": "image/jpeg"})
+
+    def write(urls: list[str]) -> str:
+        body = "".join(json.dumps({"id": f"k{i}", "u": u}) + "\n" for i, u in enumerate(urls)).encode()
+        if storage_root.kind == "local":
+            (tmp_path / "list.jsonl").write_bytes(body)
+            return str(tmp_path / "list.jsonl")
+        location = storage_root.uri("sources", "list.jsonl")
+        write_bytes(locate(location, storage_root.options), body)
+        return location
+
+    uri = storage_root.uri("raw.lance")
+    location = write([http_server.url("/old.jpg"), http_server.url("/same.jpg?X-Amz-Signature=aaa")])
+    ingest_source(url_source(location, tmp_path), uri, storage_options=storage_root.options)
+    write([http_server.url("/new.jpg"), http_server.url("/same.jpg?X-Amz-Signature=bbb")])
+    again = ingest_source(url_source(location, tmp_path), uri, storage_options=storage_root.options)
+
+    table = lance.dataset(uri, storage_options=storage_root.options).to_table(columns=["source_key", "source_url", "image_sha256"])
+    rows = {r["source_key"]: r for r in table.to_pylist()}
+    assert http_server.hits("/new.jpg") == 1
+    assert rows["k0"]["source_url"] == http_server.url("/new.jpg")
+    assert rows["k0"]["image_sha256"] == hashlib.sha256(new).hexdigest()
+    assert again.updated == 1
+    assert http_server.hits("/same.jpg") == 1, "a re-signed URL of the same object is not fetched again"
