@@ -271,6 +271,12 @@ def read_parquet_file(
     with handle:
         try:
             parquet = pq.ParquetFile(handle)
+            missing = _missing_columns(ctx.spec, parquet.schema_arrow.names)
+            if missing:
+                # A typo in the spec, or a file of another layout: one row saying so, not one
+                # per record (and not captions or licenses silently left empty).
+                yield _file_error(file, _INVALID, f"{file.name} has no column {missing}; its columns: {parquet.schema_arrow.names}"[:500])
+                return
             skip, left = 0, rows
             if rows is not None and row_groups:
                 skip = first_row - sum(parquet.metadata.row_group(g).num_rows for g in range(row_groups[0]))
@@ -624,6 +630,14 @@ def read_tar(ctx: _Context, file: PurePath) -> Iterator[RawItem]:
 # -- Lance ----------------------------------------------------------------------------------------
 
 
+def _missing_columns(spec: SourceSpec, columns: list[str]) -> str:
+    """The spec's named fields that are not columns, as ``fields.caption 'cap'`` (empty if none)."""
+    fields = spec.fields
+    named = {"key": fields.key, "image": fields.image, "caption": fields.caption, "license": fields.license, "url": fields.url}
+    named["embedding"] = fields.embedding
+    return ", ".join(f"fields.{name} {column!r}" for name, column in named.items() if column and column not in columns)
+
+
 def read_lance(
     spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None
 ) -> Iterator[RawItem]:
@@ -636,9 +650,9 @@ def read_lance(
         raise SourceUnavailable(f"cannot open Lance table {location}: {exc}") from exc
     fields = spec.fields
     wanted = [f for f in (fields.key, fields.image, fields.caption, fields.license, fields.url, fields.embedding) if f]
-    missing = [f for f in wanted if f not in ds.schema.names]
+    missing = _missing_columns(spec, ds.schema.names)
     if missing:
-        raise SourceUnavailable(f"Lance table {location} has no column(s) {missing}")
+        raise SourceUnavailable(f"Lance table {location} has no column {missing}; its columns: {ds.schema.names}")
     base: PurePath
     if remote:
         root = root or make_root(spec, location, None, storage_options)
