@@ -8,7 +8,9 @@ photo-like JPEGs, once from one host (127.0.0.1) and once spread over 20 hosts
 (127.0.0.1 .. 127.0.0.20, one server each). Per list, interleaved ``--repeat`` times:
 
 - img2dataset 1.47.0 (``pip install .[bench]``) as a fresh process, copying bytes
-  (``--resize_mode no``, 2 processes x 64 threads): the baseline;
+  (``--resize_mode no``, 2 processes x 64 threads): the baseline; with ``--i2d-decode``, also
+  img2dataset opening each image as its default mode does (``cv2.imdecode``, keeping the
+  bytes): the same kind of work as ``raw_samples``, whose probe decodes every JPEG's scans;
 - ``raw_samples`` step alone: ``ingest_source`` on a JSONL URL list (default download
   settings; the spec allows 127.0.0.0/8), in this process with its modules already imported
   (the import time is printed once) and a fresh download session; once per ``--workers`` value
@@ -252,7 +254,9 @@ def prx_run(served: Served, urls: list[str], tmp: Path) -> Measure:
     return _measure(served, len(urls), started, wall, _children_cpu() - cpu)
 
 
-def img2dataset(served: Served, urls: list[str], tmp: Path) -> Measure:
+def img2dataset(served: Served, urls: list[str], tmp: Path, decode: bool = False) -> Measure:
+    """``decode``: img2dataset opens each image as its own check (``cv2.imdecode``, full size) and
+    keeps the original bytes (``--skip_reencode True``); otherwise it copies bytes unopened."""
     out = tmp / "i2d"
     shutil.rmtree(out, ignore_errors=True)
     (tmp / "urls.txt").write_text("\n".join(urls) + "\n")
@@ -263,7 +267,7 @@ def img2dataset(served: Served, urls: list[str], tmp: Path) -> Measure:
         [
             str(Path(sys.executable).parent / "img2dataset"), "--url_list", str(tmp / "urls.txt"), "--input_format", "txt",
             "--output_folder", str(out), "--output_format", "files", "--resize_mode", "no", "--processes_count", "2",
-            "--thread_count", "64", "--disable_all_reencoding", "True", "--enable_wandb", "False",
+            "--thread_count", "64", *(["--skip_reencode", "True"] if decode else ["--disable_all_reencoding", "True"]), "--enable_wandb", "False",
             "--number_sample_per_shard", "1000",
         ],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -323,6 +327,9 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 20], help="lists to measure, by number of hosts (default: 1 20)")
     parser.add_argument("--breakdown", action="store_true", help="only print CPU per image of the step's parts (download, probe, rest)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="raw_samples rows, by spec workers (default: 1 2)")
+    parser.add_argument(
+        "--i2d-decode", action="store_true", help="also img2dataset opening every image (the check its default mode makes), an equal-work baseline"
+    )
     args = parser.parse_args()
     images = make_jpegs(40)
     print(f"{args.n} URLs per list, JPEGs of {sum(map(len, images)) / len(images) / 1000:.0f} KB on average, 50-150 ms per request")
@@ -343,6 +350,8 @@ def main() -> None:
     offset = 0
     steps = [(f"raw_samples w={w}", functools.partial(raw_samples, workers=w)) for w in args.workers]
     tools = [("img2dataset", img2dataset), *steps]
+    if args.i2d_decode:
+        tools.insert(1, ("img2dataset decode", functools.partial(img2dataset, decode=True)))
     if not args.skip_run:
         tools.append(("prx-data run", prx_run))
     held = contextlib.ExitStack()
@@ -380,6 +389,9 @@ def main() -> None:
                         f"  {hosts:>2} host(s) | {name} / img2dataset: {step.rate(args.n) / i2d.rate(args.n):.2f}x whole command, "
                         f"{step.rate(args.n) / i2d.window:.2f}x its download window (goal >= 1.0)"
                     )
+                    if "img2dataset decode" in runs:
+                        checked = _median(runs["img2dataset decode"])
+                        print(f"  {hosts:>2} host(s) | {name} / img2dataset opening each image: {step.rate(args.n) / checked.window:.2f}x its download window")
                 if "prx-data run" in runs:
                     print(f"  {hosts:>2} host(s) | prx-data run / img2dataset: {_median(runs['prx-data run']).rate(args.n) / i2d.rate(args.n):.2f}x")
             finally:
