@@ -167,6 +167,12 @@ def _run_everything(args: argparse.Namespace) -> int:
     registry = load_registry(settings.sources_dir)
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}")
+    unknown = sorted(set(args.source or ()) - set(registry.sources))
+    if unknown:
+        # A misspelt --source would otherwise run nothing and report success.
+        known = ", ".join(sorted(registry.sources)) or "none"
+        print(f"no source named {', '.join(map(repr, unknown))} in {settings.sources_dir} (sources: {known})", file=sys.stderr)
+        return 2
     sources = [s for s in registry.sources if not args.source or s in args.source]
     plan = plan_run(settings, registry, sources, force=getattr(args, "force", False))
     for source in plan.unchanged:

@@ -103,3 +103,18 @@ def test_no_change_run_launches_nothing_and_changes_run(tmp_path, monkeypatch):
     get_settings.cache_clear()
     assert "[photos] materializing" in out.getvalue()
     assert _run_count(home) > runs
+
+
+def test_a_misspelt_source_runs_nothing_and_says_so(tmp_path, monkeypatch, capsys):
+    """``run --source phots`` used to run no source, skip the corpus and exit 0."""
+    root = tiny_root(tmp_path / "data")
+    home = tmp_path / "dagster_home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    code = main(["run", "--root", str(root), "--source", "phots", "--source", "photos"])
+    get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "no source named 'phots'" in err and "(sources: photos)" in err, err
+    assert _run_count(home) == 0
+    assert not list(Path(root).rglob("*.lance")), "nothing was ingested"
