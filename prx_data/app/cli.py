@@ -412,7 +412,24 @@ def cmd_optout_add(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"request {request.id} written to {path}; `prx-data optout apply` excludes it now (or the opt-out sensor does)")
+    _warn_unknown_sources(request.source_keys)
     return 0
+
+
+def _warn_unknown_sources(source_keys: list[str]) -> None:
+    """A key whose source is not registered (most often a misspelt name) matches nothing: say so
+    now, not only in the next apply's unmatched list. It stays filed: the source may come later."""
+    from prx_data.core.settings import get_settings
+    from prx_data.ingest.registry import load_registry
+
+    known = set(load_registry(get_settings().sources_dir).sources)
+    unknown = sorted({key.split(":", 1)[0] for key in source_keys} - known)
+    if unknown:
+        print(
+            f"warning: no source named {', '.join(map(repr, unknown))} is registered (sources: {', '.join(sorted(known)) or 'none'}); "
+            "its keys match nothing until a source of that name is ingested",
+            file=sys.stderr,
+        )
 
 
 def _registry_priorities(settings) -> dict[str, int]:

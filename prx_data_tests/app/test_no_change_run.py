@@ -118,3 +118,18 @@ def test_a_misspelt_source_runs_nothing_and_says_so(tmp_path, monkeypatch, capsy
     assert "no source named 'phots'" in err and "(sources: photos)" in err, err
     assert _run_count(home) == 0
     assert not list(Path(root).rglob("*.lance")), "nothing was ingested"
+
+
+def test_an_opt_out_key_of_an_unregistered_source_is_filed_with_a_warning(tmp_path, monkeypatch, capsys):
+    """A misspelt source in ``optout add --key`` matches nothing: the request is kept (the source
+    may come later) and the command says so at once."""
+    root = tiny_root(tmp_path / "data")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert main(["optout", "add", "--root", str(root), "--id", "req-1", "--key", "phots:p0.jpg", "--key", "photos:p1.jpg"]) == 0
+    err = capsys.readouterr().err
+    assert "no source named 'phots' is registered (sources: photos)" in err, err
+    assert (Path(root) / "optout" / "req-1.yaml").exists()
+    assert main(["optout", "add", "--root", str(root), "--id", "req-2", "--key", "photos:p0.jpg"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    get_settings.cache_clear()
