@@ -622,7 +622,16 @@ def main(argv: list[str] | None = None) -> int:
         return explore_main(argv[1:])
     args = build_parser().parse_args(argv)
     cap_malloc_arenas()
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        # A mistyped variable is the user's to fix, named in the message: no traceback. Looked up,
+        # not imported: a command that never read the settings cannot have raised it.
+        settings = sys.modules.get("prx_data.core.settings")
+        if settings is None or not isinstance(exc, settings.InvalidSettings):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def entry() -> None:

@@ -23,7 +23,7 @@ from pydantic_settings.exceptions import SettingsError
 
 from prx_data.core.locking import LockPolicy
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS
-from prx_data.core.storage import is_remote, storage_options_from_env
+from prx_data.core.storage import is_remote, storage_options_from_env, uri_problem
 
 EnvName = Literal["local", "cluster"]
 
@@ -147,6 +147,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cluster_needs_remote_roots(self) -> Settings:
+        for name in ("data_root", "lance_root", "mds_root"):
+            problem = uri_problem(getattr(self, name))
+            if problem:
+                raise ValueError(f"PRX_{name.upper()}: {problem}")
         if self.env == "cluster":
             for name in ("lance_root", "mds_root"):
                 value = getattr(self, name)
@@ -228,10 +232,14 @@ def _describe(error: Mapping[str, Any], environ: Mapping[str, str]) -> str:
     return f"{name}: {raw!r} {message.replace('Input should be', 'should be')}"
 
 
+class InvalidSettings(ValueError):
+    """A PRX_* variable that does not parse or check; the message names each one."""
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Settings from ``env`` (os.environ by default) and nothing else.
 
-    Raises ValueError naming every variable that does not parse or check, with its value
+    Raises InvalidSettings (a ValueError) naming every variable that does not parse or check, with its value
     (secret ones left out).
     """
     environ: Mapping[str, str] = os.environ if env is None else env
@@ -240,12 +248,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             return Settings(storage_options=storage_options_from_env(environ))
     except ValidationError as exc:
         problems = [_describe(error, environ) for error in exc.errors(include_input=False)]
-        raise ValueError("invalid settings: " + "; ".join(problems)) from None
+        raise InvalidSettings("invalid settings: " + "; ".join(problems)) from None
     except SettingsError as exc:
         # pydantic-settings fails this way on a JSON field (PRX_CAPTIONER) that is not JSON.
         field = next((f for f in Settings.model_fields if f'"{f}"' in str(exc)), None)
         name = env_name(field) if field else "a PRX_* variable"
-        raise ValueError(f"invalid settings: {name} must be a JSON object ({exc.__cause__ or exc})") from None
+        raise InvalidSettings(f"invalid settings: {name} must be a JSON object ({exc.__cause__ or exc})") from None
 
 
 @lru_cache(maxsize=1)

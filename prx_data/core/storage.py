@@ -167,11 +167,25 @@ class Location:
 _MANGLED_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:(/(?!/).*)?")
 
 
+def uri_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot be a root or an object's place, or None: checked where settings are
+    read, so a mistyped root fails the command before any run instead of its export step."""
+    if not is_remote(uri):
+        if _MANGLED_URI.fullmatch(uri):
+            return f"{uri!r} looks like an object-store URI that lost a slash of its '://'; refusing to use it as a local path"
+        return None
+    scheme = urlparse(uri).scheme
+    if scheme not in ("s3", "gs", "gcs"):
+        return f"unsupported object-store scheme {scheme!r} in {uri!r} (use one of {SCHEMES})"
+    return None
+
+
 def locate(uri: str, storage_options: Mapping[str, str] | None = None) -> Location:
     options = dict(storage_options or {})
     if not is_remote(uri):
-        if _MANGLED_URI.fullmatch(uri):
-            raise ValueError(f"{uri!r} looks like an object-store URI that lost a slash of its '://'; refusing to use it as a local path")
+        problem = uri_problem(uri)
+        if problem:
+            raise ValueError(problem)
         local = uri.removeprefix("file://")
         return Location(pafs.LocalFileSystem(), os.path.abspath(local), local)
     parsed = urlparse(uri)

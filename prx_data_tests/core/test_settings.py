@@ -27,6 +27,11 @@ BASE = {"PRX_DATA_ROOT": "/tmp/prx-settings"}
         ({"PRX_MIN_STREAM_SAMPLES": "0"}, "PRX_MIN_STREAM_SAMPLES: '0' should be greater than or equal to 1"),
         ({"PRX_CAPTIONER": "[1]"}, "PRX_CAPTIONER: '[1]' is not a JSON object"),
         ({"PRX_CLASSIFIER": "{not json"}, "PRX_CLASSIFIER must be a JSON object"),
+        # Mistyped roots: before, the first was a folder named "s3:" and the second failed only
+        # in the export step, after ingest, hashing and labelling had run.
+        ({"PRX_MDS_ROOT": "s3:/bucket/mds"}, "PRX_MDS_ROOT: 's3:/bucket/mds' looks like an object-store URI that lost a slash"),
+        ({"PRX_LANCE_ROOT": "s5://bucket/lance"}, "PRX_LANCE_ROOT: unsupported object-store scheme 's5'"),
+        ({"PRX_DATA_ROOT": "gs:"}, "PRX_DATA_ROOT: 'gs:' looks like an object-store URI"),
     ],
 )
 def test_a_bad_value_names_the_variable_and_the_value(env, expected):
@@ -101,3 +106,11 @@ def test_every_sensor_ticks_at_the_configured_interval(tmp_path):
     env.update(PRX_DATA_ROOT=str(tmp_path), PRX_SENSOR_INTERVAL_S="7")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str([("optout_folder_sensor", 7), ("prx_automation", 7), ("source_registry_sensor", 7)])
+
+
+def test_the_cli_names_a_bad_variable_without_a_traceback(tmp_path):
+    env = {**os.environ, "PRX_DATA_ROOT": str(tmp_path), "PRX_MDS_ROOT": "s3:/bucket/mds", "XDG_STATE_HOME": str(tmp_path / "state")}
+    done = subprocess.run([sys.executable, "-m", "prx_data.app.cli", "run"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: invalid settings: PRX_MDS_ROOT:") and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "s3:").exists()
