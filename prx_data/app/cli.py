@@ -18,8 +18,18 @@ from prx_data.core.ray_tasks import connection_held, prefetch_ray, ray_provider
 from prx_data.core.reasons import reason_code
 
 
-def _use_data_root(root: Path) -> None:
-    """Point settings and Dagster at ``root`` (before anything reads them)."""
+class MissingDataRoot(ValueError):
+    """``--root`` names no folder: most often a typo, which would otherwise become a new, empty
+    data root (a Dagster home, empty tables) and a run that succeeds on nothing."""
+
+
+def _use_data_root(root: Path, create: bool = False) -> None:
+    """Point settings and Dagster at ``root`` (before anything reads them). Only ``demo`` creates it."""
+    if not create and not root.is_dir():
+        raise MissingDataRoot(
+            f"data root {root} does not exist: check --root, or make it with a sources/ folder of specs "
+            f"(README, Sources), or `prx-data demo --root {root}` for a demo corpus"
+        )
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.core.settings import get_settings
 
@@ -138,7 +148,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     root = Path(args.root).resolve()
     if args.fresh and root.exists():
         shutil.rmtree(root)
-    _use_data_root(root)
+    _use_data_root(root, create=True)
     # lazy: pulls in PIL, pyarrow, numpy
     from prx_data.demo.corpus import build_demo_corpus
 
@@ -625,10 +635,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ValueError as exc:
-        # A mistyped variable is the user's to fix, named in the message: no traceback. Looked up,
-        # not imported: a command that never read the settings cannot have raised it.
+        # A mistyped variable or root is the user's to fix, named in the message: no traceback.
+        # Looked up, not imported: a command that never read the settings cannot have raised it.
         settings = sys.modules.get("prx_data.core.settings")
-        if settings is None or not isinstance(exc, settings.InvalidSettings):
+        if not isinstance(exc, MissingDataRoot) and (settings is None or not isinstance(exc, settings.InvalidSettings)):
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -133,3 +133,17 @@ def test_an_opt_out_key_of_an_unregistered_source_is_filed_with_a_warning(tmp_pa
     assert main(["optout", "add", "--root", str(root), "--id", "req-2", "--key", "photos:p0.jpg"]) == 0
     assert "warning" not in capsys.readouterr().err
     get_settings.cache_clear()
+
+
+def test_a_misspelt_root_is_an_error_not_a_new_empty_root(tmp_path, monkeypatch, capsys):
+    """``run --root`` of a folder that does not exist used to create it (a Dagster home, empty
+    tables) and report a successful run of nothing; every command taking --root but ``demo``
+    now refuses it."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    typo = tmp_path / "dat"
+    for argv in (["run"], ["sources"], ["lineage", "--key", "photos:p0.jpg"], ["optout", "apply"]):
+        assert main([*argv, "--root", str(typo)]) == 2, argv
+        assert f"data root {typo} does not exist" in capsys.readouterr().err
+    assert not typo.exists()
+    get_settings.cache_clear()
