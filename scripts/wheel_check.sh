@@ -93,6 +93,7 @@ print(f"{len(loaded)} prx_data modules from the wheel; {len(dist.requires or [])
 PY
 run prx-data --help >/dev/null
 step "prx-data sources --root $WORK/fresh (cwd $PWD)"
+mkdir -p "$WORK/fresh/sources"  # a new root: a folder of specs without a Dagster home yet
 run prx-data sources --root "$WORK/fresh"
 # The CLI installs the packaged instance config (run limits, GPU pool) into a new root's home.
 cmp "$WORK/fresh/.dagster/dagster.yaml" <(run "$VPY" -c 'from prx_data.app.ui import packaged_config; print(packaged_config("dagster.yaml"), end="")') \

@@ -141,7 +141,8 @@ def test_runs_starting_at_once_on_a_new_root_share_its_dagster_setup(tmp_path, c
         "with open_instance(['alpha', 'beta']) as instance:\n"
         "    print(sorted(instance.get_dynamic_partitions('sources')), len(instance.get_runs()))\n"
     )
-    root = tmp_path / "new-root"
+    root = tmp_path / "new-root"  # a folder of specs, no Dagster home yet
+    (root / "sources").mkdir(parents=True)
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(4)
