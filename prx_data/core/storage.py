@@ -175,26 +175,23 @@ def uri_problem(uri: str) -> str | None:
             return f"{uri!r} looks like an object-store URI that lost a slash of its '://'; refusing to use it as a local path"
         return None
     scheme = urlparse(uri).scheme
-    if scheme not in ("s3", "gs", "gcs"):
+    if scheme not in (*SCHEMES, "gcs"):
         return f"unsupported object-store scheme {scheme!r} in {uri!r} (use one of {SCHEMES})"
     return None
 
 
 def locate(uri: str, storage_options: Mapping[str, str] | None = None) -> Location:
-    options = dict(storage_options or {})
+    problem = uri_problem(uri)
+    if problem:
+        raise ValueError(problem)
     if not is_remote(uri):
-        problem = uri_problem(uri)
-        if problem:
-            raise ValueError(problem)
         local = uri.removeprefix("file://")
         return Location(pafs.LocalFileSystem(), os.path.abspath(local), local)
     parsed = urlparse(uri)
     path = (parsed.netloc + parsed.path).rstrip("/")
     if parsed.scheme == "s3":
-        return Location(_s3(options), path, uri.rstrip("/"))
-    if parsed.scheme in ("gs", "gcs"):
-        return Location(pafs.GcsFileSystem(), path, uri.rstrip("/"))
-    raise ValueError(f"unsupported object-store scheme {parsed.scheme!r} in {uri!r} (use one of {SCHEMES})")
+        return Location(_s3(dict(storage_options or {})), path, uri.rstrip("/"))
+    return Location(pafs.GcsFileSystem(), path, uri.rstrip("/"))  # gs:// or gcs:// (uri_problem)
 
 
 def read_bytes(loc: Location) -> bytes:

@@ -246,6 +246,13 @@ def _position_key(ctx: _Context, file: PurePath, row: int) -> str:
     return f"{file.name}:{row}"
 
 
+def _missing_columns(spec: SourceSpec, columns: list[str]) -> str:
+    """The spec's named fields that are not columns, as ``fields.caption 'cap'`` (empty if none)."""
+    names = ("key", "image", "caption", "license", "url", "embedding")
+    named = {name: getattr(spec.fields, name) for name in names}
+    return ", ".join(f"fields.{name} {column!r}" for name, column in named.items() if column and column not in columns)
+
+
 def read_parquet(
     spec: SourceSpec, location: Path | str, root: AnyRoot | None = None, storage_options: dict | None = None
 ) -> Iterator[RawItem]:
@@ -628,14 +635,6 @@ def read_tar(ctx: _Context, file: PurePath) -> Iterator[RawItem]:
 
 
 # -- Lance ----------------------------------------------------------------------------------------
-
-
-def _missing_columns(spec: SourceSpec, columns: list[str]) -> str:
-    """The spec's named fields that are not columns, as ``fields.caption 'cap'`` (empty if none)."""
-    fields = spec.fields
-    named = {"key": fields.key, "image": fields.image, "caption": fields.caption, "license": fields.license, "url": fields.url}
-    named["embedding"] = fields.embedding
-    return ", ".join(f"fields.{name} {column!r}" for name, column in named.items() if column and column not in columns)
 
 
 def read_lance(
