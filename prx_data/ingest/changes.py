@@ -32,6 +32,7 @@ from prx_data.ingest.rows import (
     IngestStats,
     OptOutMatcher,
     apply_download,
+    count_empty_fields,
     item_digest,
     item_row,
     metadata_digest,
@@ -143,6 +144,7 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
                     stats.duplicate_keys.append(item.key)
                 continue
             local.add(sid)
+            count_empty_fields(stats, item, spec)
             seen["sample_id"].append(sid)
             seen["unit"].append(unit.index)
             seen["pos"].append(pos)

@@ -48,6 +48,7 @@ from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import t
     METADATA_COLUMNS,
     IngestStats,
     OptOutMatcher,
+    empty_field_warnings,
     metadata_schema,
 )
 from prx_data.ingest.seen import SeenIds
@@ -218,6 +219,7 @@ def ingest_source(
         )
         for result in results.values():
             stats.absorb(result.stats)
+        stats.warnings.extend(empty_field_warnings(stats, spec))
         if stats.seen == 0 and existing_rows and not spec.allow_empty:
             raise EmptySource(
                 f"found no items where {existing_rows} rows existed (a vanished mount or an "

@@ -54,6 +54,8 @@ class IngestStats:
     units: int = 0
     workers: int = 1
     objects_unchanged: int = 0  # input objects not opened: same signature as when last read
+    records: int = 0  # items read from a record that parsed (what empty_fields counts against)
+    empty_fields: Counter = field(default_factory=Counter)  # named optional field -> records without it
 
     def absorb(self, part: IngestStats) -> None:
         """Add one unit's counts to the run's."""
@@ -90,6 +92,31 @@ class IngestStats:
             "workers": self.workers,
             "seconds": round(self.seconds, 3),
         }
+
+
+def count_empty_fields(stats: IngestStats, item: RawItem, spec) -> None:
+    """Count a parsed record's empty optional fields, so a field empty in every record (most
+    often a misspelt name in a JSONL spec, which has no schema to check) can be named once."""
+    if item.file_level or item.error:
+        return
+    stats.records += 1
+    fields = spec.fields
+    values = {"caption": item.caption, "embedding": item.embedding}
+    if fields.image_kind != "url":  # a URL image fills source_url itself
+        values["url"] = item.source_url
+    if not spec.license:  # the spec's license fills an empty one
+        values["license"] = item.license
+    for name, value in values.items():
+        if getattr(fields, name) and value is None:
+            stats.empty_fields[name] += 1
+
+
+def empty_field_warnings(stats: IngestStats, spec) -> list[str]:
+    return [
+        f"fields.{name} {getattr(spec.fields, name)!r} is empty in all {stats.records} records read: a misspelt field name?"
+        for name, empty in sorted(stats.empty_fields.items())
+        if stats.records and empty == stats.records
+    ]
 
 
 def metadata_digest(caption, url, license, embedding) -> bytes:

@@ -49,3 +49,30 @@ def test_a_column_the_spec_names_but_a_file_lacks_is_one_error_row_for_that_file
     assert error["status"] == "invalid_record"
     assert "fields.caption 'caption'" in error["error"] and "'text'" in error["error"], error["error"]
     assert stats.rows_by_status["ok"] == 3
+
+
+def test_a_jsonl_field_empty_in_every_record_is_named_in_a_warning(storage_root, tmp_path: Path):
+    """JSONL has no schema to check: a misspelt ``caption:`` gives ok rows without captions.
+    The run now names the field once; a field only some records leave empty is not named."""
+    import base64
+    import json
+
+    lines = [{"id": f"k{i}", "b64": base64.b64encode(images.jpeg(seed=i)).decode(), "text": f"photo {i}" if i else None} for i in range(3)]
+    body = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    if storage_root.kind == "local":
+        location = str(tmp_path / "list.jsonl")
+        Path(location).write_bytes(body)
+    else:
+        location = storage_root.uri("sources", "list.jsonl")
+        write_bytes(locate(location, storage_root.options), body)
+
+    def run(caption_field: str, table: str):
+        fields = {"key": "id", "image": "b64", "caption": caption_field}
+        spec = SourceSpec(name="js", shape="jsonl", location=location, fields=fields)
+        return ingest_source(RegisteredSource(spec, tmp_path / "js.yaml"), storage_root.uri(table), storage_options=storage_root.options)
+
+    typo = run("txet", "typo.lance")
+    assert typo.rows_by_status["ok"] == 3
+    assert "fields.caption 'txet' is empty in all 3 records read: a misspelt field name?" in typo.warnings, typo.warnings
+    right = run("text", "right.lance")
+    assert not [w for w in right.warnings if "fields.caption" in w], right.warnings
