@@ -116,6 +116,14 @@ class StorageRoot:
 
         return join(self.base, *parts)
 
+    def put(self, *parts: str, data: bytes) -> str:
+        """Write ``data`` at ``uri(*parts)`` (a file, or one object) and return that place."""
+        from prx_data.core.storage import locate, write_bytes
+
+        place = self.uri(*parts)
+        write_bytes(locate(place, self.options), data)
+        return place
+
     def files(self, *parts: str) -> dict[str, bytes]:
         """Every file under ``uri(*parts)`` by its '/'-separated relative path, with its bytes."""
         from prx_data.core.storage import glob_files, locate, read_bytes

@@ -246,11 +246,15 @@ def _position_key(ctx: _Context, file: PurePath, row: int) -> str:
     return f"{file.name}:{row}"
 
 
+def _named_columns(spec: SourceSpec) -> dict[str, str]:
+    """The columns the spec's ``fields`` name, by setting (``{"caption": "alt_text"}``)."""
+    names = ("key", "image", "caption", "license", "url", "embedding")
+    return {name: column for name in names if (column := getattr(spec.fields, name))}
+
+
 def _missing_columns(spec: SourceSpec, columns: list[str]) -> str:
     """The spec's named fields that are not columns, as ``fields.caption 'cap'`` (empty if none)."""
-    names = ("key", "image", "caption", "license", "url", "embedding")
-    named = {name: getattr(spec.fields, name) for name in names}
-    return ", ".join(f"fields.{name} {column!r}" for name, column in named.items() if column and column not in columns)
+    return ", ".join(f"fields.{name} {column!r}" for name, column in _named_columns(spec).items() if column not in columns)
 
 
 def read_parquet(
@@ -647,8 +651,6 @@ def read_lance(
         ds = lance.dataset(str(location), storage_options=(storage_options or None) if remote else None)
     except Exception as exc:  # noqa: BLE001 - lance raises several types for a missing table
         raise SourceUnavailable(f"cannot open Lance table {location}: {exc}") from exc
-    fields = spec.fields
-    wanted = [f for f in (fields.key, fields.image, fields.caption, fields.license, fields.url, fields.embedding) if f]
     missing = _missing_columns(spec, ds.schema.names)
     if missing:
         raise SourceUnavailable(f"Lance table {location} has no column {missing}; its columns: {ds.schema.names}")
@@ -664,7 +666,7 @@ def read_lance(
     ctx = _Context(spec, location, root)
     row = 0
     try:
-        for batch in ds.to_batches(columns=list(dict.fromkeys(wanted)), batch_size=256):
+        for batch in ds.to_batches(columns=list(dict.fromkeys(_named_columns(spec).values())), batch_size=256):
             for record in batch.to_pylist():
                 yield _record_to_item(record, ctx, base, f"row:{row}")
                 row += 1

@@ -16,7 +16,6 @@ from pathlib import Path
 import lance
 import pytest
 
-from prx_data.core.storage import locate, write_bytes
 from prx_data.ingest import units
 from prx_data.ingest.download import DownloadSession, shared_session
 from prx_data.ingest.ingest import ingest_source
@@ -212,13 +211,7 @@ def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, t
     rows[7] = "not json"  # an error row keeps its line number whatever the split
     rows[11] = json.dumps({"id": "k11", "u": http_server.url("/gone.jpg")})
     rows[20] = ""  # a blank line is skipped, not counted as an item
-    body = ("\ufeff" + "\n".join(rows) + "\n").encode()
-    if storage_root.kind == "local":
-        location = str(tmp_path / "list.jsonl")
-        Path(location).write_bytes(body)
-    else:
-        location = storage_root.uri("sources", "list.jsonl")
-        write_bytes(locate(location, storage_root.options), body)
+    location = storage_root.put("sources", "list.jsonl", data=("\ufeff" + "\n".join(rows) + "\n").encode())
     source = url_source(location, tmp_path, concurrency=4, per_host=4)
     whole = ingest_source(source, storage_root.uri("whole.lance"), storage_options=storage_root.options)
     assert whole.units == 1
@@ -243,12 +236,7 @@ def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, t
     monkeypatch.setattr(units, "JSONL_UNIT_LINES", 8192)
     buf = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist([{"id": f"p{i}", "u": http_server.url(f"/j{i}.jpg"), "c": f"c{i}"} for i in range(40)]), buf)
-    if storage_root.kind == "local":
-        pq_location = str(tmp_path / "list.parquet")
-        Path(pq_location).write_bytes(buf.getvalue().to_pybytes())
-    else:
-        pq_location = storage_root.uri("sources", "list.parquet")
-        write_bytes(locate(pq_location, storage_root.options), buf.getvalue().to_pybytes())
+    pq_location = storage_root.put("sources", "list.parquet", data=buf.getvalue().to_pybytes())
     pq_source = RegisteredSource(source.spec.model_copy(update={"shape": "parquet", "location": pq_location}), source.path)
     # 40 lines in runs of 9; the JSONL's blank line 21 is skipped, not an item.
     for src, expected in ((source, [9, 9, 8, 9, 4]), (pq_source, [9, 9, 9, 9, 4])):
@@ -272,12 +260,7 @@ def test_a_key_whose_url_changed_is_fetched_again_and_a_re_signed_url_is_not(sto
 
     def write(urls: list[str]) -> str:
         body = "".join(json.dumps({"id": f"k{i}", "u": u}) + "\n" for i, u in enumerate(urls)).encode()
-        if storage_root.kind == "local":
-            (tmp_path / "list.jsonl").write_bytes(body)
-            return str(tmp_path / "list.jsonl")
-        location = storage_root.uri("sources", "list.jsonl")
-        write_bytes(locate(location, storage_root.options), body)
-        return location
+        return storage_root.put("sources", "list.jsonl", data=body)
 
     uri = storage_root.uri("raw.lance")
     location = write([http_server.url("/old.jpg"), http_server.url("/same.jpg?X-Amz-Signature=aaa")])

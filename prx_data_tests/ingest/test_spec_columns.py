@@ -12,7 +12,6 @@ import lance
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prx_data.core.storage import locate, write_bytes
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
@@ -27,16 +26,9 @@ def _parquet(rows: list[dict]) -> bytes:
 def test_a_column_the_spec_names_but_a_file_lacks_is_one_error_row_for_that_file(storage_root, tmp_path: Path):
     good = _parquet([{"id": f"a{i}", "img": images.jpeg(seed=i), "caption": f"photo {i}"} for i in range(3)])
     other = _parquet([{"id": f"b{i}", "img": images.jpeg(seed=10 + i), "text": f"photo {i}"} for i in range(4)])
-    if storage_root.kind == "local":
-        folder = tmp_path / "parquet"
-        folder.mkdir()
-        (folder / "good.parquet").write_bytes(good)
-        (folder / "other.parquet").write_bytes(other)
-        location = str(folder)
-    else:
-        location = storage_root.uri("sources", "parquet")
-        write_bytes(locate(f"{location}/good.parquet", storage_root.options), good)
-        write_bytes(locate(f"{location}/other.parquet", storage_root.options), other)
+    storage_root.put("sources", "parquet", "good.parquet", data=good)
+    storage_root.put("sources", "parquet", "other.parquet", data=other)
+    location = storage_root.uri("sources", "parquet")
     spec = SourceSpec(name="pq", shape="parquet", location=location, fields={"key": "id", "image": "img", "caption": "caption"})
     uri = storage_root.uri("pq.lance")
     stats = ingest_source(RegisteredSource(spec, tmp_path / "pq.yaml"), uri, storage_options=storage_root.options)
@@ -59,12 +51,7 @@ def test_a_jsonl_field_empty_in_every_record_is_named_in_a_warning(storage_root,
 
     lines = [{"id": f"k{i}", "b64": base64.b64encode(images.jpeg(seed=i)).decode(), "text": f"photo {i}" if i else None} for i in range(3)]
     body = "".join(json.dumps(line) + "\n" for line in lines).encode()
-    if storage_root.kind == "local":
-        location = str(tmp_path / "list.jsonl")
-        Path(location).write_bytes(body)
-    else:
-        location = storage_root.uri("sources", "list.jsonl")
-        write_bytes(locate(location, storage_root.options), body)
+    location = storage_root.put("sources", "list.jsonl", data=body)
 
     def run(caption_field: str, table: str):
         fields = {"key": "id", "image": "b64", "caption": caption_field}
