@@ -6,8 +6,9 @@ everywhere. Two entry points return ready images:
 
 - ``open_image(data, max_pixels)``: full-size RGB, as displayed.
 - ``open_for_hash(data)``: a small grayscale image for the perceptual hash and the box the
-  picture fills in it. JPEGs are decoded at a reduced DCT scale (libjpeg "draft" mode), other
-  formats block-averaged by the same factor; that choice changes the hash bits, so this
+  picture fills in it. JPEGs are decoded at a reduced DCT scale (libjpeg "draft" mode) with
+  every scan checked, so a JPEG cut mid-scan is refused here (``jpeg_data``); other formats are
+  block-averaged by the same factor; that choice changes the hash bits, so this
   function is part of ``phash.PHASH_VERSION`` and must not change without bumping it.
 
 Errors are ``DecodeError(reason, message)``; nothing else escapes for bad input. Do not set
@@ -27,6 +28,8 @@ from typing import Final, Literal
 
 import numpy as np
 from PIL import ExifTags, Image, UnidentifiedImageError
+
+from prx_data.imaging import jpeg_data
 
 # Machine-readable reasons. ``truncated`` is kept apart from ``invalid_image`` because a
 # truncated file is often a failed download worth re-fetching; tables whose status vocabulary
@@ -59,6 +62,7 @@ ALLOWED_FORMATS: Final = (
 # on each side (2x the 32 px DCT input), so the final resize still averages several pixels.
 HASH_DRAFT_SIDE: Final = 64
 
+_JPEG_FORMATS = frozenset({"JPEG", "MPO"})
 _WHITE = (255, 255, 255)
 _ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "La", "RGBa"})
 _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
@@ -151,7 +155,7 @@ def load_pixels(
     if getattr(image, "is_animated", False) and image.tell() != 0:
         image.seek(0)
     request = _stored_request(header, min_size)
-    is_jpeg = header.format in ("JPEG", "MPO")
+    is_jpeg = header.format in _JPEG_FORMATS
     if is_jpeg:
         _draft(image, mode, request)
     try:
@@ -244,8 +248,30 @@ def open_for_hash(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[Im
     ``HASH_DRAFT_SIDE`` pixels on each side. Raises ``DecodeError``.
     """
     header = read_header(data, max_pixels)
-    image = load_pixels(header, "L", (HASH_DRAFT_SIDE, HASH_DRAFT_SIDE))
+    min_size = (HASH_DRAFT_SIDE, HASH_DRAFT_SIDE)
+    if header.format in _JPEG_FORMATS:
+        image = _checked_jpeg_gray(header, min_size)
+    else:
+        image = load_pixels(header, "L", min_size)
     return image, picture_box(header, image)
+
+
+def _checked_jpeg_gray(header: Header, min_size: tuple[int, int]) -> Image.Image:
+    """``load_pixels(header, "L", min_size)``'s pixels, with every scan checked on the way
+    (``jpeg_data``): a JPEG cut mid-scan gets no hash, so it is neither exported nor taken
+    as the kept copy of a duplicate group. The scans are Huffman-decoded once, by libjpeg-turbo,
+    except for CMYK files, whose grey comes from Pillow's conversion after a separate check.
+    """
+    try:
+        if header.image.mode not in ("L", "RGB"):
+            jpeg_data.check(header.data)
+            return load_pixels(header, "L", min_size)
+        factor = reduction_factor(header.stored_size, _stored_request(header, min_size) or (1, 1))
+        gray = Image.fromarray(jpeg_data.decode_gray(header.data, factor, header.stored_size))
+    except jpeg_data.JpegDataError as exc:
+        raise DecodeError(TRUNCATED if exc.truncated else INVALID_IMAGE, str(exc)) from None
+    method = _TRANSPOSE.get(header.orientation)
+    return gray.transpose(method) if method is not None else gray
 
 
 def to_rgb(image: Image.Image) -> Image.Image:

@@ -7,11 +7,11 @@ walk over the file's structure (``structure``) confirms the picture data is all 
 file whose structure looks incomplete is decoded, and then the decode decides: an image is
 ``truncated`` only when its picture data really ends early.
 
-JPEGs are the exception: a file cut mid-scan and ending in ``FF D9`` (a broken upload, a
-resumed download) passes the structure walk, and Pillow decodes it without a word, a third of
-its rows flat grey. So every JPEG's entropy-coded data is checked by libjpeg-turbo
-(``simplejpeg``) at 1/8 scale with warnings as errors: every scan is still Huffman-decoded,
-only the IDCT is scaled, so it costs a few ms per photo (``benchmarks/bench_ingest.py``).
+A JPEG cut mid-scan and ending in ``FF D9`` passes the structure walk. Its scans are checked
+where they are first Huffman-decoded, by the perceptual hash (``imaging.jpeg_data``): such a
+row gets a ``phash_error`` instead of a hash, and the export drops it. Checking here as well
+would decode every JPEG twice (~1.2 ms of CPU each for a 200 KB photo, about as much as its
+download), as ingest did before.
 
 The format comes from the decoded header, never the file name, and must be in the spec's
 allow-list. Bytes of a real format outside it (EPS, PDF, HEIC, SVG...) are
@@ -24,7 +24,6 @@ import hashlib
 import warnings
 from dataclasses import dataclass
 
-import simplejpeg
 from PIL import Image
 
 from prx_data.core.schema import Status
@@ -70,42 +69,6 @@ def _sniff(data: bytes) -> str | None:
     return None
 
 
-# The one libjpeg warning accepted: junk between the last scan and the end-of-image marker
-# (some cameras and editors pad there). It is raised after every scan was decoded, so the
-# picture is whole. Every other warning rejects: truncation ("premature end of data segment",
-# "premature end of JPEG file"), corrupt entropy data (bad Huffman code, lost restart marker)
-# and, conservatively, warnings about metadata segments, because strict decoding stops at the
-# first warning and the scans after it would go unchecked. None of the real photos at hand
-# (scikit-image, scikit-learn, matplotlib samples, benchmarks/photos.py) raises any warning.
-_ACCEPTED_JPEG_WARNING = "extraneous bytes before marker 0xd9"
-# Messages of libjpeg that say the data itself is short or damaged (rather than unsupported).
-_CORRUPT_JPEG_MARKS = ("corrupt jpeg data", "premature end", "bogus", "huffman", "inconsistent progression")
-
-
-def jpeg_data_error(data: bytes) -> str | None:
-    """Why the JPEG's entropy-coded data is unusable, or None when every scan decodes cleanly.
-
-    Decodes at the smallest scale to grey: libjpeg still Huffman-decodes every component of
-    every scan (a cut chroma-only scan of a progressive file is caught too) but skips chroma
-    IDCT and colour conversion. The caller has applied the pixel limit from the header, and
-    1/8 scale bounds the output to 1/64 of those pixels.
-    """
-    try:
-        simplejpeg.decode_jpeg(data, colorspace="GRAY", min_factor=8, min_height=1, min_width=1, strict=True)
-    except ValueError as exc:
-        message = str(exc).strip()
-        lowered = message.lower()
-        if lowered.endswith(_ACCEPTED_JPEG_WARNING):
-            return None
-        if "premature end of jpeg file" in lowered:
-            return "truncated JPEG: the file ends inside its picture data"
-        if any(mark in lowered for mark in _CORRUPT_JPEG_MARKS):
-            detail = message.split(":", 1)[1].strip() if lowered.startswith("corrupt jpeg data:") else message
-            return f"truncated or corrupt JPEG data: {detail[:1].lower()}{detail[1:]}"
-        return f"undecodable JPEG: {message}"
-    return None
-
-
 def _header(data: bytes):
     with warnings.catch_warnings():
         # The limit is applied below from the header, with our own message.
@@ -123,13 +86,8 @@ def probe_image(
     max_pixels: int,
     max_bytes: int | None = None,
     formats: tuple[str, ...] | list[str] = DEFAULT_FORMATS,
-    verify_jpeg_data: bool = True,
 ) -> Probe:
-    """Classify ``data`` as usable or not, with a readable reason.
-
-    ``verify_jpeg_data=False`` skips the entropy-data check of JPEGs (``jpeg_data_error``) and
-    falls back to the structure walk alone; it exists so the benchmark can price the check.
-    """
+    """Classify ``data`` as usable or not, with a readable reason."""
     if data is None:
         return Probe(Status.MISSING, "no image data")
     sha = hashlib.sha256(data).hexdigest()
@@ -161,13 +119,6 @@ def probe_image(
             height,
             sha,
         )
-    if family == "JPEG" and verify_jpeg_data:
-        # Decides alone: libjpeg has just read every scan to the end-of-image marker, which is
-        # more than the structure walk below could add.
-        reason = jpeg_data_error(data)
-        if reason is not None:
-            return Probe(Status.INVALID_IMAGE, reason, fmt, width, height, sha)
-        return Probe(Status.OK, None, fmt, width, height, sha)
     if complete(data, fmt) is not True:
         # The structure looks short: only a full decode can tell a real truncation from an
         # odd layout that decodes fine. Rare, and bounded by the pixel limit checked above.

@@ -35,14 +35,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.core.counts import value_counter
+from prx_data.core.reasons import reason_code
 from prx_data.core.schema import EXPORT_SCHEMA
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BucketConfig, Drop, assign
+from prx_data.imaging.decode import INVALID_IMAGE, TOO_LARGE, TRUNCATED
 from prx_data.stages.export_spill import ScanOrdered, SpilledPartitions, partition_count, partition_of, range_bounds
 
 # Columns the written samples carry besides the image (read per chunk, never source-wide).
 META_COLUMNS = ("caption", "label", "caption_model")
+# A ``phash_error`` with one of these codes says the image bytes are unusable (a JPEG cut
+# mid-scan is first found there): the row is dropped with that reason, not exported.
+_BAD_BYTES = frozenset({INVALID_IMAGE, TOO_LARGE, TRUNCATED})
 
 CURRENT_SCHEMA = pa.schema(
     [
@@ -100,7 +105,7 @@ def scan_current(
 ) -> Iterator[pa.RecordBatch]:
     """The source's ok rows as CURRENT_SCHEMA batches, in scan order; Python values live one batch."""
     names = ds.schema.names
-    wanted = ["sample_id", "width", "height"] + [c for c in ("image_sha256", "phash", *META_COLUMNS) if c in names]
+    wanted = ["sample_id", "width", "height"] + [c for c in ("image_sha256", "phash", "phash_error", *META_COLUMNS) if c in names]
     offset = 0
     for batch in ds.to_batches(columns=wanted, filter="status = 'ok'", with_row_address=True, batch_size=batch_rows):
         n = batch.num_rows
@@ -109,12 +114,15 @@ def scan_current(
 
         sha, widths, heights = _values(batch, "image_sha256"), _values(batch, "width"), _values(batch, "height")
         caption, label, model = _values(batch, "caption"), _values(batch, "label"), _values(batch, "caption_model")
+        hash_error = _values(batch, "phash_error")
         image_key = [row_key(sha[i], widths[i], heights[i], image_version) if sha[i] else None for i in range(n)]
         meta_key = [row_key(caption[i], label[i], model[i]) for i in range(n)]
         target: list[str | None] = [None] * n
         drop: list[str | None] = [None] * n
         for i in range(n):
-            if require_caption and not caption[i]:
+            if hash_error[i] and reason_code(hash_error[i]) in _BAD_BYTES:
+                drop[i] = hash_error[i]
+            elif require_caption and not caption[i]:
                 drop[i] = "no_caption"
             elif max_caption_chars is not None and caption[i] and len(caption[i]) > max_caption_chars:
                 drop[i] = f"caption_too_long: {len(caption[i])} characters, the limit is {max_caption_chars}"

@@ -38,6 +38,9 @@ def variant_bytes(base: int, kind: str) -> bytes:
         img.save(buf, "JPEG", quality=75)
     elif kind == "half":
         img.resize((BASE_SIDE // 2, BASE_SIDE // 2), Image.LANCZOS).save(buf, "JPEG", quality=90)
+    elif kind == "cut":  # the exact copy cut mid-scan, its end-of-image marker put back
+        exact = variant_bytes(base, "exact")
+        return exact[: len(exact) * 2 // 3] + b"\xff\xd9"
     else:
         raise ValueError(kind)
     return buf.getvalue()

@@ -1,10 +1,13 @@
-"""Issue 22.5: a JPEG cut mid-scan is rejected at ingest whatever its last bytes.
+"""Issue 22.5: a JPEG cut mid-scan is never exported, whatever its last bytes.
 
 A cut file that ends in ``FF D9`` (the end-of-image marker) passes a look at its tail and the
-structure walk, and Pillow decodes it silently with the missing rows flat grey. The probe now
-has libjpeg-turbo read every scan with warnings as errors; these tests go through the real
-ingest (``raw_samples`` in Dagster, and ``ingest_source`` on a local and an S3 root) and fail on
-the code before the check.
+structure walk, and Pillow decodes it silently with the missing rows flat grey. Its scans are
+checked where they are first Huffman-decoded, the perceptual hash's decode (libjpeg-turbo with
+warnings as errors, ``imaging.jpeg_data``): the row gets a ``phash_error``, no hash (so it is
+never the kept copy of a duplicate group) and the export drops it. Ingest keeps to the header
+and the structure walk, so a file cut without its end marker is still refused there. These tests
+go through the real ingest, hash and export (``raw_samples`` and ``phashes`` in Dagster, and the
+stage functions on a local and an S3 root, read back through the training loader).
 """
 
 from __future__ import annotations
@@ -12,18 +15,21 @@ from __future__ import annotations
 import io
 
 import lance
+import numpy as np
 import pytest
 from PIL import Image
 
+from prx_data.core.ids import sample_id
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import Status
 from prx_data.core.settings import get_settings
-from prx_data.ingest import probe as probe_module
-from prx_data.ingest.ingest import ingest_source
+from prx_data.imaging import jpeg_data
+from prx_data.imaging.decode import HASH_DRAFT_SIDE, load_pixels, open_for_hash, read_header
+from prx_data.imaging.phash import phash_row
 from prx_data.ingest.probe import probe_image
-from prx_data.ingest.registry import load_registry
 from prx_data_tests import images
 from prx_data_tests.conftest import run_source
+from prx_data_tests.curation.optout_world import Item, World
 
 LIMIT = 100_000_000
 EOI = b"\xff\xd9"
@@ -89,55 +95,79 @@ def _pillow_decodes(data: bytes) -> bool:
         return False
 
 
+def _unchecked_hash_pixels(data: bytes) -> np.ndarray:
+    """What the hash decoded before the check: Pillow's draft decode, which checks nothing."""
+    return np.asarray(load_pixels(read_header(data, LIMIT), "L", (HASH_DRAFT_SIDE, HASH_DRAFT_SIDE)))
+
+
 def test_the_cut_files_fool_pillow():
     """The premise: without the check, every cut file ending in EOI would be taken as whole."""
     fooling = [k for k in BAD if k.endswith("+eoi.jpg")]
     assert fooling and all(_pillow_decodes(BAD[k]) for k in fooling)
+    assert all(_unchecked_hash_pixels(BAD[k]).size for k in fooling)
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
-def test_cut_or_corrupt_jpegs_are_invalid(name):
-    probe = probe_image(BAD[name], LIMIT)
-    assert probe.status == Status.INVALID_IMAGE, name
+def test_cut_or_corrupt_jpegs_get_no_hash(name):
+    row = phash_row(BAD[name], LIMIT)
+    assert row["phash"] is None, name
+    error = row["phash_error"]
     if name.endswith("+eoi.jpg"):
-        assert probe.error == "truncated or corrupt JPEG data: premature end of data segment"
+        assert error == "invalid_image: truncated or corrupt JPEG data: premature end of data segment"
     elif name.startswith("cut/"):
-        assert probe.error.startswith("truncated JPEG")
+        assert error == "truncated: the JPEG file ends inside its picture data"
     else:
-        assert probe.error.startswith("truncated or corrupt JPEG data:"), probe.error
-    assert (probe.width, probe.height) != (None, None)  # the header was read, the data was not whole
+        assert error.startswith("invalid_image: truncated or corrupt JPEG data:"), error
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_ingest_refuses_a_file_cut_without_its_end_marker_and_leaves_the_rest_to_the_hash(name):
+    probe = probe_image(BAD[name], LIMIT)
+    if name.startswith("cut/") and not name.endswith("+eoi.jpg"):
+        assert probe.status == Status.INVALID_IMAGE and probe.error.startswith("truncated JPEG"), probe
+    else:
+        assert probe.status == Status.OK, probe  # structurally whole: the hash's decode judges
+    assert (probe.width, probe.height) != (None, None)
 
 
 @pytest.mark.parametrize("name", sorted(GOOD))
-def test_good_jpegs_of_every_kind_stay_ok(name):
+def test_good_jpegs_of_every_kind_hash_as_the_unchecked_decode_did(name):
     assert _pillow_decodes(GOOD[name])
-    probe = probe_image(GOOD[name], LIMIT)
-    assert probe.status == Status.OK, (name, probe.error)
+    assert probe_image(GOOD[name], LIMIT).status == Status.OK
+    row = phash_row(GOOD[name], LIMIT)
+    assert row["phash_error"] is None and row["phash"] is not None
+    # Same pixels, so PHASH_VERSION stays and hashes already stored keep matching new ones.
+    gray, _box = open_for_hash(GOOD[name], LIMIT)
+    assert np.array_equal(np.asarray(gray), _unchecked_hash_pixels(GOOD[name])), name
+
+
+@pytest.mark.parametrize("size", [(800, 600), (1001, 777), (333, 1280), (130, 90), (64, 64), (50, 700)])
+def test_the_checked_decode_gives_the_draft_decodes_pixels_at_every_scale(size):
+    photo = images.photo_like(*size, seed=size[0])
+    for options in ({}, {"progressive": True}, {"subsampling": 0}, {"subsampling": 1}):
+        data = _save(photo, **options)
+        gray, _box = open_for_hash(data, LIMIT)
+        assert np.array_equal(np.asarray(gray), _unchecked_hash_pixels(data)), (size, options)
 
 
 def test_every_cut_point_of_a_progressive_file_is_caught():
-    # Cuts inside chroma-only scans too: the check decodes to grey, but must still read them.
+    # Cuts inside chroma-only scans too: the hash decodes to grey, but must still read them.
     data = GOOD["progressive.jpg"]
     first_scan = data.index(b"\xff\xda")
     accepted = [
         cut for cut in range(first_scan + 16, len(data) - 2, max(1, len(data) // 150))
-        if probe_image(data[:cut] + EOI, LIMIT).status == Status.OK
+        if phash_row(data[:cut] + EOI, LIMIT)["phash_error"] is None
     ]
     assert accepted == []
 
 
-def test_the_check_can_be_switched_off_for_measurement():
-    cut = BAD["cut/baseline+eoi.jpg"]
-    assert probe_image(cut, LIMIT, verify_jpeg_data=False).status == Status.OK  # the old behaviour
-    assert probe_image(cut, LIMIT).status == Status.INVALID_IMAGE
-
-
 def test_pixel_limit_is_applied_before_any_decode(monkeypatch):
     calls = []
-    monkeypatch.setattr(probe_module.simplejpeg, "decode_jpeg", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(jpeg_data.simplejpeg, "decode_jpeg", lambda *a, **k: calls.append(1))
     big = _save(Image.new("RGB", (2000, 1500), "white"))
-    probe = probe_image(big, max_pixels=1_000_000)
-    assert probe.status == Status.TOO_LARGE and calls == []
+    assert probe_image(big, max_pixels=1_000_000).status == Status.TOO_LARGE
+    assert phash_row(big, max_pixels=1_000_000)["phash_error"].startswith("too_large")
+    assert calls == []
 
 
 def _folder(root, files: dict[str, bytes]):
@@ -146,38 +176,42 @@ def _folder(root, files: dict[str, bytes]):
         (root / rel).write_bytes(data)
 
 
-def test_raw_samples_of_a_folder_rejects_cut_jpegs(data_root, prx_defs, instance):
+def test_raw_samples_and_phashes_of_a_folder_record_every_cut_jpeg(data_root, prx_defs, instance):
     import dagster as dg
 
     folder = data_root / "inputs" / "uploads"
     _folder(folder, {**GOOD, **BAD})
     (data_root / "sources" / "uploads.yaml").write_text(f"name: uploads\nshape: image_folder\nlocation: {folder}\n")
-    result = run_source(prx_defs, instance, "uploads", selection=[dg.AssetKey("raw_samples")])
+    result = run_source(prx_defs, instance, "uploads", selection=[dg.AssetKey("raw_samples"), dg.AssetKey("phashes")])
     assert result.success
     table = lance.dataset(StoragePaths.from_settings(get_settings()).raw_table("uploads"))
-    rows = {r["source_key"]: r for r in table.to_table(columns=["source_key", "status", "error"]).to_pylist()}
+    rows = {r["source_key"]: r for r in table.to_table(columns=["source_key", "status", "error", "phash", "phash_error"]).to_pylist()}
     assert set(rows) == set(GOOD) | set(BAD)  # nothing lost: every bad file is a row
-    assert {k for k, r in rows.items() if r["status"] == "ok"} == set(GOOD)
+    for key in GOOD:
+        assert rows[key]["status"] == "ok" and rows[key]["phash"] is not None, key
     for key in BAD:
-        assert rows[key]["status"] == "invalid_image" and rows[key]["error"], key
-    assert rows["cut/progressive+eoi.jpg"]["error"] == "truncated or corrupt JPEG data: premature end of data segment"
+        row = rows[key]
+        unusable = row["status"] == "invalid_image" or (row["status"] == "ok" and row["phash"] is None and row["phash_error"])
+        assert unusable and (row["error"] or row["phash_error"]), (key, row)
+    assert rows["cut/progressive+eoi.jpg"]["phash_error"] == "invalid_image: truncated or corrupt JPEG data: premature end of data segment"
 
 
-def test_ingest_rejects_cut_jpegs_on_every_root(storage_root, tmp_path):
-    photos = tmp_path / "photos"
-    files = {k: GOOD[k] for k in ("baseline.jpg", "progressive.jpg")} | {
-        k: BAD[k] for k in ("cut/baseline+eoi.jpg", "cut/progressive+eoi.jpg")
+def test_a_cut_copy_is_dropped_and_the_whole_copy_exported_on_every_root(storage_root, tmp_path, monkeypatch):
+    """The cut copy of an image gets no hash, so it cannot be the kept copy of the pair: the
+    whole one is exported, the cut one dropped with its reason, and the loader never yields it."""
+    for name, value in storage_root.streaming_env().items():
+        monkeypatch.setenv(name, value)
+    world = World(root=tmp_path / "data", lance_root=storage_root.uri("lance"), mds_root=storage_root.uri("mds"), options=storage_root.options)
+    world.sources["s1"] = {
+        "a": Item((0, "exact"), "https://a.example.org/a.jpg"),
+        "b-cut": Item((1, "cut"), "https://a.example.org/b-cut.jpg"),
+        "b": Item((1, "exact"), "https://a.example.org/b.jpg"),
     }
-    _folder(photos, files)
-    specs = tmp_path / "sources"
-    specs.mkdir()
-    (specs / "photos.yaml").write_text("name: photos\nshape: image_folder\nlocation: ../photos\n")
-    uri = storage_root.uri("lance", "photos.lance")
-    ingest_source(load_registry(specs).get("photos"), uri, storage_options=storage_root.options)
-    rows = lance.dataset(uri, storage_options=storage_root.options).to_table(columns=["source_key", "status"]).to_pylist()
-    assert {r["source_key"]: r["status"] for r in rows} == {
-        "baseline.jpg": "ok",
-        "progressive.jpg": "ok",
-        "cut/baseline+eoi.jpg": "invalid_image",
-        "cut/progressive+eoi.jpg": "invalid_image",
-    }
+    world.chain("s1")
+    world.merge()
+    world.rebuild_skip_lists()
+    exports = lance.dataset(world.paths.exports_table("s1"), storage_options=world.options)
+    drops = {r["sample_id"]: r["drop_reason"] for r in exports.to_table(columns=["sample_id", "drop_reason"]).to_pylist()}
+    assert drops[sample_id("s1", "b-cut")] == "invalid_image: truncated or corrupt JPEG data: premature end of data segment"
+    assert drops[sample_id("s1", "a")] is None and drops[sample_id("s1", "b")] is None
+    assert world.yielded(tmp_path / "cache") == {sample_id("s1", "a"), sample_id("s1", "b")}
