@@ -10,7 +10,8 @@ photo-like JPEGs, once from one host (127.0.0.1) and once spread over 20 hosts
 - img2dataset 1.47.0 (``pip install .[bench]``) as a fresh process, copying bytes
   (``--resize_mode no``, 2 processes x 64 threads): the baseline; with ``--i2d-decode``, also
   img2dataset opening each image as its default mode does (``cv2.imdecode``, keeping the
-  bytes): the same kind of work as ``raw_samples``, whose probe decodes every JPEG's scans;
+  bytes): a check of every image at ingest, which ``raw_samples`` leaves to the hash's decode
+  (its probe reads headers and walks the file's structure);
 - ``raw_samples`` step alone: ``ingest_source`` on a JSONL URL list (default download
   settings; the spec allows 127.0.0.0/8), in this process with its modules already imported
   (the import time is printed once) and a fresh download session; once per ``--workers`` value
