@@ -21,6 +21,7 @@ compressed body included, so no more than the cap plus one network read is ever 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import math
 import queue
@@ -30,7 +31,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -508,6 +509,10 @@ class DownloadSession:
         self._downloader = _Downloader(config, self.clients, max_retry_after_s)
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
         self._closed = False
+        # Downloads started by ``start_early`` before anyone streamed them, by URL.
+        self._early: dict[str, Future] = {}
+        self._early_lock = threading.Lock()
+        self._early_stop = threading.Event()
 
     def __enter__(self) -> DownloadSession:
         return self
@@ -519,8 +524,49 @@ class DownloadSession:
         if self._closed:
             return
         self._closed = True
+        self._early_stop.set()
+        with self._early_lock:
+            self._early.clear()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.clients.close()
+
+    def start_early(self, items: Iterable[tuple[str, str]], limit: int) -> int:
+        """Start downloading the first ``limit`` distinct URLs of ``(key, url)`` now, before any
+        ``stream`` asks for them; returns how many were started.
+
+        For a caller that knows a source's first URLs before the code that ingests them has
+        started (the CLI, while Dagster starts up: #24). ``stream`` hands over such a download
+        instead of fetching the URL again; one nobody claims is dropped when the session
+        closes. The same per-host limits and guards apply; at most ``limit`` results wait here.
+        """
+        started = 0
+        for key, url in items:
+            if started >= limit or self._closed:
+                break
+            if _check_url(url)[1] is not None:
+                continue
+            with self._early_lock:
+                if url in self._early:
+                    continue
+                self._early[url] = self._pool.submit(_guarded_fetch, self._downloader, key, url, self._early_stop)
+            started += 1
+        return started
+
+    def _claim_early(self, url: str, then: Callable[[DownloadResult], Any] | None) -> Future | None:
+        """The early download of ``url``, as a future of what ``then`` makes of it, or None."""
+        with self._early_lock:
+            early = self._early.pop(url, None) if self._early else None
+        if early is None:
+            return None
+        claimed: Future = Future()
+
+        def hand_over(done: Future) -> None:
+            result = done.result()  # _guarded_fetch never raises
+            with contextlib.suppress(InvalidStateError):  # the stream was closed meanwhile
+                claimed.set_result(_then(then, result, time.monotonic()))
+
+        early.add_done_callback(hand_over)
+        return claimed
 
     def stream(
         self, items: Iterable[tuple[T, str, str | None]], then: Callable[[DownloadResult], Any] | None = None
@@ -563,12 +609,14 @@ class DownloadSession:
                     if url is None:
                         yield tag, None
                         continue
-                    # Rejected URLs never touch the pool, so a run of them cannot delay good ones.
-                    if _check_url(url)[1] is not None:
-                        result = downloader.fetch(key, url, stop)
-                        yield tag, result if then is None else then(result)
-                        continue
-                    future = self._pool.submit(_guarded_fetch, downloader, key, url, stop, then)
+                    future = self._claim_early(url, then)
+                    if future is None:
+                        # Rejected URLs never touch the pool, so a run of them cannot delay good ones.
+                        if _check_url(url)[1] is not None:
+                            result = downloader.fetch(key, url, stop)
+                            yield tag, result if then is None else then(result)
+                            continue
+                        future = self._pool.submit(_guarded_fetch, downloader, key, url, stop, then)
                     future.tag = tag  # type: ignore[attr-defined]
                     in_flight.add(future)
                     future.add_done_callback(finished.put)
@@ -644,23 +692,31 @@ def download_many(
 
 def _guarded_fetch(downloader: _Downloader, key: str, url: str, stop: threading.Event, then=None):
     started = time.monotonic()
-    result = None
     try:
         result = downloader.fetch(key, url, stop)
-        return result if then is None else then(result)
     except _Cancelled:
         # Only reachable after the consumer has gone; nobody will read this.
         return DownloadResult(key, url, None, Status.DOWNLOAD_FAILED, "cancelled")
     except Exception as exc:  # noqa: BLE001
         # A bug or an odd response must cost one item, not the whole ingest.
-        elapsed = time.monotonic() - started
-        failed = DownloadResult(
-            key,
-            url,
-            None,
-            Status.DOWNLOAD_FAILED,
-            f"unexpected {type(exc).__name__} after {elapsed:.1f}s: {exc}",
-            result.http_status if result is not None else None,
-        )
-        # A failure carries no bytes for ``then`` to trip on again: it gets the failure instead.
+        failed = _unexpected(key, url, exc, started)
         return failed if then is None else then(failed)
+    return _then(then, result, started)
+
+
+def _then(then, result: DownloadResult, started: float):
+    """``then(result)``; an exception in it costs its item only: ``then`` gets the failure
+    instead, which carries no bytes to trip on again."""
+    if then is None:
+        return result
+    try:
+        return then(result)
+    except Exception as exc:  # noqa: BLE001
+        return then(_unexpected(result.key, result.url, exc, started, result.http_status))
+
+
+def _unexpected(key: str, url: str, exc: Exception, started: float, http_status: int | None = None) -> DownloadResult:
+    elapsed = time.monotonic() - started
+    return DownloadResult(
+        key, url, None, Status.DOWNLOAD_FAILED, f"unexpected {type(exc).__name__} after {elapsed:.1f}s: {exc}", http_status
+    )
