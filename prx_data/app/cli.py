@@ -187,6 +187,13 @@ def _run_everything(args: argparse.Namespace) -> int:
     plan = plan_run(settings, registry, sources, force=getattr(args, "force", False))
     for source in plan.unchanged:
         print(f"[{source}] inputs unchanged since its last successful run: skipped (--force runs it)")
+    if plan.to_run:
+        # Before Dagster's imports: a new URL source's first images download meanwhile.
+        # lazy: only for a command with a source to ingest
+        from prx_data.ingest.early_downloads import start_first_downloads
+
+        first = plan.to_run[0]
+        start_first_downloads(registry.get(first), plan.paths.raw_table(first), settings.storage_options or None)
 
     outcome: dict[str, bool] = {}
     corpus_ok = True
@@ -210,12 +217,6 @@ def _run_everything(args: argparse.Namespace) -> int:
         ):
             if plan.expects_ray(settings.local_max_rows):
                 prefetch_ray()
-            if plan.to_run:
-                # lazy: only for a command with a source to ingest
-                from prx_data.ingest.early_downloads import start_first_downloads
-
-                first = plan.to_run[0]
-                start_first_downloads(registry.get(first), plan.paths.raw_table(first), settings.storage_options or None)
             with open_instance(sources) as instance:
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
                 force = getattr(args, "force", False)
