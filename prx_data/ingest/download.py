@@ -585,6 +585,9 @@ class DownloadSession:
         measured as the step's bottleneck (#24). An exception in it costs only its item: it is
         called again with a failed result (no bytes) naming the exception, and must not raise
         on that.
+
+        A URL whose download ``start_early`` began is not fetched again: that download is
+        handed over (``then`` applied to it as to the others).
         """
         if self._closed:
             raise RuntimeError("download session is closed")

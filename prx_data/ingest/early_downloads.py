@@ -1,7 +1,7 @@
 """A new URL source's first downloads, started while the orchestrator starts up.
 
-``prx-data run`` knows which sources it will ingest a second after it starts; the ingest step
-itself begins ~1.5 s later, after Dagster's imports, storage and definitions. For a URL list
+``prx-data run`` knows which sources it will ingest within a second of its start; the ingest
+step itself began 1.5-2.5 s later, after Dagster's imports, storage and definitions. For a URL list
 that is ingested in this process (``workers: 1``) the first unit's first URLs are sent to the
 process's download session (``download.shared_session``) at once, so the requests are on the
 wire during that start-up; the step's stream then takes those downloads over instead of
