@@ -190,7 +190,7 @@ def _run_everything(args: argparse.Namespace) -> int:
     if plan.to_run:
         # Before Dagster's imports: a new URL source's first images download meanwhile.
         # lazy: only for a command with a source to ingest
-        from prx_data.ingest.early_downloads import start_first_downloads
+        from prx_data.ingest.early_downloads import drop_unclaimed, start_first_downloads
 
         first = plan.to_run[0]
         start_first_downloads(registry.get(first), plan.paths.raw_table(first), settings.storage_options or None)
@@ -221,6 +221,8 @@ def _run_everything(args: argparse.Namespace) -> int:
                 defs = build_defs()  # resources read PRX_RAY_ADDRESS when built
                 force = getattr(args, "force", False)
                 outcome = materialize_sources(defs, instance, plan.to_run, _workspace_file(), reread_unchanged=force)
+                if plan.to_run:
+                    drop_unclaimed()
                 if plan.corpus_needed(outcome):
                     corpus_ok = materialize_corpus(defs, instance, _workspace_file())
                 else:

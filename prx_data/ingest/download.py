@@ -509,10 +509,10 @@ class DownloadSession:
         self._downloader = _Downloader(config, self.clients, max_retry_after_s)
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
         self._closed = False
-        # Downloads started by ``start_early`` before anyone streamed them, by URL.
-        self._early: dict[str, Future] = {}
+        # Downloads started by ``start_early`` before anyone streamed them, by URL, each with
+        # its own stop (``drop_early`` stops the ones nobody claimed, and no other).
+        self._early: dict[str, tuple[Future, threading.Event]] = {}
         self._early_lock = threading.Lock()
-        self._early_stop = threading.Event()
 
     def __enter__(self) -> DownloadSession:
         return self
@@ -524,9 +524,7 @@ class DownloadSession:
         if self._closed:
             return
         self._closed = True
-        self._early_stop.set()
-        with self._early_lock:
-            self._early.clear()
+        self.drop_early()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.clients.close()
 
@@ -548,16 +546,27 @@ class DownloadSession:
             with self._early_lock:
                 if url in self._early:
                     continue
-                self._early[url] = self._pool.submit(_guarded_fetch, self._downloader, key, url, self._early_stop)
+                stop = threading.Event()
+                self._early[url] = (self._pool.submit(_guarded_fetch, self._downloader, key, url, stop), stop)
             started += 1
         return started
+
+    def drop_early(self) -> None:
+        """Stop and forget the early downloads nobody claimed (their command's runs are over):
+        a request on the wire ends at its next read and none is retried, so they cannot hold
+        the process's exit, which joins the download threads."""
+        with self._early_lock:
+            unclaimed, self._early = self._early, {}
+        for _future, stop in unclaimed.values():
+            stop.set()
 
     def _claim_early(self, url: str, then: Callable[[DownloadResult], Any] | None) -> Future | None:
         """The early download of ``url``, as a future of what ``then`` makes of it, or None."""
         with self._early_lock:
-            early = self._early.pop(url, None) if self._early else None
-        if early is None:
+            found = self._early.pop(url, None) if self._early else None
+        if found is None:
             return None
+        early = found[0]
         claimed: Future = Future()
 
         def hand_over(done: Future) -> None:
@@ -655,6 +664,14 @@ def shared_session(config: DownloadConfig) -> DownloadSession:
                 atexit.register(_close_shared)
             session = _SHARED[key] = DownloadSession(config)
         return session
+
+
+def drop_early_downloads() -> None:
+    """``drop_early`` on every session of this process."""
+    with _SHARED_LOCK:
+        sessions = list(_SHARED.values())
+    for session in sessions:
+        session.drop_early()
 
 
 def _close_shared() -> None:

@@ -11,7 +11,8 @@ fetching the URLs again (``DownloadSession.start_early``). Issue #24: the first 
 Only a source without a table yet: every URL of it is new, so nothing is fetched that the
 step would not fetch. For an ingested source the step's change detection decides, and nothing
 starts early. The step still makes every decision (opt-outs, the probe, the rows); a download
-nobody claims (the run failed to start) is dropped when the session closes. Best effort: any
+nobody claims (the run failed before its ingest) is stopped by ``drop_unclaimed`` once the
+command's runs are over. Best effort: any
 error here is left for the step to meet and report.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -59,3 +61,11 @@ def start_first_downloads(source: RegisteredSource, table_uri: str, storage_opti
     thread = threading.Thread(target=run, name=f"prx-early-{spec.name}", daemon=True)
     thread.start()
     return thread
+
+
+def drop_unclaimed() -> None:
+    """Stop the early downloads no run claimed (call once the command's source runs are over):
+    a run that failed before its ingest must not leave requests that the exit then waits for."""
+    download = sys.modules.get("prx_data.ingest.download")
+    if download is not None:  # never imported: nothing was started
+        download.drop_early_downloads()

@@ -68,6 +68,32 @@ def test_early_downloads_nobody_claims_are_dropped_with_the_session(http_server:
     assert session.start_early([("k", urls[0])], limit=1) == 0
 
 
+def test_unclaimed_early_downloads_are_stopped_so_the_exit_does_not_wait_for_their_retries(http_server: HTTPTestServer):
+    from prx_data.ingest.download import drop_early_downloads
+
+    def slow_503(req):
+        req.wait(0.5)
+        return Response(503, b"busy")
+
+    http_server.add_route("/busy.jpg", slow_503)
+    config = DownloadConfig(allow_networks=LOCAL_NETWORKS, concurrency=2, per_host=2, retries=3, backoff_s=0.01)
+    session = shared_session(config)
+    try:
+        assert session.start_early([("k", http_server.url("/busy.jpg"))], limit=1) == 1
+        (future, _stop) = session._early[http_server.url("/busy.jpg")]
+        _until(lambda: http_server.hits("/busy.jpg") == 1)
+        started = time.monotonic()
+        drop_early_downloads()  # what the command does once its source runs are over
+        result = future.result(timeout=10)
+        assert time.monotonic() - started < 2.0
+        assert result.status is not Status.OK and http_server.hits("/busy.jpg") == 1  # not retried
+        assert session._early == {}
+    finally:
+        from prx_data.ingest import download
+
+        download._close_shared()
+
+
 def test_a_new_url_source_is_ingested_once_with_its_first_downloads_started_early(http_server: HTTPTestServer, tmp_path: Path, storage_root):
     urls = _routes(http_server, 40, "n")
     write_list(tmp_path / "list.jsonl", urls)
