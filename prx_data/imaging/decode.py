@@ -180,8 +180,7 @@ def load_pixels(
             if factor > 1:
                 image = image.reduce(factor)
         # Applied last, on the smallest image; the orientation was read once from the header.
-        method = _TRANSPOSE.get(header.orientation)
-        return image.transpose(method) if method is not None else image
+        return _as_displayed(header, image)
     except Exception as exc:  # an exotic mode Pillow cannot convert, or out of memory
         raise DecodeError(INVALID_IMAGE, f"mode {image.mode}: {_describe(exc)}") from None
 
@@ -270,8 +269,13 @@ def _checked_jpeg_gray(header: Header, min_size: tuple[int, int]) -> Image.Image
         gray = Image.fromarray(jpeg_data.decode_gray(header.data, factor, header.stored_size))
     except jpeg_data.JpegDataError as exc:
         raise DecodeError(TRUNCATED if exc.truncated else INVALID_IMAGE, str(exc)) from None
+    return _as_displayed(header, gray)
+
+
+def _as_displayed(header: Header, image: Image.Image) -> Image.Image:
+    """``image`` (decoded from ``header``'s stored frame) turned by the EXIF orientation."""
     method = _TRANSPOSE.get(header.orientation)
-    return gray.transpose(method) if method is not None else gray
+    return image.transpose(method) if method is not None else image
 
 
 def to_rgb(image: Image.Image) -> Image.Image:

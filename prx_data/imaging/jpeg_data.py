@@ -50,6 +50,18 @@ def _reason(message: str) -> JpegDataError | None:
     return JpegDataError(f"undecodable JPEG: {message}", truncated=False)
 
 
+def _decode_strict(data: bytes, **size) -> np.ndarray | None:
+    """Grey pixels with warnings as errors; None for the accepted padding warning (strict
+    decoding stops there, after every scan). Raises ``JpegDataError``."""
+    try:
+        return simplejpeg.decode_jpeg(data, colorspace="GRAY", strict=True, **size)
+    except ValueError as exc:
+        error = _reason(str(exc))
+        if error is not None:
+            raise error from None
+        return None
+
+
 def decode_gray(data: bytes, factor: int, stored_size: tuple[int, int]) -> np.ndarray:
     """The stored frame as 8-bit grey at 1/``factor`` scale (1, 2, 4 or 8), every scan checked.
 
@@ -59,12 +71,8 @@ def decode_gray(data: bytes, factor: int, stored_size: tuple[int, int]) -> np.nd
     width, height = stored_size
     # turbojpeg offers M/8 scales too: the minimum size pins the one 1/factor scale.
     size = {"min_factor": factor, "min_width": -(-width // factor), "min_height": -(-height // factor)}
-    try:
-        pixels = simplejpeg.decode_jpeg(data, colorspace="GRAY", strict=True, **size)
-    except ValueError as exc:
-        error = _reason(str(exc))
-        if error is not None:
-            raise error from None
+    pixels = _decode_strict(data, **size)
+    if pixels is None:
         pixels = simplejpeg.decode_jpeg(data, colorspace="GRAY", strict=False, **size)
     return pixels[:, :, 0]
 
@@ -73,9 +81,4 @@ def check(data: bytes) -> None:
     """Raise ``JpegDataError`` unless every scan decodes cleanly (at 1/8 scale, the cheapest:
     the IDCT is scaled, the Huffman decoding is not, so a cut chroma-only scan of a progressive
     file is caught too). For JPEGs whose pixels are not taken from ``decode_gray``."""
-    try:
-        simplejpeg.decode_jpeg(data, colorspace="GRAY", min_factor=8, min_height=1, min_width=1, strict=True)
-    except ValueError as exc:
-        error = _reason(str(exc))
-        if error is not None:
-            raise error from None
+    _decode_strict(data, min_factor=8, min_height=1, min_width=1)

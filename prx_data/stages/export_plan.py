@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import get_args
 
 import lance
 import pyarrow as pa
@@ -40,14 +41,15 @@ from prx_data.core.schema import EXPORT_SCHEMA
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BucketConfig, Drop, assign
-from prx_data.imaging.decode import INVALID_IMAGE, TOO_LARGE, TRUNCATED
+from prx_data.imaging.decode import Reason
 from prx_data.stages.export_spill import ScanOrdered, SpilledPartitions, partition_count, partition_of, range_bounds
 
 # Columns the written samples carry besides the image (read per chunk, never source-wide).
 META_COLUMNS = ("caption", "label", "caption_model")
-# A ``phash_error`` with one of these codes says the image bytes are unusable (a JPEG cut
-# mid-scan is first found there): the row is dropped with that reason, not exported.
-_BAD_BYTES = frozenset({INVALID_IMAGE, TOO_LARGE, TRUNCATED})
+# A ``phash_error`` whose code is a decode reason says the image bytes are unusable (a JPEG
+# cut mid-scan is first found there): the row is dropped with that reason, not exported.
+# Other hash errors (``hash_failed: ...``) are left to the export's own decode.
+_BAD_BYTES = frozenset(get_args(Reason))
 
 CURRENT_SCHEMA = pa.schema(
     [

@@ -75,6 +75,14 @@ class World:
     captions: dict[tuple[str, str], str | None] = field(default_factory=dict)
     licenses: dict[tuple[str, str], str] = field(default_factory=dict)
 
+    @classmethod
+    def on_root(cls, storage_root, folder: Path, monkeypatch) -> World:
+        """A world whose tables and MDS tree live on ``storage_root`` (local or moto S3), with
+        the environment a streaming reader of that root needs."""
+        for name, value in storage_root.streaming_env().items():
+            monkeypatch.setenv(name, value)
+        return cls(root=folder, lance_root=storage_root.uri("lance"), mds_root=storage_root.uri("mds"), options=storage_root.options)
+
     def __post_init__(self) -> None:
         from prx_data.core.paths import StoragePaths
 

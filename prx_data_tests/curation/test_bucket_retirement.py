@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from prx_data.core.ids import sample_id
-from prx_data.core.storage import streaming_env
 from prx_data.curation.refresh import write_data_card
 from prx_data.export.corpus_index import retired_buckets
 from prx_data.export.stream_check import read_bucket, stream_buckets
@@ -31,9 +30,7 @@ def _run(w: World) -> None:
 
 
 def test_an_emptied_bucket_is_retired_and_comes_back(storage_root, tmp_path, monkeypatch):
-    for name, value in (streaming_env(storage_root.options) if storage_root.options else {}).items():
-        monkeypatch.setenv(name, value)
-    w = World(root=tmp_path / "data", lance_root=storage_root.uri("lance"), mds_root=storage_root.uri("mds"), options=storage_root.options)
+    w = World.on_root(storage_root, tmp_path / "data", monkeypatch)
     w.sources["s1"] = {
         "a": Item((0, "exact"), "https://a.example.org/a.jpg"),
         "b": Item((1, "exact"), "https://a.example.org/b.jpg"),

@@ -199,9 +199,7 @@ def test_raw_samples_and_phashes_of_a_folder_record_every_cut_jpeg(data_root, pr
 def test_a_cut_copy_is_dropped_and_the_whole_copy_exported_on_every_root(storage_root, tmp_path, monkeypatch):
     """The cut copy of an image gets no hash, so it cannot be the kept copy of the pair: the
     whole one is exported, the cut one dropped with its reason, and the loader never yields it."""
-    for name, value in storage_root.streaming_env().items():
-        monkeypatch.setenv(name, value)
-    world = World(root=tmp_path / "data", lance_root=storage_root.uri("lance"), mds_root=storage_root.uri("mds"), options=storage_root.options)
+    world = World.on_root(storage_root, tmp_path / "data", monkeypatch)
     world.sources["s1"] = {
         "a": Item((0, "exact"), "https://a.example.org/a.jpg"),
         "b-cut": Item((1, "cut"), "https://a.example.org/b-cut.jpg"),

@@ -19,9 +19,7 @@ def _drops(world: World) -> dict[str, str | None]:
 
 
 def test_a_900kb_caption_is_dropped_not_exported(storage_root, tmp_path, monkeypatch):
-    for name, value in storage_root.streaming_env().items():
-        monkeypatch.setenv(name, value)
-    world = World(root=tmp_path / "data", lance_root=storage_root.uri("lance"), mds_root=storage_root.uri("mds"), options=storage_root.options)
+    world = World.on_root(storage_root, tmp_path / "data", monkeypatch)
     world.sources["s1"] = {k: Item((i, "exact"), f"https://a.example.org/{k}.jpg") for i, k in enumerate("abc")}
     world.captions[("s1", "b")] = "word " * 180_000  # 900 KB of caption
     world.chain("s1")
