@@ -41,6 +41,12 @@ def _save(img: Image.Image, **options) -> bytes:
     return buf.getvalue()
 
 
+def _save_mpo(first: Image.Image, second: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    first.save(buf, "MPO", save_all=True, append_images=[second], quality=90)
+    return buf.getvalue()
+
+
 def _good() -> dict[str, bytes]:
     photo = images.photo_like(480, 360, seed=5)
     return {
@@ -52,6 +58,8 @@ def _good() -> dict[str, bytes]:
         "444.jpg": _save(photo, subsampling=0),
         "restarts.jpg": _save(photo, restart_marker_blocks=3),
         "rotated.jpg": images.exif_rotated_jpeg(320, 240),
+        # A camera MPO: a JPEG with a second frame after its end marker (hashed as its first).
+        "camera.mpo": _save_mpo(photo, images.photo_like(480, 360, seed=6)),
         # Junk between the last scan and EOI (some cameras pad there): the picture is whole.
         "padded-before-eoi.jpg": _save(photo)[:-2] + b"\x00\x00\x00" + EOI,
         "trailing-bytes.jpg": _save(photo) + b"appended by a phone app" * 40,
