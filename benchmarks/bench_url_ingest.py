@@ -15,7 +15,9 @@ photo-like JPEGs, once from one host (127.0.0.1) and once spread over 20 hosts
 - ``raw_samples`` step alone: ``ingest_source`` on a JSONL URL list (default download
   settings; the spec allows 127.0.0.0/8), in this process with its modules already imported
   (the import time is printed once) and a fresh download session; once per ``--workers`` value
-  (default 1 and 2). ``workers: 2`` runs the list's 512-URL units as Ray tasks on a local Ray
+  (default 1 and 2), and once per ``--per-host`` value at workers 1 (default 128: the requests
+  img2dataset keeps in flight, where the default ``per_host: 64`` caps a one-host list at
+  64 / 0.1 s = 640 img/s). ``workers: 2`` runs the list's 512-URL units as Ray tasks on a local Ray
   started once for the bench (as a run's Ray resource or shared head is) and warmed with one
   small list (both printed); its CPU seconds include the Ray processes (workers, raylet, GCS);
 - ``prx-data run``, the whole command as a fresh process (start-up, every stage, shutdown).
@@ -155,7 +157,7 @@ class Served:
         self.close()
 
 
-def write_spec(root: Path, urls: list[str], workers: int = 1) -> None:
+def write_spec(root: Path, urls: list[str], workers: int = 1, per_host: int | None = None) -> None:
     (root / "sources").mkdir(parents=True, exist_ok=True)
     (root / "urls.jsonl").write_text("".join(json.dumps({"id": f"k{i}", "u": u, "c": f"photo {i}"}) + "\n" for i, u in enumerate(urls)))
     spec = {
@@ -163,7 +165,7 @@ def write_spec(root: Path, urls: list[str], workers: int = 1) -> None:
         "shape": "jsonl",
         "location": str(root / "urls.jsonl"),
         "fields": {"key": "id", "image": "u", "image_kind": "url", "caption": "c"},
-        "download": {"allow_networks": ["127.0.0.0/8"]},
+        "download": {"allow_networks": ["127.0.0.0/8"], **({"per_host": per_host} if per_host else {})},
         "workers": workers,
     }
     (root / "sources" / "urls.yaml").write_text(json.dumps(spec))
@@ -213,7 +215,7 @@ def _measure(served: Served, n: int, started: float, wall: float, cpu: float) ->
     return Measure(wall, served.first_request - started, cpu, n / (served.last_answer - served.first_request))
 
 
-def raw_samples(served: Served, urls: list[str], tmp: Path, workers: int = 1) -> Measure:
+def raw_samples(served: Served, urls: list[str], tmp: Path, workers: int = 1, per_host: int | None = None) -> Measure:
     """The step in this process, modules already imported (``main`` reports that cost), with a
     fresh download session as a step's own process would have."""
     from prx_data.ingest import download
@@ -222,7 +224,7 @@ def raw_samples(served: Served, urls: list[str], tmp: Path, workers: int = 1) ->
 
     root = tmp / "step"
     shutil.rmtree(root, ignore_errors=True)
-    write_spec(root, urls, workers)
+    write_spec(root, urls, workers, per_host)
     source = load_registry(root / "sources").sources["urls"]
     download._close_shared()
     served.reset()
@@ -249,7 +251,10 @@ def prx_run(served: Served, urls: list[str], tmp: Path) -> Measure:
     started = time.monotonic()
     subprocess.run(
         [sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root)],
-        check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     wall = time.monotonic() - started
     return _measure(served, len(urls), started, wall, _children_cpu() - cpu)
@@ -266,12 +271,30 @@ def img2dataset(served: Served, urls: list[str], tmp: Path, decode: bool = False
     started = time.monotonic()
     subprocess.run(
         [
-            str(Path(sys.executable).parent / "img2dataset"), "--url_list", str(tmp / "urls.txt"), "--input_format", "txt",
-            "--output_folder", str(out), "--output_format", "files", "--resize_mode", "no", "--processes_count", "2",
-            "--thread_count", "64", *(["--skip_reencode", "True"] if decode else ["--disable_all_reencoding", "True"]), "--enable_wandb", "False",
-            "--number_sample_per_shard", "1000",
+            str(Path(sys.executable).parent / "img2dataset"),
+            "--url_list",
+            str(tmp / "urls.txt"),
+            "--input_format",
+            "txt",
+            "--output_folder",
+            str(out),
+            "--output_format",
+            "files",
+            "--resize_mode",
+            "no",
+            "--processes_count",
+            "2",
+            "--thread_count",
+            "64",
+            *(["--skip_reencode", "True"] if decode else ["--disable_all_reencoding", "True"]),
+            "--enable_wandb",
+            "False",
+            "--number_sample_per_shard",
+            "1000",
         ],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     wall = time.monotonic() - started
     got = len(list(out.rglob("*.jpg")))
@@ -293,9 +316,43 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
             config = DownloadConfig(allow_networks=["127.0.0.0/8"], concurrency=concurrency)
             with DownloadSession(config) as sess:
                 assert sum(1 for _ in sess.stream(((i, f"k{i}", u) for i, u in enumerate(urls)), then=then)) == len(urls)
+
+        return run
+
+    def client_alone(kind: str):
+        """Bare GETs from 64 threads: the HTTP client's own cost, with httpx (the client the step
+        used before) as the baseline of ``http_get.Pool`` (the one it uses now)."""
+
+        def run(served: Served, urls: list[str], _tmp: Path) -> None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            if kind == "httpx":
+                import httpx
+
+                client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=64), trust_env=False)
+
+                def get(url: str) -> int:
+                    with client.stream("GET", url) as resp:
+                        return sum(len(c) for c in resp.iter_raw())
+            else:
+                from prx_data.ingest.http_get import Pool
+                from prx_data.ingest.netguard import parse_networks
+
+                client = Pool(user_agent="bench", timeout_s=30, allow=parse_networks(["127.0.0.0/8"]), max_idle=64)
+
+                def get(url: str) -> int:
+                    with client.get(url) as resp:
+                        return len(resp.read())
+
+            with ThreadPoolExecutor(64) as pool:
+                assert all(pool.map(get, urls))
+            client.close()
+
         return run
 
     parts = [
+        ("client alone, httpx.Client, 64 threads", client_alone("httpx")),
+        ("client alone, http_get.Pool, 64 threads", client_alone("http_get")),
         *((f"download only, concurrency {c}", session(c, False)) for c in (32, 64, 128)),
         ("download + probe, concurrency 128", session(128, True)),
         ("raw_samples step, workers 1", raw_samples),
@@ -313,7 +370,7 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
                 rate[name].append(n / (time.monotonic() - started))
                 cpu[name].append((time.process_time() - used) / n * 1e3)
     for name, _ in parts:
-        print(f"  CPU per image | {name:<34} {statistics.median(cpu[name]):.2f} ms  ({statistics.median(rate[name]):.0f} img/s)")
+        print(f"  CPU per image | {name:<40} {statistics.median(cpu[name]):.2f} ms  ({statistics.median(rate[name]):.0f} img/s)")
 
 
 def _median(measures: list[Measure]) -> Measure:
@@ -329,7 +386,16 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="only print CPU per image of the step's parts (download, probe, rest)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="raw_samples rows, by spec workers (default: 1 2)")
     parser.add_argument(
-        "--i2d-decode", action="store_true", help="also img2dataset opening every image (the check its default mode makes), an equal-work baseline"
+        "--per-host",
+        type=int,
+        nargs="*",
+        default=[128],
+        help="raw_samples rows at workers 1 with download.per_host set (default: 128, img2dataset's 2 x 64 threads in flight)",
+    )
+    parser.add_argument(
+        "--i2d-decode",
+        action="store_true",
+        help="also img2dataset opening every image (the check its default mode makes), an equal-work baseline",
     )
     args = parser.parse_args()
     images = make_jpegs(40)
@@ -350,6 +416,7 @@ def main() -> None:
         return
     offset = 0
     steps = [(f"raw_samples w={w}", functools.partial(raw_samples, workers=w)) for w in args.workers]
+    steps += [(f"raw_samples w=1 ph={ph}", functools.partial(raw_samples, per_host=ph)) for ph in args.per_host]
     tools = [("img2dataset", img2dataset), *steps]
     if args.i2d_decode:
         tools.insert(1, ("img2dataset decode", functools.partial(img2dataset, decode=True)))
@@ -365,22 +432,27 @@ def main() -> None:
         with Served(1, images) as warm:
             started = time.monotonic()
             raw_samples(warm, warm.urls(64), tmp, max(args.workers))
-            print(f"warm-up: 64 URLs with workers {max(args.workers)} (Ray workers import the ingest path): {time.monotonic() - started:.2f}s")
+            print(
+                f"warm-up: 64 URLs with workers {max(args.workers)} (Ray workers import the ingest path): {time.monotonic() - started:.2f}s"
+            )
     try:
         for hosts in args.hosts:
             served = Served(hosts, images)
             try:
                 runs: dict[str, list[Measure]] = {name: [] for name, _ in tools}
-                for _ in range(args.repeat):
-                    # Interleaved, so a change in the machine's load falls on every tool alike.
-                    for name, fn in tools:
+                for turn in range(args.repeat):
+                    # Interleaved, so a change in the machine's load falls on every tool alike,
+                    # and each round starts with another tool: whatever runs right after
+                    # img2dataset (its processes' exit, the server closing its 128 connections)
+                    # measured up to a third slower.
+                    for name, fn in tools[turn % len(tools) :] + tools[: turn % len(tools)]:
                         offset += args.n
                         runs[name].append(fn(served, served.urls(args.n, offset), tmp))
                 for name, _ in tools:
                     m = _median(runs[name])
                     each = " ".join(f"{x.rate(args.n):.0f}" for x in runs[name])
                     print(
-                        f"  {hosts:>2} host(s) | {name:<17} {m.wall:6.2f}s {args.n / m.wall:7.1f} img/s (each: {each}) "
+                        f"  {hosts:>2} host(s) | {name:<22} {m.wall:6.2f}s {args.n / m.wall:7.1f} img/s (each: {each}) "
                         f"download window {m.window:6.1f} img/s  first request after {m.first:.2f}s  CPU {m.cpu:.1f}s"
                     )
                 i2d = _median(runs["img2dataset"])
@@ -392,9 +464,13 @@ def main() -> None:
                     )
                     if "img2dataset decode" in runs:
                         checked = _median(runs["img2dataset decode"])
-                        print(f"  {hosts:>2} host(s) | {name} / img2dataset opening each image: {step.rate(args.n) / checked.window:.2f}x its download window")
+                        print(
+                            f"  {hosts:>2} host(s) | {name} / img2dataset opening each image: {step.rate(args.n) / checked.window:.2f}x its download window"
+                        )
                 if "prx-data run" in runs:
-                    print(f"  {hosts:>2} host(s) | prx-data run / img2dataset: {_median(runs['prx-data run']).rate(args.n) / i2d.rate(args.n):.2f}x")
+                    print(
+                        f"  {hosts:>2} host(s) | prx-data run / img2dataset: {_median(runs['prx-data run']).rate(args.n) / i2d.rate(args.n):.2f}x"
+                    )
             finally:
                 served.close()
     finally:

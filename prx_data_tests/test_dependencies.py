@@ -79,12 +79,3 @@ def test_optional_imports_are_declared_where_they_are_installed():
         assert module in imported, f"{module} is no longer imported: drop it from OPTIONAL"
         text = (REPO / where).read_text().lower()
         assert re.search(rf"(^|[\s\"']){re.escape(distribution)}\s*[=<>~]", text, re.M), f"{distribution} not declared in {where}"
-
-
-def test_httpx_is_pinned_to_what_the_adapter_was_written_for():
-    from prx_data.compat.httpx_backend import WRITTEN_FOR
-
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    pins = {_name(r): r.replace(" ", "") for r in project["dependencies"]}
-    for name, version in WRITTEN_FOR.items():
-        assert pins[name] == f"{name}=={version}"

@@ -78,11 +78,12 @@ class Retryable(Exception):
 
     @classmethod
     def from_response(cls, response: httpx.Response, reason: str | None = None) -> Retryable:
-        return cls(
-            reason or f"HTTP {response.status_code}",
-            http_status=response.status_code,
-            retry_after_s=retry_after_s(response.headers.get("retry-after")),
-        )
+        return cls.for_status(response.status_code, response.headers.get("retry-after"), reason)
+
+    @classmethod
+    def for_status(cls, status: int, retry_after: str | None, reason: str | None = None) -> Retryable:
+        """An answer with a retryable ``status`` and its ``Retry-After`` header value."""
+        return cls(reason or f"HTTP {status}", http_status=status, retry_after_s=retry_after_s(retry_after))
 
 
 class _StopPastDeadline(tenacity.stop.stop_base):

@@ -231,7 +231,7 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
 def _downloaded(source, items):
     """``(tag, key, url-or-None)`` -> ``(tag, (result, probe)-or-None)``: the URL items through
     this process's long-lived download session, in completion order, each downloaded image
-    already probed in its download thread. A source without URLs never imports httpx nor starts
+    already probed in its download thread. A source without URLs never imports the HTTP client nor starts
     a download pool."""
     items = iter(items)
 
@@ -244,7 +244,7 @@ def _downloaded(source, items):
         if url is None:
             yield tag, None
             continue
-        # lazy: pulls in httpx, only for sources that download
+        # lazy: the HTTP client and its thread pool, only for sources that download
         from prx_data.ingest.download import shared_session
 
         yield from shared_session(source.spec.download).stream(itertools.chain([(tag, key, url)], items), then=probed)

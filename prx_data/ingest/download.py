@@ -1,9 +1,8 @@
 """Fetch many URLs politely: bounded look-ahead, global and per-host limits, retries, size cap.
 
-A :class:`DownloadSession` is a thread pool of ``config.concurrency`` threads and a few
-``httpx.Client`` pools (one per ``THREADS_PER_CLIENT`` threads), kept for the life of a worker
-process (``shared_session``): connections to a host are reused from one chunk and one unit to
-the next. ``DownloadSession.stream`` is a plain iterator pulled lazily, at most
+A :class:`DownloadSession` is a thread pool of ``config.concurrency`` threads and one
+connection pool (``http_get.Pool``), kept for the life of a worker process (``shared_session``):
+connections to a host are reused from one chunk and one unit to the next. ``DownloadSession.stream`` is a plain iterator pulled lazily, at most
 ``2 * concurrency`` items ahead of what has been yielded, so millions of URLs stream through in
 flat memory, and a slow URL holds only its own slot, never a batch. ``download_many`` is the
 one-call form.
@@ -22,7 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
+import http.client
 import math
 import queue
 import re
@@ -34,13 +33,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
-
-import httpx
+from urllib.parse import urljoin, urlsplit
 
 from prx_data.core.retry import Retryable, RetryPolicy, is_retryable_status
 from prx_data.core.schema import Status
-from prx_data.ingest import netguard
+from prx_data.ingest import http_get, netguard
 from prx_data.ingest.registry import DownloadConfig
 
 __all__ = ["DownloadResult", "DownloadSession", "download_many", "download_one", "robots_opt_out", "shared_session"]
@@ -252,44 +249,15 @@ class _Redirect(Exception):
         self.http_status = http_status
 
 
-class _Clients:
-    """``count`` clients handed out round-robin, each made on first use: a session's first
-    request does not wait for clients that later threads will use."""
-
-    def __init__(self, count: int, make: Callable[[], httpx.Client]) -> None:
-        self._made: list[httpx.Client | None] = [None] * count
-        self._make = make
-        self._turn = itertools.count()
-        self._lock = threading.Lock()
-
-    def next(self) -> httpx.Client:
-        with self._lock:
-            i = next(self._turn) % len(self._made)
-            client = self._made[i]
-            if client is None:
-                client = self._made[i] = self._make()
-            return client
-
-    def __len__(self) -> int:
-        return len(self._made)
-
-    def close(self) -> None:
-        with self._lock:
-            for client in self._made:
-                if client is not None:
-                    client.close()
-
-
 class _Downloader:
     def __init__(
         self,
         config: DownloadConfig,
-        clients: _Clients,
+        pool: http_get.Pool,
         max_retry_after_s: float,
     ) -> None:
         self.config = config
-        self.clients = clients
-        self._local = threading.local()
+        self.pool = pool
         self.hosts = _HostLimiter(config.per_host, max_retry_after_s)
         self.policy = RetryPolicy(
             retries=config.retries,
@@ -297,14 +265,6 @@ class _Downloader:
             max_backoff_s=MAX_BACKOFF_S,
             max_retry_after_s=max_retry_after_s,
         )
-
-    def _client(self) -> httpx.Client:
-        # Each thread keeps to one client: connections are reused within it, and the threads
-        # are spread over several httpcore pools, whose one lock each is what contends.
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = self.clients.next()
-        return client
 
     def fetch(self, key: str, url: str, stop: threading.Event) -> DownloadResult:
         host, reason = _check_url(url)
@@ -364,8 +324,8 @@ class _Downloader:
                             if redirects > MAX_REDIRECTS:
                                 return failed(f"more than {MAX_REDIRECTS} redirects", attempt, hop.http_status)
                             try:
-                                nxt = str(httpx.URL(current).join(hop.location))
-                            except (httpx.InvalidURL, ValueError) as exc:
+                                nxt = urljoin(current, hop.location.strip())
+                            except ValueError as exc:
                                 return failed(f"bad redirect Location {hop.location!r}: {exc}", attempt)
                             # Each hop is re-checked: a redirect to file:// or ftp:// must not slip through.
                             next_host, reason = _check_url(nxt)
@@ -383,22 +343,21 @@ class _Downloader:
         except netguard.AddressRefused as refused:
             via = "" if current == url.strip() else f"redirect to {current!r}: "
             return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, via + str(refused), None, None, attempt)
-        except httpx.InvalidURL as exc:
+        except http_get.InvalidURL as exc:
             return failed(f"invalid URL: {exc}", attempt)
-        except httpx.DecodingError as exc:
+        except zlib.error as exc:
             return failed(f"could not decode body: {exc}", attempt)
-        except httpx.HTTPError as exc:
-            # Anything else httpx raises (unsupported protocol, too many proxies, ...) will
-            # not get better by retrying.
-            return failed(f"{type(exc).__name__}: {exc}", attempt)
+        except ssl.SSLCertVerificationError as exc:
+            # A certificate that does not verify will not verify on a retry either.
+            return failed(f"TLS: {exc}", attempt)
         raise AssertionError("the retry loop ends with a result or an exception")
 
     def _attempt(self, key: str, url: str, current: str, attempt: int, stop: threading.Event) -> DownloadResult:
         """One request. Returns a final result or raises _Redirect / Retryable."""
         max_bytes = self.config.max_bytes
         try:
-            with self._client().stream("GET", current) as resp:
-                code = resp.status_code
+            with self.pool.get(current) as resp:
+                code = resp.status
                 ctype = resp.headers.get("content-type")
 
                 def result(status: Status, data: bytes | None, error: str | None) -> DownloadResult:
@@ -410,11 +369,11 @@ class _Downloader:
                         return result(Status.DOWNLOAD_FAILED, None, f"HTTP {code} without Location")
                     raise _Redirect(location, code)
                 if is_retryable_status(code):
-                    raise Retryable.from_response(resp)
+                    raise Retryable.for_status(code, resp.headers.get("retry-after"))
                 if not 200 <= code < 300:
                     return result(Status.DOWNLOAD_FAILED, None, f"HTTP {code}")
 
-                directive = robots_opt_out(resp.headers.get_list("x-robots-tag"))
+                directive = robots_opt_out(resp.headers.get_all("x-robots-tag") or ())
                 if directive is not None:
                     return result(Status.OPTED_OUT, None, f"X-Robots-Tag: {directive}")
 
@@ -435,8 +394,9 @@ class _Downloader:
                     return result(Status.DOWNLOAD_FAILED, None, f"unsupported Content-Encoding {encoding!r}")
                 buf = bytearray()
                 # Raw network reads, decompressed here with a bounded output: a small gzip body
-                # cannot inflate past the cap inside one step.
-                for chunk in resp.iter_raw():
+                # cannot inflate past the cap inside one step. read1: one socket read per call,
+                # so the deadline and ``stop`` are checked between reads.
+                while chunk := resp.read1(_CHUNK):
                     if inflate is not None:
                         chunk = inflate.decompress(chunk, max_bytes + 1 - len(buf))
                         if inflate.unconsumed_tail:
@@ -446,51 +406,25 @@ class _Downloader:
                         return result(Status.TOO_LARGE, None, f"body larger than {max_bytes} bytes")
                     if stop.is_set():
                         raise _Cancelled
+                if resp.length:
+                    raise Retryable(f"connection error: the body ended {resp.length} bytes short of its Content-Length")
                 if inflate is not None:
                     buf += inflate.flush()
                     if len(buf) > max_bytes:
                         return result(Status.TOO_LARGE, None, f"body larger than {max_bytes} bytes")
                 return result(Status.OK, bytes(buf), None)
-        except httpx.TimeoutException as exc:
-            if isinstance(exc.__cause__, netguard.DeadlineExceeded) or "deadline" in str(exc):
-                raise Retryable(f"deadline of {self.config.deadline_s}s exceeded") from None
+        except netguard.DeadlineExceeded:
+            raise Retryable(f"deadline of {self.config.deadline_s}s exceeded") from None
+        except TimeoutError:
             raise Retryable(f"timeout after {self.config.timeout_s}s") from None
-        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+        except (netguard.AddressRefused, ssl.SSLCertVerificationError):
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            # Refused, reset, unreachable, a TLS handshake cut, a malformed status line or header.
             raise Retryable(f"connection error: {exc or type(exc).__name__}") from None
 
 
 # -- many downloads ------------------------------------------------------------------------------
-
-
-def make_client(config: DownloadConfig, connections: int | None = None, ssl_context: ssl.SSLContext | None = None) -> httpx.Client:
-    """A client of the kind sessions use; redirects are followed by hand to vet each hop.
-
-    ``ssl_context``: one shared by a session's clients; building one (loading the CA bundle)
-    costs tens of ms, which a session of many clients would otherwise pay before its first
-    request."""
-    # The thread pool already bounds requests in flight, so an httpx pool limit would only
-    # add a second queue that can time out.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=connections or config.concurrency)
-    # Direct connections only: a proxy from the environment would connect on our behalf to
-    # addresses the guard never sees.
-    transport = httpx.HTTPTransport(limits=limits, trust_env=False, verify=ssl_context or True)
-    netguard.install(transport, netguard.parse_networks(config.allow_networks))
-    return httpx.Client(
-        # Images are already compressed; refusing transfer compression also keeps a small gzip
-        # body from inflating into a large one before the size check sees it.
-        headers={"User-Agent": config.user_agent, "Accept-Encoding": "identity"},
-        # One budget for connect, read, write; pool waits cannot happen (see limits).
-        timeout=httpx.Timeout(config.timeout_s),
-        follow_redirects=False,
-        transport=transport,
-        trust_env=False,
-    )
-
-
-# Threads per httpcore pool. Each request scans its pool's connections under the pool's one
-# lock: at 32 threads a pool on 20 hosts spent two thirds of the download threads' samples
-# waiting for that lock, at 8 a sixth, at 2 none (#24, benchmarks/bench_url_ingest.py).
-THREADS_PER_CLIENT = 4
 
 
 class DownloadSession:
@@ -502,11 +436,13 @@ class DownloadSession:
 
     def __init__(self, config: DownloadConfig, *, max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S) -> None:
         self.config = config
-        n = max(1, math.ceil(config.concurrency / THREADS_PER_CLIENT))
-        per_client = math.ceil(config.concurrency / n)
-        context = httpx.create_ssl_context()
-        self.clients = _Clients(n, lambda: make_client(config, per_client, context))
-        self._downloader = _Downloader(config, self.clients, max_retry_after_s)
+        self.connections = http_get.Pool(
+            user_agent=config.user_agent,
+            timeout_s=config.timeout_s,
+            allow=netguard.parse_networks(config.allow_networks),
+            max_idle=config.concurrency,
+        )
+        self._downloader = _Downloader(config, self.connections, max_retry_after_s)
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="prx-download")
         self._closed = False
         # Downloads started by ``start_early`` before anyone streamed them, by URL, each with
@@ -526,7 +462,7 @@ class DownloadSession:
         self._closed = True
         self.drop_early()
         self._pool.shutdown(wait=True, cancel_futures=True)
-        self.clients.close()
+        self.connections.close()
 
     def start_early(self, items: Iterable[tuple[str, str]], limit: int) -> int:
         """Start downloading the first ``limit`` distinct URLs of ``(key, url)`` now, before any

@@ -38,7 +38,7 @@ def start_first_downloads(source: RegisteredSource, table_uri: str, storage_opti
         return None
 
     def run() -> None:
-        # lazy, in this thread: httpx and lance load beside the orchestrator's own imports
+        # lazy, in this thread: the download path and lance load beside the orchestrator's own imports
         from prx_data.core.lance_io import open_table
         from prx_data.ingest.download import shared_session
         from prx_data.ingest.object_source import source_storage_options

@@ -4,14 +4,13 @@ URL lists come from outside. A URL (or a redirect, or a DNS answer that changes 
 lookups) pointing at ``169.254.169.254``, ``127.0.0.1``, ``2130706433``, ``0x7f.1``,
 ``[::ffff:10.0.0.1]`` or a private network must never be fetched. The check cannot live in the
 URL: notations are endless and DNS answers change. It lives where the socket is made:
-:class:`GuardedBackend` (an httpcore network backend) resolves the host itself, refuses the
-connection if any address is not public, and connects to the very address it checked, so DNS
-rebinding cannot slip another address in between. Every redirect hop opens its connection
-through the same backend.
+:func:`connect` resolves the host itself, refuses the connection if any address is not public,
+and connects to the very address it checked, so DNS rebinding cannot slip another address in
+between. Every redirect hop opens its connection through it (``http_get``).
 
-The same backend enforces the download's overall deadline: every socket read, write and
-connect gets at most the time left, so a server trickling one byte per second cannot hold a
-worker past the deadline (the per-read timeout alone would never fire).
+The same module holds the download's overall deadline: every socket read, write and connect
+gets at most the time left (:func:`remaining`), so a server trickling one byte per second
+cannot hold a worker past the deadline (the per-read timeout alone would never fire).
 """
 
 from __future__ import annotations
@@ -22,10 +21,6 @@ import threading
 import time
 from collections.abc import Iterable
 from typing import Any
-
-import httpcore
-
-from prx_data.compat.httpx_backend import set_network_backend
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -42,8 +37,12 @@ class AddressRefused(Exception):
         self.why = why
 
 
-class DeadlineExceeded(httpcore.TimeoutException):
-    """The download's overall deadline passed (a subclass of httpcore's timeouts)."""
+class DeadlineExceeded(TimeoutError):
+    """The download's overall deadline passed."""
+
+
+class ConnectFailed(ConnectionError):
+    """No connection could be made (the name does not resolve, or no address answers)."""
 
 
 def set_deadline(deadline: float | None) -> None:
@@ -51,7 +50,8 @@ def set_deadline(deadline: float | None) -> None:
     _local.deadline = deadline
 
 
-def _remaining(timeout: float | None) -> float | None:
+def remaining(timeout: float | None) -> float | None:
+    """``timeout`` cut to what is left of this thread's deadline; raises past it."""
     deadline = getattr(_local, "deadline", None)
     if deadline is None:
         return timeout
@@ -92,61 +92,32 @@ def resolve(host: str, port: int) -> list[tuple[Any, ...]]:
     try:
         return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, ValueError) as exc:
-        raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from None
+        raise ConnectFailed(f"cannot resolve {host}: {exc}") from None
 
 
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _remaining(timeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _remaining(timeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, _remaining(timeout)))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class GuardedBackend(httpcore.SyncBackend):
-    """httpcore's sync backend, connecting only to vetted addresses, within the deadline."""
-
-    def __init__(self, allow: tuple = ()) -> None:
-        self.allow = allow
-
-    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        infos = resolve(host, port)
-        if not infos:
-            raise httpcore.ConnectError(f"cannot resolve {host}: no address")
-        # Refuse when any answer is not public: a name that also points inside is not trusted.
-        for info in infos:
-            address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
-            why = refusal(address, self.allow)
-            if why is not None:
-                raise AddressRefused(host, str(address), why)
-        last: Exception | None = None
-        for *_, sockaddr in infos:
-            try:
-                # An IP literal: httpcore's own backend connects to the address checked above,
-                # with no second lookup; TLS still verifies the host name httpcore passes on.
-                stream = super().connect_tcp(sockaddr[0], sockaddr[1], _remaining(timeout), local_address, socket_options)
-            except (httpcore.ConnectTimeout, httpcore.ConnectError) as exc:
-                last = exc
-                continue
-            return _DeadlineStream(stream)
-        raise last or httpcore.ConnectError(f"cannot connect to {host}")
-
-    def connect_unix_socket(self, *args, **kwargs):
-        raise httpcore.ConnectError("unix sockets are not fetched")
-
-
-def install(transport: Any, allow: tuple = ()) -> None:
-    """Make an ``httpx.HTTPTransport`` connect through :class:`GuardedBackend`."""
-    set_network_backend(transport, GuardedBackend(allow))
+def connect(host: str, port: int, timeout: float | None, allow: tuple = ()) -> socket.socket:
+    """A TCP socket to ``host``, connected to an address checked here, within the deadline."""
+    infos = resolve(host, port)
+    if not infos:
+        raise ConnectFailed(f"cannot resolve {host}: no address")
+    # Refuse when any answer is not public: a name that also points inside is not trusted.
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        why = refusal(address, allow)
+        if why is not None:
+            raise AddressRefused(host, str(address), why)
+    last: OSError | None = None
+    for family, kind, proto, _, sockaddr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(remaining(timeout))
+            sock.connect(sockaddr)
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    if isinstance(last, TimeoutError):
+        raise last
+    raise ConnectFailed(f"cannot connect to {host}: {last}")
