@@ -2,10 +2,10 @@
 
 A :class:`DownloadSession` is a thread pool of ``config.concurrency`` threads and one
 connection pool (``http_get.Pool``), kept for the life of a worker process (``shared_session``):
-connections to a host are reused from one chunk and one unit to the next. ``DownloadSession.stream`` is a plain iterator pulled lazily, at most
-``2 * concurrency`` items ahead of what has been yielded, so millions of URLs stream through in
-flat memory, and a slow URL holds only its own slot, never a batch. ``download_many`` is the
-one-call form.
+connections to a host are reused from one chunk and one unit to the next.
+``DownloadSession.stream`` is a plain iterator pulled lazily, at most ``2 * concurrency`` items
+ahead of what has been yielded, so millions of URLs stream through in flat memory, and a slow
+URL holds only its own slot, never a batch. ``download_many`` is the one-call form.
 
 Every item yields exactly one :class:`DownloadResult`; failures are values, never exceptions,
 because one bad URL must not stop an ingest of millions.
@@ -417,7 +417,7 @@ class _Downloader:
             raise Retryable(f"deadline of {self.config.deadline_s}s exceeded") from None
         except TimeoutError:
             raise Retryable(f"timeout after {self.config.timeout_s}s") from None
-        except (netguard.AddressRefused, ssl.SSLCertVerificationError):
+        except ssl.SSLCertVerificationError:
             raise
         except (OSError, http.client.HTTPException) as exc:
             # Refused, reset, unreachable, a TLS handshake cut, a malformed status line or header.

@@ -160,12 +160,18 @@ class Pool:
                 conn.close()
 
     def _send(self, conn: _Connection, target: str) -> http.client.HTTPResponse:
-        conn.request("GET", target, headers=self._headers)
+        try:
+            conn.request("GET", target, headers=self._headers)
+        except http.client.InvalidURL as exc:
+            raise InvalidURL(str(exc)) from None
         return conn.getresponse()
 
     def _new(self, key: Key) -> _Connection:
         scheme, host, port = key
-        return _Connection(host, port, self._timeout, self._allow, self._tls_context() if scheme == "https" else None)
+        try:
+            return _Connection(host, port, self._timeout, self._allow, self._tls_context() if scheme == "https" else None)
+        except http.client.InvalidURL as exc:  # a control character or space in the host
+            raise InvalidURL(str(exc)) from None
 
     def _tls_context(self) -> ssl.SSLContext:
         # Made on first use: loading the CA bundle costs tens of ms a plain-HTTP run never needs.

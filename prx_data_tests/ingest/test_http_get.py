@@ -258,3 +258,16 @@ def test_request_targets_are_percent_encoded_and_keep_their_escapes(http_server:
         pool.close()
     assert [r.path for r in http_server.requests] == ["/caf%C3%A9%20au%20lait.jpg"] * 2
     assert {r.headers.get("user-agent") for r in http_server.requests} == {"prx-data-test"}
+
+
+@pytest.mark.parametrize(
+    "url, error",
+    [
+        ("http://exa mple.com/a.jpg", "invalid URL: URL can't contain control characters. 'exa mple.com' (found at least ' ')"),
+        ("http://example.com:99999/a.jpg", "invalid URL: Port out of range 0-65535"),
+    ],
+)
+def test_a_url_that_cannot_be_requested_fails_without_a_retry(url: str, error: str):
+    config = DownloadConfig(retries=3, backoff_s=0.01)
+    (result,) = download_many([("k", url)], config)
+    assert (result.status, result.error, result.attempts) == (Status.DOWNLOAD_FAILED, error, 1)
