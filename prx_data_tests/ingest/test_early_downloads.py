@@ -96,8 +96,11 @@ def test_unclaimed_early_downloads_are_stopped_so_the_exit_does_not_wait_for_the
 
 def test_a_new_url_source_is_ingested_once_with_its_first_downloads_started_early(http_server: HTTPTestServer, tmp_path: Path, storage_root):
     urls = _routes(http_server, 40, "n")
+    # The list on the root's own storage: on S3, the early reader lists and reads it there too.
     write_list(tmp_path / "list.jsonl", urls)
-    source = url_source(str(tmp_path / "list.jsonl"), tmp_path, concurrency=4, per_host=4)
+    location = storage_root.put("sources", "list.jsonl", data=(tmp_path / "list.jsonl").read_bytes())
+    source = url_source(location, tmp_path, concurrency=4, per_host=4)
+    assert source.remote == location.startswith("s3://")
     uri = storage_root.uri("lance", "urls.lance")
     try:
         thread = start_first_downloads(source, uri, storage_root.options)
