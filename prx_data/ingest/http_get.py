@@ -43,34 +43,54 @@ class InvalidURL(ValueError):
 class _DeadlineReader(io.RawIOBase):
     """The socket as http.client reads it: each read waits at most the time left."""
 
-    def __init__(self, sock: socket.socket, timeout: float | None) -> None:
-        self._sock = sock
-        self._timeout = timeout
+    def __init__(self, owner: _DeadlineSocket) -> None:
+        self._owner = owner
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:  # type: ignore[override]
-        self._sock.settimeout(netguard.remaining(self._timeout))
-        return self._sock.recv_into(buffer)
+        sock = self._owner.sock
+        sock.settimeout(netguard.remaining(self._owner.timeout))
+        return sock.recv_into(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            super().close()
+            self._owner.reader_closed()
 
 
 class _DeadlineSocket:
-    """What http.client needs of a socket, each read and write within the deadline."""
+    """What http.client needs of a socket, each read and write within the deadline.
+
+    Like a real socket with ``makefile``, the socket stays open until its readers are closed
+    too: http.client closes the connection as soon as it has the headers of a response that
+    ends the connection (HTTP/1.0, ``Connection: close``), and reads the body afterwards.
+    """
 
     def __init__(self, sock: socket.socket, timeout: float | None) -> None:
-        self._sock = sock
-        self._timeout = timeout
+        self.sock = sock
+        self.timeout = timeout
+        self._readers = 0
+        self._closed = False
 
     def makefile(self, mode: str = "rb", *args, **kwargs) -> io.BufferedReader:
-        return io.BufferedReader(_DeadlineReader(self._sock, self._timeout), _READ_BUFFER)
+        self._readers += 1
+        return io.BufferedReader(_DeadlineReader(self), _READ_BUFFER)
 
     def sendall(self, data) -> None:
-        self._sock.settimeout(netguard.remaining(self._timeout))
-        self._sock.sendall(data)
+        self.sock.settimeout(netguard.remaining(self.timeout))
+        self.sock.sendall(data)
+
+    def reader_closed(self) -> None:
+        self._readers -= 1
+        if self._closed and not self._readers:
+            self.sock.close()
 
     def close(self) -> None:
-        self._sock.close()
+        self._closed = True
+        if not self._readers:
+            self.sock.close()
 
 
 class _Connection(http.client.HTTPConnection):
@@ -129,6 +149,7 @@ class Pool:
         reused = conn is not None
         if conn is None:
             conn = self._new(key)
+        response: http.client.HTTPResponse | None = None
         try:
             try:
                 response = self._send(conn, target)
@@ -140,7 +161,7 @@ class Pool:
                 response = self._send(conn, target)
             yield response
         except BaseException:
-            conn.close()
+            _close(conn, response)
             raise
         # http.client closes a response whose body ended, except one with a Content-Length
         # read exactly to its end: that one is done when nothing of it is left.
@@ -149,7 +170,7 @@ class Pool:
             response.close()
             self._give_back(key, conn)
         else:
-            conn.close()
+            _close(conn, response)
 
     def close(self) -> None:
         with self._lock:
@@ -200,6 +221,13 @@ class Pool:
                 self._n_idle += 1
                 return
         conn.close()
+
+
+def _close(conn: _Connection, response: http.client.HTTPResponse | None) -> None:
+    # Both: a response that ends its connection holds the socket after the connection let go.
+    conn.close()
+    if response is not None:
+        response.close()
 
 
 def _split(url: str) -> tuple[Key, str]:

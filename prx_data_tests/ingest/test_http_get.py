@@ -5,11 +5,13 @@ included), a body cut short of its Content-Length, request targets percent-encod
 from __future__ import annotations
 
 import datetime
+import gc
 import ipaddress
 import socket
 import ssl
 import threading
 import time
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -211,6 +213,32 @@ def test_connections_are_reused_only_after_a_whole_body(http_server: HTTPTestSer
         assert http_server.connections() == 2
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.0 200 OK\r\n\r\n",  # HTTP/1.0: the body ends when the connection does
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 300000\r\n\r\n",
+    ],
+)
+def test_a_response_that_ends_its_connection_is_read_whole_and_its_socket_closed(head: bytes):
+    """http.client lets go of such a connection once it has the headers; the body is still
+    read from the socket, which must stay open until then and be closed after, capped or not."""
+    body = bytes(range(256)) * 1172  # 300,032 bytes; the Content-Length form sends 300,000
+    listener, port = _raw_server(lambda conn: conn.sendall(head + body[:300000]))
+    urls = [(str(i), f"http://127.0.0.1:{port}/{i}.jpg") for i in range(4)]
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            whole = list(download_many(urls, DownloadConfig(allow_networks=LOCAL_NETWORKS, retries=0, concurrency=2)))
+            capped = list(download_many(urls[:1], DownloadConfig(allow_networks=LOCAL_NETWORKS, retries=0, max_bytes=100_000)))
+            gc.collect()
+    finally:
+        listener.close()
+    assert [(r.status, r.data) for r in whole] == [(Status.OK, body[:300000])] * 4
+    assert capped[0].status is Status.TOO_LARGE
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 # -- deadline and truncation ---------------------------------------------------------------------
