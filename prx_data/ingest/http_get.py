@@ -96,6 +96,9 @@ class _DeadlineSocket:
 class _Connection(http.client.HTTPConnection):
     def __init__(self, host: str, port: int, timeout: float, allow: tuple, tls: ssl.SSLContext | None) -> None:
         super().__init__(host, port, timeout=timeout)
+        # http.client writes the port into the Host header unless it is this one: an HTTPS URL
+        # on 443 must send "Host: name", or a signed URL (S3, GCS, CDNs sign the host) fails.
+        self.default_port = 443 if tls is not None else 80
         self._allow = allow
         self._tls = tls
 
@@ -127,7 +130,9 @@ class Pool:
     def __init__(
         self, *, user_agent: str, timeout_s: float, allow: tuple = (), max_idle: int = 64, tls: ssl.SSLContext | None = None
     ) -> None:
-        self._headers = {"User-Agent": user_agent}  # http.client adds Host and Accept-Encoding: identity
+        # http.client adds Host and Accept-Encoding: identity; Accept as browsers and httpx
+        # send it, since some firewalls turn away requests without one.
+        self._headers = {"User-Agent": user_agent, "Accept": "*/*"}
         self._timeout = timeout_s
         self._allow = allow
         self._max_idle = max_idle

@@ -286,6 +286,8 @@ def test_request_targets_are_percent_encoded_and_keep_their_escapes(http_server:
         pool.close()
     assert [r.path for r in http_server.requests] == ["/caf%C3%A9%20au%20lait.jpg"] * 2
     assert {r.headers.get("user-agent") for r in http_server.requests} == {"prx-data-test"}
+    assert {r.headers.get("accept") for r in http_server.requests} == {"*/*"}
+    assert {r.headers.get("accept-encoding") for r in http_server.requests} == {"identity"}
 
 
 @pytest.mark.parametrize(
@@ -299,3 +301,26 @@ def test_a_url_that_cannot_be_requested_fails_without_a_retry(url: str, error: s
     config = DownloadConfig(retries=3, backoff_s=0.01)
     (result,) = download_many([("k", url)], config)
     assert (result.status, result.error, result.attempts) == (Status.DOWNLOAD_FAILED, error, 1)
+
+
+class _Wire:
+    """A connected socket stand-in that keeps what is sent (the request's bytes on the wire)."""
+
+    def __init__(self) -> None:
+        self.sent = b""
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+
+@pytest.mark.parametrize(
+    "scheme, port, host_header",
+    [("https", 443, b"images.example.org"), ("http", 80, b"images.example.org"), ("https", 8443, b"images.example.org:8443")],
+)
+def test_the_host_header_names_the_port_only_when_it_is_not_the_scheme_default(scheme: str, port: int, host_header: bytes):
+    # A signed URL (S3, GCS, a CDN) signs the Host header: "name:443" would not match "name".
+    pool = _pool(tls=ssl.create_default_context())
+    conn = pool._new((scheme, "images.example.org", port))
+    conn.sock = wire = _Wire()  # as if connected: http.client sends on it without connecting
+    conn.request("GET", "/a.jpg")
+    assert b"\r\nHost: " + host_header + b"\r\n" in wire.sent
