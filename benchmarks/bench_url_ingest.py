@@ -74,9 +74,49 @@ def make_jpegs(count: int, target: int = 200_000) -> list[bytes]:
     return out
 
 
-def _serve(hosts: int, images: list[bytes], first, last, count, conn) -> None:
+def _test_certificate(hosts: int) -> tuple[bytes, bytes, bytes]:
+    """(CA PEM, server certificate PEM, server key PEM) for 127.0.0.1 .. 127.0.0.<hosts>."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def cert(name: str, key, signer, issuer: str, ca: bool, sans: list) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("bench CA", ca_key, ca_key, "bench CA", True, [])
+    sans = [x509.IPAddress(ipaddress.ip_address(f"127.0.0.{h + 1}")) for h in range(hosts)]
+    server = cert("bench", key, ca_key, "bench CA", False, sans)
+    pem = serialization.Encoding.PEM
+    return (
+        ca.public_bytes(pem),
+        server.public_bytes(pem),
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )
+
+
+def _serve(hosts: int, images: list[bytes], first, last, count, conn, tls: bool = False) -> None:
     """The servers' process: its own GIL, so serving costs no tool under test any CPU time
-    (img2dataset runs in its own processes; ``raw_samples`` runs in the bench's)."""
+    (img2dataset runs in its own processes; ``raw_samples`` runs in the bench's). With ``tls``,
+    HTTPS with a certificate from a CA made here (its PEM is sent back with the addresses)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -108,9 +148,22 @@ def _serve(hosts: int, images: list[bytes], first, last, count, conn) -> None:
         request_queue_size = 1024
 
     servers = [Server((f"127.0.0.{h + 1}", 0), Handler) for h in range(hosts)]
+    ca_pem = None
+    if tls:
+        import ssl
+        import tempfile
+
+        ca_pem, cert_pem, key_pem = _test_certificate(hosts)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        with tempfile.TemporaryDirectory() as folder:
+            Path(folder, "cert.pem").write_bytes(cert_pem)
+            Path(folder, "key.pem").write_bytes(key_pem)
+            context.load_cert_chain(Path(folder, "cert.pem"), Path(folder, "key.pem"))
+        for server in servers:
+            server.socket = context.wrap_socket(server.socket, server_side=True)
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
-    conn.send([s.server_address[:2] for s in servers])
+    conn.send(([s.server_address[:2] for s in servers], ca_pem))
     conn.recv()  # until told to stop
 
 
@@ -118,13 +171,15 @@ class Served:
     """Servers on loopback addresses in a process of their own, each request answered after
     50-150 ms. Times are CLOCK_MONOTONIC, the same clock in every process."""
 
-    def __init__(self, hosts: int, images: list[bytes]) -> None:
+    def __init__(self, hosts: int, images: list[bytes], tls: bool = False) -> None:
         ctx = multiprocessing.get_context("spawn")  # no fork of a process with Lance/Ray threads
         self._first, self._last, self._count = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Value("q", 0)
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(hosts, images, self._first, self._last, self._count, child), daemon=True)
+        self._proc = ctx.Process(target=_serve, args=(hosts, images, self._first, self._last, self._count, child, tls), daemon=True)
         self._proc.start()
-        self.addresses = self._conn.recv()
+        self.addresses, ca_pem = self._conn.recv()
+        self.scheme = "https" if tls else "http"
+        self.ca_pem: bytes | None = ca_pem  # what a client must trust (tls only)
 
     @property
     def first_request(self) -> float | None:
@@ -140,7 +195,7 @@ class Served:
 
     def urls(self, n: int, offset: int = 0) -> list[str]:
         # A fresh offset per measurement: no tool may be served from an earlier run's state.
-        return [f"http://{host}:{port}/{offset + i}.jpg" for i, (host, port) in zip(range(n), itertools.cycle(self.addresses))]
+        return [f"{self.scheme}://{host}:{port}/{offset + i}.jpg" for i, (host, port) in zip(range(n), itertools.cycle(self.addresses))]
 
     def reset(self) -> None:
         with self._first.get_lock():
@@ -324,12 +379,14 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
         used before) as the baseline of ``http_get.Pool`` (the one it uses now)."""
 
         def run(served: Served, urls: list[str], _tmp: Path) -> None:
+            import ssl
             from concurrent.futures import ThreadPoolExecutor
 
+            trust = ssl.create_default_context(cadata=served.ca_pem.decode()) if served.ca_pem else None
             if kind == "httpx":
                 import httpx
 
-                client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=64), trust_env=False)
+                client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=64), trust_env=False, verify=trust or True)
 
                 def get(url: str) -> int:
                     with client.stream("GET", url) as resp:
@@ -338,7 +395,7 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
                 from prx_data.ingest.http_get import Pool
                 from prx_data.ingest.netguard import parse_networks
 
-                client = Pool(user_agent="bench", timeout_s=30, allow=parse_networks(["127.0.0.0/8"]), max_idle=64)
+                client = Pool(user_agent="bench", timeout_s=30, allow=parse_networks(["127.0.0.0/8"]), max_idle=64, tls=trust)
 
                 def get(url: str) -> int:
                     with client.get(url) as resp:
@@ -350,6 +407,11 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
 
         return run
 
+    # Over HTTPS too (most real lists): a server of its own with a CA made for the bench.
+    https = [
+        ("client alone, HTTPS, httpx.Client", client_alone("httpx")),
+        ("client alone, HTTPS, http_get.Pool", client_alone("http_get")),
+    ]
     parts = [
         ("client alone, httpx.Client, 64 threads", client_alone("httpx")),
         ("client alone, http_get.Pool, 64 threads", client_alone("http_get")),
@@ -357,19 +419,19 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
         ("download + probe, concurrency 128", session(128, True)),
         ("raw_samples step, workers 1", raw_samples),
     ]
-    cpu: dict[str, list[float]] = {name: [] for name, _ in parts}
-    rate: dict[str, list[float]] = {name: [] for name, _ in parts}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in https + parts}
+    rate: dict[str, list[float]] = {name: [] for name, _ in https + parts}
     offset = 10**8
-    with Served(1, images) as served:
+    with Served(1, images) as served, Served(1, images, tls=True) as tls:
         for _ in range(repeat):
-            for name, fn in parts:
+            for server, name, fn in [(tls, *part) for part in https] + [(served, *part) for part in parts]:
                 offset += n
-                urls = served.urls(n, offset)
+                urls = server.urls(n, offset)
                 used, started = time.process_time(), time.monotonic()
-                fn(served, urls, tmp)
+                fn(server, urls, tmp)
                 rate[name].append(n / (time.monotonic() - started))
                 cpu[name].append((time.process_time() - used) / n * 1e3)
-    for name, _ in parts:
+    for name, _ in https + parts:
         print(f"  CPU per image | {name:<40} {statistics.median(cpu[name]):.2f} ms  ({statistics.median(rate[name]):.0f} img/s)")
 
 
