@@ -74,45 +74,6 @@ def make_jpegs(count: int, target: int = 200_000) -> list[bytes]:
     return out
 
 
-def _test_certificate(hosts: int) -> tuple[bytes, bytes, bytes]:
-    """(CA PEM, server certificate PEM, server key PEM) for 127.0.0.1 .. 127.0.0.<hosts>."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def cert(name: str, key, signer, issuer: str, ca: bool, sans: list) -> x509.Certificate:
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return builder.sign(signer, hashes.SHA256())
-
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = cert("bench CA", ca_key, ca_key, "bench CA", True, [])
-    sans = [x509.IPAddress(ipaddress.ip_address(f"127.0.0.{h + 1}")) for h in range(hosts)]
-    server = cert("bench", key, ca_key, "bench CA", False, sans)
-    pem = serialization.Encoding.PEM
-    return (
-        ca.public_bytes(pem),
-        server.public_bytes(pem),
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-    )
-
-
 def _serve(hosts: int, images: list[bytes], first, last, count, conn, tls: bool = False) -> None:
     """The servers' process: its own GIL, so serving costs no tool under test any CPU time
     (img2dataset runs in its own processes; ``raw_samples`` runs in the bench's). With ``tls``,
@@ -150,15 +111,10 @@ def _serve(hosts: int, images: list[bytes], first, last, count, conn, tls: bool 
     servers = [Server((f"127.0.0.{h + 1}", 0), Handler) for h in range(hosts)]
     ca_pem = None
     if tls:
-        import ssl
-        import tempfile
+        from prx_data_tests.tls_certs import chain
 
-        ca_pem, cert_pem, key_pem = _test_certificate(hosts)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        with tempfile.TemporaryDirectory() as folder:
-            Path(folder, "cert.pem").write_bytes(cert_pem)
-            Path(folder, "key.pem").write_bytes(key_pem)
-            context.load_cert_chain(Path(folder, "cert.pem"), Path(folder, "key.pem"))
+        certs = chain(f"127.0.0.{h + 1}" for h in range(hosts))
+        context, ca_pem = certs.server_context(), certs.ca_pem
         for server in servers:
             server.socket = context.wrap_socket(server.socket, server_side=True)
     for server in servers:

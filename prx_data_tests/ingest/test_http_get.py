@@ -4,28 +4,22 @@ included), a body cut short of its Content-Length, request targets percent-encod
 
 from __future__ import annotations
 
-import datetime
 import gc
-import ipaddress
 import socket
 import ssl
 import threading
 import time
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from prx_data.core.schema import Status
 from prx_data.ingest import netguard
 from prx_data.ingest.download import download_many
 from prx_data.ingest.http_get import Pool
 from prx_data.ingest.registry import DownloadConfig
+from prx_data_tests import tls_certs
 from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, http_server  # noqa: F401
 
 pytestmark = pytest.mark.timeout(30)
@@ -45,38 +39,11 @@ def _get(pool: Pool, url: str) -> tuple[int, bytes]:
 # -- HTTPS ---------------------------------------------------------------------------------------
 
 
-def _key():
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _cert(subject: str, key, issuer_key, issuer: str, *, ca: bool, names: list[x509.GeneralName] = ()) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(list(names)), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
 class _TLSServer:
     """An HTTPS server on 127.0.0.1 whose certificate a test CA signed for ``names``."""
 
-    def __init__(self, tmp: Path, names: list[x509.GeneralName]) -> None:
-        ca_key, key = _key(), _key()
-        self.ca = _cert("prx-data test CA", ca_key, ca_key, "prx-data test CA", ca=True)
-        cert = _cert("server", key, ca_key, "prx-data test CA", ca=False, names=names)
-        (tmp / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (tmp / "key.pem").write_bytes(
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        )
+    def __init__(self, names: list[str]) -> None:
+        self.chain = tls_certs.chain(names)
         served = self.connections = []
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,17 +63,14 @@ class _TLSServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(tmp / "cert.pem", tmp / "key.pem")
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.httpd.socket = self.chain.server_context().wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def trusting(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cadata=self.ca.public_bytes(serialization.Encoding.PEM).decode())
-        return context
+        return self.chain.trusting()
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -114,8 +78,8 @@ class _TLSServer:
 
 
 @pytest.fixture
-def tls_server(tmp_path):
-    server = _TLSServer(tmp_path, [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+def tls_server():
+    server = _TLSServer(["localhost", "127.0.0.1"])
     yield server
     server.close()
 
@@ -140,8 +104,8 @@ def test_a_certificate_nobody_trusts_fails_at_once_with_its_reason(tls_server: _
     assert result.attempts == 1
 
 
-def test_a_certificate_for_another_name_is_refused(tmp_path):
-    server = _TLSServer(tmp_path, [x509.DNSName("images.example.org")])
+def test_a_certificate_for_another_name_is_refused():
+    server = _TLSServer(["images.example.org"])
     pool = _pool(tls=server.trusting())
     try:
         with pytest.raises(ssl.SSLCertVerificationError, match="localhost"):
