@@ -12,8 +12,7 @@ Only a source without a table yet: every URL of it is new, so nothing is fetched
 step would not fetch. For an ingested source the step's change detection decides, and nothing
 starts early. The step still makes every decision (opt-outs, the probe, the rows); a download
 nobody claims (the run failed before its ingest) is stopped by ``drop_unclaimed`` once the
-command's runs are over. Best effort: any
-error here is left for the step to meet and report.
+command's runs are over. Best effort: any error here is left for the step to meet and report.
 """
 
 from __future__ import annotations
