@@ -37,33 +37,46 @@ def build_world(root: str, n: int, rows_per_fragment: int) -> None:
     ids = pa.array([sample_id("bench", str(i)) for i in range(n)], pa.string())
     lengths = rng.integers(100, 200, n)
     captions = [" ".join(WORDS[rng.integers(0, len(WORDS), k)]) for k in lengths]
-    raw = pa.table({
-        "sample_id": ids, "status": pa.array(np.where(rng.random(n) < 0.02, "error", "ok")), "caption": pa.array(captions),
-        "caption_model": pa.array(["qwen3-vl-8b"] * n), "caption_prompt_version": pa.array(np.full(n, 3)),
-        "label": pa.array(rng.choice(["visual", "text", "nsfw"], n)), "label_model": pa.array(["qwen3-8b"] * n),
-    })
+    raw = pa.table(
+        {
+            "sample_id": ids,
+            "status": pa.array(np.where(rng.random(n) < 0.02, "error", "ok")),
+            "caption": pa.array(captions),
+            "caption_model": pa.array(["qwen3-vl-8b"] * n),
+            "caption_prompt_version": pa.array(np.full(n, 3)),
+            "label": pa.array(rng.choice(["visual", "text", "nsfw"], n)),
+            "label_model": pa.array(["qwen3-8b"] * n),
+        }
+    )
     lance.write_dataset(raw, paths.raw_table("bench"), max_rows_per_file=rows_per_fragment)
     dropped = rng.random(n) < 0.2
-    exports = pa.table({
-        "sample_id": ids, "tier": pa.array(rng.choice([256, 512, 1024], n).astype(np.int32)),
-        "bucket": pa.array(rng.choice(["16x16", "12x20", "20x12"], n)),
-        "drop_reason": pa.array(np.where(dropped, "duplicate: of another sample", None)),
-    })
+    exports = pa.table(
+        {
+            "sample_id": ids,
+            "tier": pa.array(rng.choice([256, 512, 1024], n).astype(np.int32)),
+            "bucket": pa.array(rng.choice(["16x16", "12x20", "20x12"], n)),
+            "drop_reason": pa.array(np.where(dropped, "duplicate: of another sample", None)),
+        }
+    )
     lance.write_dataset(exports, paths.exports_table("bench"), max_rows_per_file=rows_per_fragment)
 
 
-CHILD = r"""
+CHILD = (
+    r"""
 import json, os, sys, time
 from prx_data.core.paths import StoragePaths
 from prx_data.curation.report import build_data_card
 import lance, pyarrow
 root = sys.argv[1]
-""" + PRELUDE + r"""
+"""
+    + PRELUDE
+    + r"""
 start = time.perf_counter()
 card = build_data_card(StoragePaths(lance_root=os.path.join(root, "lance"), mds_root=os.path.join(root, "mds")), ["bench"])
 seconds = time.perf_counter() - start
 print(json.dumps({"exported": card.totals["exported"], "above_mb": (peak_kb() - base) / 1024, "seconds": seconds}))
 """
+)
 
 
 def main() -> None:
@@ -87,15 +100,22 @@ def main() -> None:
                 runs = [run_in_tree(tree, CHILD, root) for _ in range(args.repeats)]
                 assert len({r["exported"] for r in runs}) == 1
                 results[label, size] = {k: statistics.median(r[k] for r in runs) for k in ("above_mb", "seconds")}
-                print(f"{label:4s} {size:>9,} rows: peak RSS +{results[label, size]['above_mb']:7.1f} MB, "
-                      f"{results[label, size]['seconds']:6.2f} s ({runs[0]['exported']:,} exported)", flush=True)
+                print(
+                    f"{label:4s} {size:>9,} rows: peak RSS +{results[label, size]['above_mb']:7.1f} MB, "
+                    f"{results[label, size]['seconds']:6.2f} s ({runs[0]['exported']:,} exported)",
+                    flush=True,
+                )
         print()
         for size in worlds:
             old, new = results["old", size], results["new", size]
-            print(f"{size:>9,} rows: memory new/old {new['above_mb'] / old['above_mb']:.2f}, time new/old {new['seconds'] / old['seconds']:.2f}")
+            print(
+                f"{size:>9,} rows: memory new/old {new['above_mb'] / old['above_mb']:.2f}, time new/old {new['seconds'] / old['seconds']:.2f}"
+            )
         for label in ("old", "new"):
             small, large = results[label, args.n], results[label, 4 * args.n]
-            print(f"{label}: 4x rows -> memory x{large['above_mb'] / small['above_mb']:.2f}, time x{large['seconds'] / small['seconds']:.2f}")
+            print(
+                f"{label}: 4x rows -> memory x{large['above_mb'] / small['above_mb']:.2f}, time x{large['seconds'] / small['seconds']:.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -26,15 +26,27 @@ sys.path.insert(0, str(REPO))
 
 def _env(tree: Path, tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "RAY_AUTH", "DAGSTER_HOME"))}
-    env.update(PYTHONPATH=str(tree), PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               RAY_USAGE_STATS_ENABLED="0", DAGSTER_DISABLE_TELEMETRY="1", XDG_STATE_HOME=str(tmp / "state"))
+    env.update(
+        PYTHONPATH=str(tree),
+        PYTHONWARNINGS="ignore",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        RAY_USAGE_STATS_ENABLED="0",
+        DAGSTER_DISABLE_TELEMETRY="1",
+        XDG_STATE_HOME=str(tmp / "state"),
+    )
     return env
 
 
 def _timed_run(tree: Path, root: Path, tmp: Path) -> float:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root), "--force"], cwd=tmp,
-                          env=_env(tree, tmp), capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root), "--force"],
+        cwd=tmp,
+        env=_env(tree, tmp),
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"prx-data run failed from {tree}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -69,13 +81,15 @@ def main(argv: list[str] | None = None) -> int:
         for name in walls:  # one root per tree: each keeps its own Dagster home and records
             tiny_root(tmp / name)
         for i in range(args.repeats):
-            for name in (("baseline", "named") if i % 2 == 0 else ("named", "baseline")):
+            for name in ("baseline", "named") if i % 2 == 0 else ("named", "baseline"):
                 walls[name].append(_timed_run(trees[name], tmp / name, tmp))
                 print(f"  {name:>8} run {i + 1}: {walls[name][-1]:.1f} s", flush=True)
         shutil.rmtree(tmp, ignore_errors=True)
     base, named = statistics.median(walls["baseline"]), statistics.median(walls["named"])
-    print(f"prx-data run --force, tiny root (median of {args.repeats}): baseline {base:.1f} s, named jobs {named:.1f} s, "
-          f"ratio {named / base:.2f}  (load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"prx-data run --force, tiny root (median of {args.repeats}): baseline {base:.1f} s, named jobs {named:.1f} s, "
+        f"ratio {named / base:.2f}  (load average {os.getloadavg()[0]:.1f})"
+    )
     print(f"origin from workspace.yaml, in process: {_origin_cost(5) * 1000:.1f} ms (median of 5)")
     return 0
 

@@ -66,7 +66,9 @@ def build_world(root: str, n: int) -> None:
             folder = os.path.join(mds_root, str(tier), f"{h}x{w}", source)
             os.makedirs(folder, exist_ok=True)
             count = -(-len(rows) // PER_SHARD)
-            infos = [{"raw_data": {"basename": f"shard.{i:05d}.mds"}, "samples": min(PER_SHARD, len(rows) - i * PER_SHARD)} for i in range(count)]
+            infos = [
+                {"raw_data": {"basename": f"shard.{i:05d}.mds"}, "samples": min(PER_SHARD, len(rows) - i * PER_SHARD)} for i in range(count)
+            ]
             with open(os.path.join(folder, "index.json"), "w") as handle:
                 json.dump({"version": 2, "shards": infos}, handle)
             pos = np.arange(len(rows))
@@ -74,18 +76,27 @@ def build_world(root: str, n: int) -> None:
             index[rows] = pos % PER_SHARD
         tiers = np.array([s[0] for s in SHAPES])[shape]
         buckets = np.array([f"{s[1]}x{s[2]}" for s in SHAPES], dtype=object)[shape]
-        exports = pa.table({
-            "sample_id": pa.array(ids, pa.string()), "source": pa.array([source] * per_source), "tier": pa.array(tiers, pa.int32()),
-            "bucket": pa.array(buckets, pa.string()), "shard": pa.array(shards, pa.string()), "index_in_shard": pa.array(index),
-            "phash": pa.array(phash),
-        })
+        exports = pa.table(
+            {
+                "sample_id": pa.array(ids, pa.string()),
+                "source": pa.array([source] * per_source),
+                "tier": pa.array(tiers, pa.int32()),
+                "bucket": pa.array(buckets, pa.string()),
+                "shard": pa.array(shards, pa.string()),
+                "index_in_shard": pa.array(index),
+                "phash": pa.array(phash),
+            }
+        )
         lance.write_dataset(exports, os.path.join(lance_root, "exports", f"{source}.lance"), max_rows_per_file=1 << 20)
         degenerate = rng.random(per_source) < 0.002
-        raw = pa.table({
-            "sample_id": pa.array(ids, pa.string()), "phash_degenerate": pa.array(degenerate),
-            "label": pa.array(np.where(rng.random(per_source) < 0.02, "nsfw", "ok"), pa.string()),
-            "image_sha256": pa.array([f"{v:064x}" for v in rng.integers(0, 50, per_source)], pa.string()),
-        })
+        raw = pa.table(
+            {
+                "sample_id": pa.array(ids, pa.string()),
+                "phash_degenerate": pa.array(degenerate),
+                "label": pa.array(np.where(rng.random(per_source) < 0.02, "nsfw", "ok"), pa.string()),
+                "image_sha256": pa.array([f"{v:064x}" for v in rng.integers(0, 50, per_source)], pa.string()),
+            }
+        )
         lance.write_dataset(raw, os.path.join(lance_root, "sources", f"{source}.lance"), max_rows_per_file=1 << 20)
         offset += per_source
 
@@ -149,7 +160,14 @@ print(json.dumps({"dups": skips.num_rows, "base_mb": base / 1024, "above_mb": (p
 
 def run_child(tree: str, root: str, mode: str, radius: int, partition_rows: int) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    out = subprocess.run([sys.executable, "-c", CHILD, root, mode, str(radius), str(partition_rows)], env=env, cwd=os.path.abspath(tree), check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, root, mode, str(radius), str(partition_rows)],
+        env=env,
+        cwd=os.path.abspath(tree),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -161,8 +179,13 @@ def main() -> None:
     parser.add_argument("--new-tree", default=".")
     parser.add_argument("--partition-rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--modes", nargs=2, default=["materialised", "streamed"], metavar=("OLD", "NEW"),
-                        help="the old tree's mode and this tree's (materialised, streamed, spilled, fold-tables, fold-spilled)")
+    parser.add_argument(
+        "--modes",
+        nargs=2,
+        default=["materialised", "streamed"],
+        metavar=("OLD", "NEW"),
+        help="the old tree's mode and this tree's (materialised, streamed, spilled, fold-tables, fold-spilled)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-curmem-") as tmp:
         worlds = {}
@@ -180,14 +203,22 @@ def main() -> None:
                     runs.append(run_child(tree, root, mode, args.radius, args.partition_rows))
                 results[(label, size)] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
                 r = results[(label, size)]
-                print(f"{label:<24} n={size:>9,}  skip rows={int(r['dups']):>7,}  peak RSS above the interpreter {r['above_mb']:8.1f} MB "
-                      f"(resident after imports {r['base_mb']:.0f} MB)  skips {r['dedup_s']:6.2f} s  skips+skiplists {r['total_s']:6.2f} s", flush=True)
+                print(
+                    f"{label:<24} n={size:>9,}  skip rows={int(r['dups']):>7,}  peak RSS above the interpreter {r['above_mb']:8.1f} MB "
+                    f"(resident after imports {r['base_mb']:.0f} MB)  skips {r['dedup_s']:6.2f} s  skips+skiplists {r['total_s']:6.2f} s",
+                    flush=True,
+                )
             small, large = results[(label, args.n)], results[(label, 4 * args.n)]
-            print(f"{label:<24} 4N/N: memory {large['above_mb'] / small['above_mb']:.2f} (goal <= 1.2)   "
-                  f"time {large['total_s'] / small['total_s']:.2f} (goal <= 4.4)", flush=True)
+            print(
+                f"{label:<24} 4N/N: memory {large['above_mb'] / small['above_mb']:.2f} (goal <= 1.2)   "
+                f"time {large['total_s'] / small['total_s']:.2f} (goal <= 4.4)",
+                flush=True,
+            )
         for size in (args.n, 4 * args.n):
             before, after = results[(before_label, size)], results[(after_label, size)]
-            print(f"n={size:>9,}: after/before memory {after['above_mb'] / before['above_mb']:.2f}, time {after['total_s'] / before['total_s']:.2f}")
+            print(
+                f"n={size:>9,}: after/before memory {after['above_mb'] / before['above_mb']:.2f}, time {after['total_s'] / before['total_s']:.2f}"
+            )
 
 
 if __name__ == "__main__":

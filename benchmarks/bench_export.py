@@ -35,8 +35,16 @@ from prx_data.imaging.transform import encode_jpeg, prepare, resize_cover_crop  
 
 
 def _sample(i: int, jpeg: bytes, target: Assignment, w: int, h: int) -> dict:
-    return {"image": jpeg, "tier": target.tier, "height": target.height, "width": target.width,
-            "original_width": w, "original_height": h, "caption": "a caption", "sample_id": f"{i:032x}"}
+    return {
+        "image": jpeg,
+        "tier": target.tier,
+        "height": target.height,
+        "width": target.width,
+        "original_width": w,
+        "original_height": h,
+        "caption": "a caption",
+        "sample_id": f"{i:032x}",
+    }
 
 
 def split(paths: list[Path], root: Path) -> dict[str, float]:

@@ -34,8 +34,12 @@ def timed_export(photos: list[Path], work: Path, workers: int) -> float:
     write_table(paths.raw_table(SOURCE), photos, {})
     started = time.perf_counter()
     stats = export_source(
-        paths.raw_table(SOURCE), SOURCE, mds_root=paths.mds_root, exports_uri=paths.exports_table(SOURCE),
-        executor="ray", write_workers=workers,
+        paths.raw_table(SOURCE),
+        SOURCE,
+        mds_root=paths.mds_root,
+        exports_uri=paths.exports_table(SOURCE),
+        executor="ray",
+        write_workers=workers,
     )
     seconds = time.perf_counter() - started
     assert stats.encoded == len(photos), stats
@@ -59,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
             try:
                 timed_export(photos[: 2 * workers], work / f"warm{workers}", workers)
-                seconds[workers] = statistics.median(
-                    timed_export(photos, work / f"w{workers}-{r}", workers) for r in range(args.repeats)
-                )
+                seconds[workers] = statistics.median(timed_export(photos, work / f"w{workers}-{r}", workers) for r in range(args.repeats))
             finally:
                 ray.shutdown()
     finally:

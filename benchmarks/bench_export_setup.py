@@ -119,7 +119,9 @@ shutil.rmtree(out)
 
 def _throughput(kind: str, mb: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    out = subprocess.run([sys.executable, "-c", THROUGHPUT, kind, str(mb)], env=env, capture_output=True, text=True, check=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", THROUGHPUT, kind, str(mb)], env=env, capture_output=True, text=True, check=True, timeout=600
+    )
     return float(next(line for line in out.stdout.splitlines() if line.startswith("SECONDS=")).removeprefix("SECONDS="))
 
 
@@ -141,19 +143,25 @@ def main() -> None:
     for name, runs in results.items():
         med[name] = {key: statistics.median(r[key] for r in runs) for key in ("imports", "work", "total", "rss_mb")}
         m = med[name]
-        print(f"  {name:52s} import {m['imports']:6.2f} s  write+read {m['work']:5.2f} s  total {m['total']:6.2f} s  "
-              f"peak RSS {m['rss_mb']:6.0f} MB  loaded {runs[0]['heavy']}")
+        print(
+            f"  {name:52s} import {m['imports']:6.2f} s  write+read {m['work']:5.2f} s  total {m['total']:6.2f} s  "
+            f"peak RSS {m['rss_mb']:6.0f} MB  loaded {runs[0]['heavy']}"
+        )
     before, after = med["streaming MDSWriter + reader_from_json (before)"], med["prx mds_format writer + reader (after)"]
-    print(f"ratio before/after: import {before['imports'] / after['imports']:.1f}x  total {before['total'] / after['total']:.1f}x  "
-          f"peak RSS {before['rss_mb'] / after['rss_mb']:.1f}x")
+    print(
+        f"ratio before/after: import {before['imports'] / after['imports']:.1f}x  total {before['total'] / after['total']:.1f}x  "
+        f"peak RSS {before['rss_mb'] / after['rss_mb']:.1f}x"
+    )
     if args.mb:
         times: dict[str, list[float]] = {"streaming": [], "ours": []}
         for _ in range(args.repeats):
             for kind in times:
                 times[kind].append(_throughput(kind, args.mb))
         rates = {kind: args.mb / statistics.median(t) for kind, t in times.items()}
-        print(f"steady-state write, {args.mb} MB in 128 MB shards: streaming MDSWriter {rates['streaming']:.0f} MB/s, "
-              f"mds_format {rates['ours']:.0f} MB/s, ratio ours/streaming {rates['ours'] / rates['streaming']:.2f}")
+        print(
+            f"steady-state write, {args.mb} MB in 128 MB shards: streaming MDSWriter {rates['streaming']:.0f} MB/s, "
+            f"mds_format {rates['ours']:.0f} MB/s, ratio ours/streaming {rates['ours'] / rates['streaming']:.2f}"
+        )
         print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

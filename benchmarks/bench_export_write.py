@@ -31,8 +31,17 @@ def payloads(count: int, size: int) -> list[bytes]:
 def samples(n: int, blobs: list[bytes]):
     for i in range(n):
         tier, height, width = BUCKETS[i % len(BUCKETS)]
-        yield {"tier": tier, "height": height, "width": width, "image": blobs[i % len(blobs)], "caption": "c" * 200,
-               "sample_id": f"{i:032x}", "source": "bench", "original_width": 2000, "original_height": 1500}
+        yield {
+            "tier": tier,
+            "height": height,
+            "width": width,
+            "image": blobs[i % len(blobs)],
+            "caption": "c" * 200,
+            "sample_id": f"{i:032x}",
+            "source": "bench",
+            "original_width": 2000,
+            "original_height": 1500,
+        }
 
 
 def timed(total_bytes: int, fn, cleanup) -> float:
@@ -56,6 +65,7 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-export-", dir=args.dir)
     print(f"{args.samples} samples x {args.payload_kb} KB = {total / 1e6:.0f} MB, under {work}")
     try:
+
         def plain_files() -> None:
             out = os.path.join(work, "files")
             os.makedirs(out)
@@ -74,8 +84,9 @@ def main() -> None:
                     writer.write({k: sample[k] for k in BASE_COLUMNS})
 
         def export() -> None:
-            result = write_partition(samples(args.samples, blobs), mds_root=os.path.join(work, "mds"), source="bench",
-                                     config=MdsWriterConfig())
+            result = write_partition(
+                samples(args.samples, blobs), mds_root=os.path.join(work, "mds"), source="bench", config=MdsWriterConfig()
+            )
             assert result.lineage.num_rows == args.samples
 
         def cleanup() -> None:
@@ -83,8 +94,12 @@ def main() -> None:
                 path = os.path.join(work, name)
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
-        variants = [("baseline: one file per sample", plain_files), ("baseline: one sequential file", one_file),
-                    ("bare MDSWriter (128 MB shards)", bare_mds), ("write_partition (staging+swap+lineage)", export)]
+        variants = [
+            ("baseline: one file per sample", plain_files),
+            ("baseline: one sequential file", one_file),
+            ("bare MDSWriter (128 MB shards)", bare_mds),
+            ("write_partition (staging+swap+lineage)", export),
+        ]
         runs: dict[str, list[float]] = {label: [] for label, _ in variants}
         for _ in range(args.repeats):  # interleaved, so drift hits every variant alike
             for label, fn in variants:

@@ -39,8 +39,15 @@ HEAVY = ("torch", "transformers", "streaming", "vllm", "sentence_transformers")
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "RAY_AUTH", "DAGSTER_HOME"))}
-    env.update(PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               RAY_USAGE_STATS_ENABLED="0", DAGSTER_DISABLE_TELEMETRY="1", **extra)
+    env.update(
+        PYTHONPATH=str(REPO),
+        PYTHONWARNINGS="ignore",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        RAY_USAGE_STATS_ENABLED="0",
+        DAGSTER_DISABLE_TELEMETRY="1",
+        **extra,
+    )
     return env
 
 
@@ -73,8 +80,11 @@ def _cpu(cmd: list[str]) -> str:
 
 
 def _import_time(statement: str, env: dict[str, str], repeats: int) -> tuple[float, list[str]]:
-    code = ("import sys, time; t = time.perf_counter(); " + statement +
-            f"; print(time.perf_counter() - t); print('HEAVY=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    code = (
+        "import sys, time; t = time.perf_counter(); "
+        + statement
+        + f"; print(time.perf_counter() - t); print('HEAVY=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
     times, heavy = [], []
     for _ in range(repeats):
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

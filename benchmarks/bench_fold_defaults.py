@@ -25,10 +25,10 @@ import pyarrow as pa
 
 from prx_data.curation.fold import FoldPolicy, plan_folds
 from prx_data.demo.corpus import build_demo_corpus
+from prx_data.export.tree import parse_bucket
 from prx_data.imaging.buckets import Assignment, BucketConfig, assign, fold_kept_share, shape_index
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.registry import load_registry
-from prx_data.export.tree import parse_bucket
 
 
 def placements(root: Path) -> pa.Table:
@@ -59,7 +59,9 @@ def main() -> None:
     cfg = BucketConfig()
     with tempfile.TemporaryDirectory(prefix="prx-bench-fold-") as tmp:
         exports = placements(Path(tmp) / "demo")
-    skips = pa.table({"sample_id": pa.array([], pa.string()), "shard": pa.array([], pa.string()), "index_in_shard": pa.array([], pa.int64())})
+    skips = pa.table(
+        {"sample_id": pa.array([], pa.string()), "shard": pa.array([], pa.string()), "index_in_shard": pa.array([], pa.int64())}
+    )
     n = exports.num_rows
     buckets = Counter(f"{t}/{b}" for t, b in zip(exports["tier"].to_pylist(), exports["bucket"].to_pylist()))
     print(f"demo corpus: {n} usable images in {len(buckets)} buckets; largest {buckets.most_common(3)}")

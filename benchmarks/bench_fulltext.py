@@ -45,7 +45,7 @@ def vocabulary(size: int, rng: np.random.Generator) -> np.ndarray:
 
 def captions(rows: int, vocab: np.ndarray, rng: np.random.Generator) -> tuple[pa.Array, np.ndarray]:
     ranks = np.arange(1, len(vocab) + 1, dtype=np.float64)
-    p = ranks ** -1.1
+    p = ranks**-1.1
     p /= p.sum()
     lengths = rng.integers(8, 33, rows)
     offsets = np.zeros(rows + 1, dtype=np.int64)
@@ -93,9 +93,7 @@ def fts_latencies(ds: lance.LanceDataset, qs: list[tuple[str, str]], k: int) -> 
         ds.to_table(columns=["sample_id"], full_text_query=q, limit=k)
     total, by_kind, hits = [], {}, 0
     for kind, q in qs:
-        seconds, table = timed(
-            lambda: ds.to_table(columns=FTS_COLUMNS, full_text_query={"query": q, "columns": ["caption"]}, limit=k)
-        )
+        seconds, table = timed(lambda q=q: ds.to_table(columns=FTS_COLUMNS, full_text_query={"query": q, "columns": ["caption"]}, limit=k))
         total.append(seconds)
         by_kind.setdefault(kind, []).append(seconds)
         hits += table.num_rows
@@ -106,7 +104,7 @@ def lookup_latencies(ds: lance.LanceDataset, ids: list[str], use_index: bool = T
     out = []
     for sid in ids:
         seconds, table = timed(
-            lambda: ds.to_table(columns=["sample_id", "caption"], filter=f"sample_id = '{sid}'", use_scalar_index=use_index)
+            lambda sid=sid: ds.to_table(columns=["sample_id", "caption"], filter=f"sample_id = '{sid}'", use_scalar_index=use_index)
         )
         assert table.num_rows == 1
         out.append(seconds)
@@ -117,7 +115,7 @@ def substring_latencies(ds: lance.LanceDataset, qs: list[tuple[str, str]], k: in
     out = []
     for _, q in qs:
         word = q.split()[0]
-        seconds, _ = timed(lambda: ds.to_table(columns=["sample_id", "caption"], filter=f"caption ILIKE '%{word}%'", limit=k))
+        seconds, _ = timed(lambda word=word: ds.to_table(columns=["sample_id", "caption"], filter=f"caption ILIKE '%{word}%'", limit=k))
         out.append(seconds)
     return out
 
@@ -147,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         table = pa.table({"sample_id": ids, "caption": caption})
         print(f"generated {args.rows:,} captions ({pc.mean(pc.utf8_length(caption)).as_py():.0f} chars avg) in {seconds:.1f} s")
         per_fragment = max(1, -(-args.rows // args.fragments))
-        seconds, ds = timed(lambda: lance.write_dataset(table, uri, mode="overwrite", max_rows_per_file=per_fragment, max_rows_per_group=min(per_fragment, 1024)))
+        seconds, ds = timed(
+            lambda: lance.write_dataset(
+                table, uri, mode="overwrite", max_rows_per_file=per_fragment, max_rows_per_group=min(per_fragment, 1024)
+            )
+        )
         print(f"wrote {len(ds.get_fragments())} fragments in {seconds:.1f} s")
         fts_build, _ = timed(lambda: ds.create_scalar_index("caption", "INVERTED"))
         btree_build, _ = timed(lambda: ds.create_scalar_index("sample_id", "BTREE"))
@@ -189,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         first, last = percentiles(layouts[0][4]), percentiles(layouts[1][4])
         print(f"{'ratio fragmented/compacted':<66}{first[0] / last[0]:>9.2f}{first[1] / last[1]:>9.2f}")
         s50, s95 = percentiles(substring)
-        print(f"{'baseline: substring ILIKE scan, no index':<66}{s50:>9.1f}{s95:>9.1f}   ({len(base_qs)} queries, {args.fragments} fragments)")
+        print(
+            f"{'baseline: substring ILIKE scan, no index':<66}{s50:>9.1f}{s95:>9.1f}   ({len(base_qs)} queries, {args.fragments} fragments)"
+        )
         print()
         print(f"Lookup by sample_id ({args.lookups} random ids)")
         print(f"{'layout':<42}{'p50 ms':>9}{'p95 ms':>9}")
@@ -198,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "under" if p50 < 50 else "OVER"
             print(f"{name + ' (BTREE)':<42}{p50:>9.1f}{p95:>9.1f}   {verdict} the 50 ms target")
         u50, u95 = percentiles(unindexed_lookup)
-        print(f"{'baseline: full scan':<42}{u50:>9.1f}{u95:>9.1f}   ({len(unindexed_lookup)} lookups, {args.fragments} fragments, scalar index off)")
+        print(
+            f"{'baseline: full scan':<42}{u50:>9.1f}{u95:>9.1f}   ({len(unindexed_lookup)} lookups, {args.fragments} fragments, scalar index off)"
+        )
         print(f"\ntotal {time.perf_counter() - started:.0f} s")
     finally:
         if not args.dir:

@@ -65,12 +65,22 @@ SAMPLE_S = 0.2
 ASPECTS = ((1, 1), (4, 3), (3, 4), (16, 9), (2, 3))
 DUPLICATE_EVERY = 20  # one image in 20 is a re-encode of the one before it
 PAGE = os.sysconf("SC_PAGE_SIZE")
-_WORDS = ("a red boat on a calm lake", "a wooden table with fruit", "mountains under a pale sky",
-          "a street at dusk", "a close-up of a flower", "a dog in tall grass", "a bowl of soup",
-          "a bright window in a dark room", "a field of wheat", "waves breaking on rocks")
+_WORDS = (
+    "a red boat on a calm lake",
+    "a wooden table with fruit",
+    "mountains under a pale sky",
+    "a street at dusk",
+    "a close-up of a flower",
+    "a dog in tall grass",
+    "a bowl of soup",
+    "a bright window in a dark room",
+    "a field of wheat",
+    "waves breaking on rocks",
+)
 
 
 # --- the images ----------------------------------------------------------------------------------
+
 
 def photo_like(index: int, seed: int) -> Image.Image:
     """Smooth like a photo (blurred colour field, soft-edged shapes, sensor grain), so decode,
@@ -124,6 +134,7 @@ def link_first(source: Path, folder: Path, n: int) -> None:
 
 
 # --- memory of a process tree, from /proc ------------------------------------------------------
+
 
 def _children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
@@ -200,6 +211,7 @@ class TreePeaks:
 
 # --- one run ----------------------------------------------------------------------------------
 
+
 @dataclass
 class RunResult:
     images: int
@@ -230,10 +242,17 @@ def combine(results: list[RunResult]) -> RunResult:
 def _env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "DAGSTER_HOME", "RAY_ADDRESS"))}
     env.update(
-        PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-        RAY_USAGE_STATS_ENABLED="0", DAGSTER_DISABLE_TELEMETRY="1", PRX_DATA_ROOT=str(root),
-        PRX_CAPTIONER=json.dumps({"backend": "source"}), PRX_CLASSIFIER=json.dumps({"backend": "minilm"}),
-        DAGSTER_HOME=str(root / ".dagster"), XDG_STATE_HOME=str(root / "state"),
+        PYTHONPATH=str(REPO),
+        PYTHONWARNINGS="ignore",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        RAY_USAGE_STATS_ENABLED="0",
+        DAGSTER_DISABLE_TELEMETRY="1",
+        PRX_DATA_ROOT=str(root),
+        PRX_CAPTIONER=json.dumps({"backend": "source"}),
+        PRX_CLASSIFIER=json.dumps({"backend": "minilm"}),
+        DAGSTER_HOME=str(root / ".dagster"),
+        XDG_STATE_HOME=str(root / "state"),
     )
     return env
 
@@ -328,17 +347,27 @@ def run_sources_in_one_command(work: Path, n: int, k: int) -> list[str]:
     for name, images in plan:
         t = time.perf_counter()
         with (work / f"alone_{name}.log").open("w") as out:
-            code = subprocess.run([*cmd[:-1], str(base), "--source", name], env=_env(base), cwd=REPO, stdout=out,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            code = subprocess.run(
+                [*cmd[:-1], str(base), "--source", name],
+                env=_env(base),
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            ).returncode
         if code != 0:
-            raise SystemExit(f"prx-data run --source {name} failed ({code}); its output:\n{(work / f'alone_{name}.log').read_text()[-4000:]}")
+            raise SystemExit(
+                f"prx-data run --source {name} failed ({code}); its output:\n{(work / f'alone_{name}.log').read_text()[-4000:]}"
+            )
         if images in alone:
             alone[images].append(time.perf_counter() - t)
     a, b = statistics.median(alone[n]), statistics.median(alone[4 * n])
-    lines = [f"one command, {len(plan)} sources: {wall:.2f} s wall (warm-up source of {DUPLICATE_EVERY} images first, then "
-             f"{k} x {n} and {k} x {4 * n} alternating)",
-             f"{'per source run (median of ' + str(k) + ')':<38} {f't@{n} s':>10} {f't@{4 * n} s':>10} {'ratio':>6}  {'intercept s':>11}",
-             f"{'baseline: a command per source (wall)':<38} {a:>10.2f} {b:>10.2f} {b / a:>6.2f}  {intercept(a, b, 4):>11.2f}"]
+    lines = [
+        f"one command, {len(plan)} sources: {wall:.2f} s wall (warm-up source of {DUPLICATE_EVERY} images first, then "
+        f"{k} x {n} and {k} x {4 * n} alternating)",
+        f"{'per source run (median of ' + str(k) + ')':<38} {f't@{n} s':>10} {f't@{4 * n} s':>10} {'ratio':>6}  {'intercept s':>11}",
+        f"{'baseline: a command per source (wall)':<38} {a:>10.2f} {b:>10.2f} {b / a:>6.2f}  {intercept(a, b, 4):>11.2f}",
+    ]
     for key in per_size[n][0]:
         a = statistics.median(f[key] for f in per_size[n] if key in f)
         b = statistics.median(f[key] for f in per_size[4 * n] if key in f)
@@ -347,6 +376,7 @@ def run_sources_in_one_command(work: Path, n: int, k: int) -> list[str]:
 
 
 # --- the table --------------------------------------------------------------------------------
+
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
@@ -363,13 +393,17 @@ def _num(value: float | None) -> str:
 
 def _time_row(label: str, a: float, b: float, scale: float) -> str:
     ratio = b / a if a > 0 else float("inf")
-    return (f"{label:<38} {a:>10.2f} {b:>10.2f} {ratio:>6.2f}  <= {RATIO_GOAL:<4}  {verdict(ratio <= RATIO_GOAL):<7}  "
-            f"{intercept(a, b, scale):>8.2f}")
+    return (
+        f"{label:<38} {a:>10.2f} {b:>10.2f} {ratio:>6.2f}  <= {RATIO_GOAL:<4}  {verdict(ratio <= RATIO_GOAL):<7}  "
+        f"{intercept(a, b, scale):>8.2f}"
+    )
 
 
 def report(small: RunResult, large: RunResult) -> list[str]:
     scale = large.images / small.images
-    lines = [f"{'stage (Dagster step)':<38} {f't@{small.images} s':>10} {f't@{large.images} s':>10} {'ratio':>6}  {'goal':<7}  {'verdict':<7}  intercept s"]
+    lines = [
+        f"{'stage (Dagster step)':<38} {f't@{small.images} s':>10} {f't@{large.images} s':>10} {'ratio':>6}  {'goal':<7}  {'verdict':<7}  intercept s"
+    ]
     for stage in [*small.stages, *(s for s in large.stages if s not in small.stages)]:
         a, b = small.stages.get(stage), large.stages.get(stage)
         if a is None or b is None:  # a step that ran in one run only (nothing to compare)
@@ -379,17 +413,23 @@ def report(small: RunResult, large: RunResult) -> list[str]:
     outside_a, outside_b = small.wall_s - sum(small.stages.values()), large.wall_s - sum(large.stages.values())
     lines.append(_time_row("outside the steps (start, Ray, exit)", outside_a, outside_b, scale))
     lines.append(_time_row("whole command", small.wall_s, large.wall_s, scale))
-    for label, a, b in (("peak RSS driver (MB)", small.driver_rss, large.driver_rss),
-                        ("peak RSS largest Ray worker (MB)", small.worker_rss, large.worker_rss)):
+    for label, a, b in (
+        ("peak RSS driver (MB)", small.driver_rss, large.driver_rss),
+        ("peak RSS largest Ray worker (MB)", small.worker_rss, large.worker_rss),
+    ):
         if a <= 0 or b <= 0:
             lines.append(f"{label:<38} {a / 1e6:>10.1f} {b / 1e6:>10.1f}  no sample   MISS")
             continue
         lines.append(f"{label:<38} {a / 1e6:>10.1f} {b / 1e6:>10.1f} {b / a:>6.2f}  <= {RSS_GOAL:<4}  {verdict(b / a <= RSS_GOAL)}")
     per_image = (large.wall_s - small.wall_s) / (large.images - small.images)
-    marginal = (f"{per_image * 1000:.2f} ms/image ({1 / per_image:.1f} images/s)" if per_image > 0
-                else "n/a: the larger run was not slower (noise exceeds the work at this size)")
-    lines.append(f"fixed cost per run (intercept, whole command): {intercept(small.wall_s, large.wall_s, scale):.2f} s   "
-                 f"marginal: {marginal}")
+    marginal = (
+        f"{per_image * 1000:.2f} ms/image ({1 / per_image:.1f} images/s)"
+        if per_image > 0
+        else "n/a: the larger run was not slower (noise exceeds the work at this size)"
+    )
+    lines.append(
+        f"fixed cost per run (intercept, whole command): {intercept(small.wall_s, large.wall_s, scale):.2f} s   marginal: {marginal}"
+    )
     lines.append(f"Ray worker processes seen: {small.workers_seen} at {small.images}, {large.workers_seen} at {large.images}")
     # Every goal row starts with its 38-character label and carries its verdict as a word.
     misses = [line[:38].strip() for line in lines[1:] if "MISS" in line.split()]
@@ -429,14 +469,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=5000, help="the small size; the large one is 4x (default 5000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-warmup", action="store_true",
-                        help="skip the uncounted first run on a few images (without it the N run pays cold file caches)")
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="skip the uncounted first run on a few images (without it the N run pays cold file caches)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs per size, interleaved; times are medians (default 3)")
     parser.add_argument("--keep", action="store_true", help="keep the images, roots and logs (path printed)")
-    parser.add_argument("--one-command", type=int, default=0, metavar="K",
-                        help="instead: K sources of N and K of 4N in one command; the fixed cost per source run")
-    parser.add_argument("--against", metavar="OLD_TREE",
-                        help="instead: N images as a command of its own, alternately by OLD_TREE and this tree")
+    parser.add_argument(
+        "--one-command",
+        type=int,
+        default=0,
+        metavar="K",
+        help="instead: K sources of N and K of 4N in one command; the fixed cost per source run",
+    )
+    parser.add_argument(
+        "--against", metavar="OLD_TREE", help="instead: N images as a command of its own, alternately by OLD_TREE and this tree"
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -451,10 +498,12 @@ def main(argv: list[str] | None = None) -> int:
         build_images(work / "all", built, args.seed)
         link_first(work / "all", work / "small", args.n)
         size = sum(p.stat().st_size for p in (work / "all").glob("*.jpg"))
-        print(f"built {built} JPEGs ({size / 1e6:.1f} MB, {built // DUPLICATE_EVERY} planted near-duplicates) "
-              f"in {time.perf_counter() - started:.1f} s")
+        print(
+            f"built {built} JPEGs ({size / 1e6:.1f} MB, {built // DUPLICATE_EVERY} planted near-duplicates) "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
         if args.against:
-            print("\n".join(run_against(work, args.n, args.against, args.repeats)[args.repeats * 2:]))
+            print("\n".join(run_against(work, args.n, args.against, args.repeats)[args.repeats * 2 :]))
             return 0
         if args.one_command:
             print("\n".join(run_sources_in_one_command(work, args.n, args.one_command)))
@@ -469,8 +518,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, images in (("small", args.n), ("all", 4 * args.n)):
                 result = run_chain(work / name, work / f"root_{name}_{repeat}", images, work / f"{name}_{repeat}.log")
                 runs[name].append(result)
-                print(f"run {repeat + 1}/{args.repeats} on {images}: {result.wall_s:.2f} s  "
-                      f"load average: {tuple(round(x, 2) for x in os.getloadavg())}")
+                print(
+                    f"run {repeat + 1}/{args.repeats} on {images}: {result.wall_s:.2f} s  "
+                    f"load average: {tuple(round(x, 2) for x in os.getloadavg())}"
+                )
         print(f"\n{'medians' if args.repeats > 1 else 'one run'} of {args.repeats} per size; peak RSS: the highest of the runs")
         print("\n".join(report(combine(runs["small"]), combine(runs["all"]))))
     finally:

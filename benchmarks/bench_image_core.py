@@ -56,9 +56,7 @@ def baseline_export(path: Path) -> bytes:
     target = assign(*image.size)
     assert isinstance(target, Assignment)
     buffer = io.BytesIO()
-    image.resize((target.width, target.height), Image.Resampling.LANCZOS).save(
-        buffer, format="JPEG", quality=92
-    )
+    image.resize((target.width, target.height), Image.Resampling.LANCZOS).save(buffer, format="JPEG", quality=92)
     return buffer.getvalue()
 
 
@@ -79,9 +77,7 @@ def baseline_export_512(path: Path) -> bytes:
     target = assign(*image.size, LOW_RES)
     assert isinstance(target, Assignment)
     buffer = io.BytesIO()
-    image.resize((target.width, target.height), Image.Resampling.LANCZOS).save(
-        buffer, format="JPEG", quality=92
-    )
+    image.resize((target.width, target.height), Image.Resampling.LANCZOS).save(buffer, format="JPEG", quality=92)
     return buffer.getvalue()
 
 
@@ -116,9 +112,7 @@ def cpu_seconds(function: Callable[[Path], object], paths: list[Path]) -> float:
     return time.process_time() - start
 
 
-def measure(
-    groups: dict[str, Callable[[Path], object]], paths: list[Path], repeats: int
-) -> dict[str, float]:
+def measure(groups: dict[str, Callable[[Path], object]], paths: list[Path], repeats: int) -> dict[str, float]:
     """Median images/s per core for each function, interleaved so noise hits all alike."""
     for function in groups.values():  # warm-up: imports, caches, page cache
         function(paths[0])

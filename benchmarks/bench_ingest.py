@@ -40,7 +40,9 @@ def baseline(paths: list[Path], uri: str, blob: bool = True) -> float:
     def batches():
         for i in range(0, len(paths), 256):
             chunk = paths[i : i + 256]
-            yield pa.record_batch([pa.array([str(p) for p in chunk]), pa.array([p.read_bytes() for p in chunk], pa.large_binary())], schema=schema)
+            yield pa.record_batch(
+                [pa.array([str(p) for p in chunk]), pa.array([p.read_bytes() for p in chunk], pa.large_binary())], schema=schema
+            )
 
     lance.write_dataset(pa.RecordBatchReader.from_batches(schema, batches()), uri, mode="overwrite")
     return time.perf_counter() - start
@@ -121,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             os.link(p, big / f"{rep}-{p.name}")
     rss_1 = _child_peak_rss(folder, str(work / "m1.lance"))
     rss_3 = _child_peak_rss(big, str(work / "m3.lance"))
-    print(f"peak RSS: {rss_1 / 1024:.0f} MB for n={len(photos)}, {rss_3 / 1024:.0f} MB for n={3 * len(photos)} "
-          f"(+{(rss_3 - rss_1) / 1024:.0f} MB for +{2 * total_mb:.0f} MB of images)")
+    print(
+        f"peak RSS: {rss_1 / 1024:.0f} MB for n={len(photos)}, {rss_3 / 1024:.0f} MB for n={3 * len(photos)} "
+        f"(+{(rss_3 - rss_1) / 1024:.0f} MB for +{2 * total_mb:.0f} MB of images)"
+    )
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -48,7 +48,8 @@ def ingest(folder: Path, uri: str, workers: int, batch: int) -> float:
 def _child_peak_rss(folder: Path, uri: str, batch: int, workers: int) -> int:
     connect = "import ray,os;ray.init(address=os.environ['PRX_RAY_ADDRESS'],log_to_driver=False);" if workers > 1 else ""
     code = (
-        "import resource;from pathlib import Path;from benchmarks.bench_ingest_scaling import ingest;" + connect
+        "import resource;from pathlib import Path;from benchmarks.bench_ingest_scaling import ingest;"
+        + connect
         + f"ingest(Path({str(folder)!r}), {uri!r}, {workers}, {batch});print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent)
@@ -92,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             for workers in (1, 2):
                 times[workers].append(ingest(folder, str(work / f"w{workers}.lance"), workers, args.batch))
         t1, t2 = statistics.median(times[1]), statistics.median(times[2])
-        print(f"corpus: {args.n} JPEGs, {total_mb:.1f} MB, units of {args.batch} files ({-(-args.n // args.batch)} units), "
-              f"{os.cpu_count()} CPUs, medians of {args.repeats}")
+        print(
+            f"corpus: {args.n} JPEGs, {total_mb:.1f} MB, units of {args.batch} files ({-(-args.n // args.batch)} units), "
+            f"{os.cpu_count()} CPUs, medians of {args.repeats}"
+        )
         print(f"1 worker : {args.n / t1:7.1f} images/s  median {t1:.3f}s  runs {[round(t, 3) for t in times[1]]}")
         print(f"2 workers: {args.n / t2:7.1f} images/s  median {t2:.3f}s  runs {[round(t, 3) for t in times[2]]}")
         print(f"speed-up {t1 / t2:.2f}x, scaling efficiency {t1 / (2 * t2):.2f}")
@@ -103,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         for workers in (1, 2):
             rss_1 = _child_peak_rss(folder, str(work / "m1.lance"), args.batch, workers)
             rss_4 = _child_peak_rss(big, str(work / "m4.lance"), args.batch, workers)
-            print(f"driver peak RSS ({workers} worker(s)): {rss_1 / 1024:.0f} MB for n={args.n}, {rss_4 / 1024:.0f} MB for n={4 * args.n} "
-                  f"(ratio {rss_4 / rss_1:.2f}; +{(rss_4 - rss_1) / 1024:.0f} MB for +{3 * total_mb:.0f} MB of images)")
+            print(
+                f"driver peak RSS ({workers} worker(s)): {rss_1 / 1024:.0f} MB for n={args.n}, {rss_4 / 1024:.0f} MB for n={4 * args.n} "
+                f"(ratio {rss_4 / rss_1:.2f}; +{(rss_4 - rss_1) / 1024:.0f} MB for +{3 * total_mb:.0f} MB of images)"
+            )
     finally:
         head.stop()
         shutil.rmtree(work, ignore_errors=True)

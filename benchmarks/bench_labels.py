@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prx_data.models.labeling.minilm import MiniLMClassifier, cue_counts, decide  # noqa: E402
 from prx_data.core.schema import LABELS  # noqa: E402
+from prx_data.models.labeling.minilm import MiniLMClassifier, cue_counts, decide  # noqa: E402
 from prx_data_tests.labeling_eval import load  # noqa: E402
 
 
@@ -66,8 +66,7 @@ def print_metrics(title: str, m: dict) -> None:
     print("confusion (rows: hand label, columns: predicted): " + " ".join(f"{p:>6s}" for p in LABELS))
     for t in LABELS:
         print(f"  {t:6s} " + " ".join(f"{m['confusion'][t][p]:6d}" for p in LABELS))
-    print(f"visual captions skipped as text/nsfw: {m['visual_skipped']:.1%}  (target <= 2 %); "
-          f"targets met: {meets_targets(m)}")
+    print(f"visual captions skipped as text/nsfw: {m['visual_skipped']:.1%}  (target <= 2 %); targets met: {meets_targets(m)}")
 
 
 # One fresh process per engine: import, load, label a first chunk of captions (what a Ray worker
@@ -92,27 +91,42 @@ print(json.dumps({"engine": classifier.engine, "first_wall": first_wall, "first_
 
 
 def bench_engines(label_set: str, repeats: int) -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1",
-           "OPENBLAS_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
     print(f"load average: {os.getloadavg()}  (one thread per engine, as in a 1-CPU Ray task)")
     got: dict[str, dict[str, float]] = {}
     for engine in ("numpy", "torch"):
         runs = []
         for _ in range(repeats):
-            out = subprocess.run([sys.executable, "-c", _ENGINE_PROBE, engine, label_set], env=env, capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", _ENGINE_PROBE, engine, label_set], env=env, capture_output=True, text=True, check=True
+            )
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         assert all(r["engine"] == engine for r in runs), runs
         got[engine] = {k: statistics.median(r[k] for r in runs) for k in ("first_wall", "first_cpu", "cpu")}
         got[engine]["tokens"] = runs[0]["tokens"]
-        print(f"{engine:<6} cold start to the first 20 labels: {got[engine]['first_wall']:6.2f} s wall, {got[engine]['first_cpu']:6.2f} s CPU;"
-              f"  {runs[0]['captions']} captions warm: {got[engine]['cpu']:6.2f} s CPU")
+        print(
+            f"{engine:<6} cold start to the first 20 labels: {got[engine]['first_wall']:6.2f} s wall, {got[engine]['first_cpu']:6.2f} s CPU;"
+            f"  {runs[0]['captions']} captions warm: {got[engine]['cpu']:6.2f} s CPU"
+        )
     n, t = got["numpy"], got["torch"]
-    print(f"ratio numpy/torch: cold start wall {n['first_wall'] / t['first_wall']:.2f}, CPU {n['first_cpu'] / t['first_cpu']:.2f};"
-          f" warm CPU per token {n['cpu'] / t['cpu']:.2f}")
+    print(
+        f"ratio numpy/torch: cold start wall {n['first_wall'] / t['first_wall']:.2f}, CPU {n['first_cpu'] / t['first_cpu']:.2f};"
+        f" warm CPU per token {n['cpu'] / t['cpu']:.2f}"
+    )
     extra = (n["cpu"] - t["cpu"]) / n["tokens"] if n["tokens"] else 0.0
     if extra > 0:
-        print(f"break-even: torch's extra start ({t['first_cpu'] - n['first_cpu']:.2f} CPU s) buys back after "
-              f"{(t['first_cpu'] - n['first_cpu']) / extra:,.0f} tokens")
+        print(
+            f"break-even: torch's extra start ({t['first_cpu'] - n['first_cpu']:.2f} CPU s) buys back after "
+            f"{(t['first_cpu'] - n['first_cpu']) / extra:,.0f} tokens"
+        )
     else:
         print("numpy is as fast as torch per token: torch's start never pays back on the CPU")
 
@@ -144,10 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     sims = classifier.similarities(captions)
     baseline = [max(LABELS, key=s.get) for s in sims]
 
-    print(f"# caption labels, minilm, {args.set} set: {len(rows)} captions "
-          f"({', '.join(f'{label} {truth.count(label)}' for label in LABELS)})")
-    print(f"time per caption: {statistics.median(times) / len(rows) * 1e3:.1f} ms (median of {args.repeats}, "
-          f"batch {classifier.config.batch_size}, this machine's CPU threads)")
+    print(
+        f"# caption labels, minilm, {args.set} set: {len(rows)} captions ({', '.join(f'{label} {truth.count(label)}' for label in LABELS)})"
+    )
+    print(
+        f"time per caption: {statistics.median(times) / len(rows) * 1e3:.1f} ms (median of {args.repeats}, "
+        f"batch {classifier.config.batch_size}, this machine's CPU threads)"
+    )
     print_metrics("minilm (prototype margins + cues, abstaining to visual)", metrics(truth, predicted))
     print_metrics("baseline: argmax of prototype similarity", metrics(truth, baseline))
     if args.show_errors:

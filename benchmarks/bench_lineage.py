@@ -35,7 +35,11 @@ def time_lookups(paths, names, picks, kind: str) -> list[float]:
 
     out = []
     for row in picks:
-        query = {"sample_id": {"sample_id": row["sample_id"]}, "key": {"source_key": f"{row['source']}:{row['source_key']}"}, "url": {"url": row["source_url"]}}[kind]
+        query = {
+            "sample_id": {"sample_id": row["sample_id"]},
+            "key": {"source_key": f"{row['source']}:{row['source_key']}"},
+            "url": {"url": row["source_url"]},
+        }[kind]
         started = time.perf_counter()
         found = find(paths, names, **query)
         out.append(time.perf_counter() - started)
@@ -50,8 +54,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks.bench_optout import synthetic
-    from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
     from prx_data.core.paths import StoragePaths
+    from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
 
     root = Path(tempfile.mkdtemp(prefix="bench-lineage-"))
     started = time.perf_counter()
@@ -74,8 +78,10 @@ def main() -> None:
     for kind in ("sample_id", "key", "url"):
         times = time_lookups(paths, names, picks, kind)
         base = statistics.median(baseline[kind])
-        print(f"lookup by {kind:<9}: p50 {_pct(times, 50):7.1f} ms  p90 {_pct(times, 90):7.1f} ms (goal p50 < 50 ms) | "
-              f"baseline unindexed p50 {base * 1000:7.1f} ms | ratio {base / statistics.median(times):.1f}x")
+        print(
+            f"lookup by {kind:<9}: p50 {_pct(times, 50):7.1f} ms  p90 {_pct(times, 90):7.1f} ms (goal p50 < 50 ms) | "
+            f"baseline unindexed p50 {base * 1000:7.1f} ms | ratio {base / statistics.median(times):.1f}x"
+        )
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PRX_")}
     env.update(PRX_DATA_ROOT=str(root), PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
@@ -85,13 +91,20 @@ def main() -> None:
         for _ in range(3):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "prx_data.app.cli", "lineage", "--id", row["sample_id"], *extra], env=env, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "-m", "prx_data.app.cli", "lineage", "--id", row["sample_id"], *extra],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             walls.append(time.perf_counter() - started)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         # CPU time too: on a shared machine the wall time mostly measures the other processes.
-        print(f"{label}: wall median {statistics.median(walls):.2f}s, CPU median {statistics.median(cpus):.2f}s incl. start-up "
-              f"(goal < 2 s wall without --runs; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+        print(
+            f"{label}: wall median {statistics.median(walls):.2f}s, CPU median {statistics.median(cpus):.2f}s incl. start-up "
+            f"(goal < 2 s wall without --runs; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+        )
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import prx_data.app.cli"], env=env, check=True)
     print(f"  (bare interpreter + `import prx_data.app.cli`: {time.perf_counter() - started:.2f}s)")

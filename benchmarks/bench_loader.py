@@ -38,13 +38,23 @@ def build(root: str, samples: int, payload: int) -> pa.Table:
     blobs = [b"\xff\xd8\xff" + rng.integers(0, 256, payload, dtype=np.uint8).tobytes() for _ in range(64)]
     tables = []
     for s, source in enumerate(("src-a", "src-b")):
-        def gen():
+
+        def gen(s=s, source=source):
             for i in range(samples // 2):
                 tier, h, w = BUCKETS[(i * 7 + s) % len(BUCKETS)]
-                yield {"tier": tier, "height": h, "width": w, "image": blobs[i % 64], "caption": "a caption " * 10,
-                       "sample_id": f"{source}-{i:08d}", "source": source, "original_width": 1, "original_height": 1}
-        tables.append(write_partition(gen(), mds_root=root, source=source,
-                                      config=MdsWriterConfig(size_limit=2 << 20)).lineage)
+                yield {
+                    "tier": tier,
+                    "height": h,
+                    "width": w,
+                    "image": blobs[i % 64],
+                    "caption": "a caption " * 10,
+                    "sample_id": f"{source}-{i:08d}",
+                    "source": source,
+                    "original_width": 1,
+                    "original_height": 1,
+                }
+
+        tables.append(write_partition(gen(), mds_root=root, source=source, config=MdsWriterConfig(size_limit=2 << 20)).lineage)
     merge_all(root)
     return pa.concat_tables(tables)
 
@@ -94,8 +104,14 @@ def epoch_construction_at_scale(samples: int, shards: int) -> None:
             build_skiplists(skip, root)
             clean_stale_shared_memory()
             start = time.perf_counter()
-            ds = PrxStreamingDataset(streams=build_bucket_streams(root), batch_size=BATCH, shuffle=True,
-                                     batching_method="per_stream", num_canonical_nodes=1, shuffle_block_size=1 << 18)
+            ds = PrxStreamingDataset(
+                streams=build_bucket_streams(root),
+                batch_size=BATCH,
+                shuffle=True,
+                batching_method="per_stream",
+                num_canonical_nodes=1,
+                shuffle_block_size=1 << 18,
+            )
             built = time.perf_counter() - start
             world = ds._parallel_rank_world.detect_workers()
             times = []
@@ -103,8 +119,10 @@ def epoch_construction_at_scale(samples: int, shards: int) -> None:
                 start = time.perf_counter()
                 work = generate_work("per_stream", ds, world, epoch_index, 0)
                 times.append(time.perf_counter() - start)
-            print(f"  {label:<14} dataset construction {built:5.2f} s, epoch order {min(times):5.2f} s (best of 3), "
-                  f"{int((work >= 0).sum())} samples in the epoch")
+            print(
+                f"  {label:<14} dataset construction {built:5.2f} s, epoch order {min(times):5.2f} s (best of 3), "
+                f"{int((work >= 0).sum())} samples in the epoch"
+            )
             del ds
             gc.collect()
     finally:
@@ -135,7 +153,11 @@ def main() -> None:
         def prx():
             return PrxStreamingDataset(streams=build_bucket_streams(root), **common)
 
-        runs: dict[str, list[tuple[float, float, int, float]]] = {"plain StreamingDataset": [], "Prx, no skips": [], "Prx, 10 % skipped": []}
+        runs: dict[str, list[tuple[float, float, int, float]]] = {
+            "plain StreamingDataset": [],
+            "Prx, no skips": [],
+            "Prx, 10 % skipped": [],
+        }
         for _ in range(args.repeats):  # interleaved so machine drift hits all variants
             runs["plain StreamingDataset"].append(epoch(plain))
             build_skiplists(empty, root)
@@ -148,16 +170,22 @@ def main() -> None:
             best[label] = max(v[1] for v in values)
             median[label] = float(np.median([v[1] for v in values]))
             init = float(np.median([v[0] for v in values]))
-            print(f"{label:<24} best {best[label]:7.0f}  median {median[label]:7.0f} samples/s  "
-                  f"(runs {[round(v[1]) for v in values]}), {values[0][2]} samples/epoch, "
-                  f"construction {init * 1000:.0f} ms, CPU {min(v[3] for v in values):.1f} us/sample (best)")
+            print(
+                f"{label:<24} best {best[label]:7.0f}  median {median[label]:7.0f} samples/s  "
+                f"(runs {[round(v[1]) for v in values]}), {values[0][2]} samples/epoch, "
+                f"construction {init * 1000:.0f} ms, CPU {min(v[3] for v in values):.1f} us/sample (best)"
+            )
         cpu = {label: min(v[3] for v in values) for label, values in runs.items()}
-        print(f"[cpu] us/sample with 10 % skipped / without: {cpu['Prx, 10 % skipped'] / cpu['Prx, no skips']:.3f}; "
-              f"Prx no skips / plain: {cpu['Prx, no skips'] / cpu['plain StreamingDataset']:.3f}")
+        print(
+            f"[cpu] us/sample with 10 % skipped / without: {cpu['Prx, 10 % skipped'] / cpu['Prx, no skips']:.3f}; "
+            f"Prx no skips / plain: {cpu['Prx, no skips'] / cpu['plain StreamingDataset']:.3f}"
+        )
         for name, rates in (("best", best), ("median", median)):
             ratio = rates["Prx, 10 % skipped"] / rates["Prx, no skips"]
-            print(f"[{name}] samples/s with 10 % skipped / without: {ratio:.3f} (cost {1 - ratio:+.1%}; target < 5 %); "
-                  f"Prx no skips / plain: {rates['Prx, no skips'] / rates['plain StreamingDataset']:.3f}")
+            print(
+                f"[{name}] samples/s with 10 % skipped / without: {ratio:.3f} (cost {1 - ratio:+.1%}; target < 5 %); "
+                f"Prx no skips / plain: {rates['Prx, no skips'] / rates['plain StreamingDataset']:.3f}"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
         clean_stale_shared_memory()

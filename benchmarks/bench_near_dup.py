@@ -116,9 +116,9 @@ def speed_table(index_n: int, brute_n: int, radii: list[int], repeats: int) -> l
     small = big[:brute_n]
     rows = []
     for k in radii:
-        t_index_small = _median_time(lambda: cluster_ids(small, k), repeats)
-        t_brute_small = _median_time(lambda: brute_force_pairs(small, k), 1 if brute_n > 5000 else repeats)
-        t_index_big = _median_time(lambda: cluster_ids(big, k), 1)
+        t_index_small = _median_time(lambda k=k: cluster_ids(small, k), repeats)
+        t_brute_small = _median_time(lambda k=k: brute_force_pairs(small, k), 1 if brute_n > 5000 else repeats)
+        t_index_big = _median_time(lambda k=k: cluster_ids(big, k), 1)
         rows.append(
             {
                 "k": k,
@@ -150,19 +150,34 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# near-duplicate quality: {q['n']} photos, phash distance to the original")
     print("median distance: " + ", ".join(f"{k} {v:g}" for k, v in q["median_dist"].items()))
     print(f"closest distinct pair: {q['min_distinct']} bits; closest same-scene pair: {q['min_same_scene']} bits")
-    header = ["k", *[f"{p} recall" for p in POSITIVES], "flip FP", f"distinct FP pairs /{q['distinct_pairs']}", f"same-scene FP /{q['same_scene_pairs']}"]
+    header = [
+        "k",
+        *[f"{p} recall" for p in POSITIVES],
+        "flip FP",
+        f"distinct FP pairs /{q['distinct_pairs']}",
+        f"same-scene FP /{q['same_scene_pairs']}",
+    ]
     print(" | ".join(header))
     for row in q["rows"]:
-        cells = [str(row["k"]), *[f"{row[p]:.1%}" for p in POSITIVES], f"{row['flip_fp']:.1%}",
-                 str(row["distinct_fp_pairs"]), str(row["same_scene_fp_pairs"])]
+        cells = [
+            str(row["k"]),
+            *[f"{row[p]:.1%}" for p in POSITIVES],
+            f"{row['flip_fp']:.1%}",
+            str(row["distinct_fp_pairs"]),
+            str(row["same_scene_fp_pairs"]),
+        ]
         print(" | ".join(cells))
 
     radii = [int(r) for r in args.speed_radii.split(",") if r.strip()]
     print(f"\n# index speed: cluster_ids on {args.index_n:,} random hashes; brute force vs index on {args.brute_n:,}")
-    print("k | blocks | index s per 1M hashes | brute force s per 1M (extrapolated n^2) | index s (small) | brute force s (small) | speed-up (small)")
+    print(
+        "k | blocks | index s per 1M hashes | brute force s per 1M (extrapolated n^2) | index s (small) | brute force s (small) | speed-up (small)"
+    )
     for row in speed_table(args.index_n, args.brute_n, radii, args.repeats):
-        print(f"{row['k']} | {row['blocks']} | {row['index_s_per_M']:.2f} | {row['brute_s_per_M_extrapolated']:.0f} | {row['index_small_s']:.3f} | "
-              f"{row['brute_small_s']:.2f} | {row['speedup']:.0f}x")
+        print(
+            f"{row['k']} | {row['blocks']} | {row['index_s_per_M']:.2f} | {row['brute_s_per_M_extrapolated']:.0f} | {row['index_small_s']:.3f} | "
+            f"{row['brute_small_s']:.2f} | {row['speedup']:.0f}x"
+        )
     return 0
 
 

@@ -47,21 +47,23 @@ def _cli(root: Path, *args: str) -> float:
     """Wall seconds of one CLI call as a fresh process; its CPU seconds go to ``CPU``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "prx_data.app.cli", *args, "--root", str(root)], check=True, env=_env(root), stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "prx_data.app.cli", *args, "--root", str(root)], check=True, env=_env(root), stdout=subprocess.DEVNULL
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return time.perf_counter() - started
 
 
 def process_demo(root: Path) -> None:
+    from prx_data.core.paths import StoragePaths
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.demo.corpus import build_demo_corpus
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.core.paths import StoragePaths
     from prx_data.ingest.registry import load_registry
     from prx_data.stages.caption_stage import compute_captions
-    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.stages.export_stage import export_source
     from prx_data.stages.phash_stage import compute_phashes
 
@@ -75,7 +77,9 @@ def process_demo(root: Path) -> None:
         compute_captions(uri, {"backend": "source"}, executor="local")
         export_source(uri, name, mds_root=paths.mds_root, exports_uri=paths.exports_table(name), executor="local")
     merge_all(paths.mds_root)
-    _, skips = compute_skips(paths, {n: registry.get(n).spec.priority for n in registry.sources}, bucket_cfg=BucketConfig(), exclude_labels=())
+    _, skips = compute_skips(
+        paths, {n: registry.get(n).spec.priority for n in registry.sources}, bucket_cfg=BucketConfig(), exclude_labels=()
+    )
     write_skip_lists(paths.mds_root, skips, paths=paths)
 
 
@@ -113,10 +117,20 @@ def demo_part(root: Path | None, run_baseline: bool = False) -> None:
         print(f"  done in {time.perf_counter() - started:.1f}s")
     paths = StoragePaths(lance_root=str(root / "lance"), mds_root=str(root / "mds"))
     sources = sorted(load_registry(root / "sources").sources)
-    exported = [r for s in sources for r in lance.dataset(paths.exports_table(s)).to_table(columns=["sample_id", "source", "shard"], filter="shard IS NOT NULL").to_pylist()]
+    exported = [
+        r
+        for s in sources
+        for r in lance.dataset(paths.exports_table(s))
+        .to_table(columns=["sample_id", "source", "shard"], filter="shard IS NOT NULL")
+        .to_pylist()
+    ]
     before = yielded(paths.mds_root)
     target = next(r for r in exported if r["sample_id"] in before)
-    key = lance.dataset(paths.raw_table(target["source"])).to_table(columns=["source_key"], filter=f"sample_id = '{target['sample_id']}'")["source_key"][0].as_py()
+    key = (
+        lance.dataset(paths.raw_table(target["source"]))
+        .to_table(columns=["source_key"], filter=f"sample_id = '{target['sample_id']}'")["source_key"][0]
+        .as_py()
+    )
 
     times, cpu = [], []
     for i in range(3):
@@ -127,12 +141,14 @@ def demo_part(root: Path | None, run_baseline: bool = False) -> None:
         cpu.append(CPU[-1] + CPU[-2])
         after = yielded(paths.mds_root)
         assert target["sample_id"] not in after, "the request's sample is still yielded"
-        print(f"  run {i + 1}: optout add {t_add:.2f}s + optout apply {t_apply:.2f}s = {t_add + t_apply:.2f}s; excluded from the loader: yes")
+        print(
+            f"  run {i + 1}: optout add {t_add:.2f}s + optout apply {t_apply:.2f}s = {t_add + t_apply:.2f}s; excluded from the loader: yes"
+        )
     median = statistics.median(times)
 
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
-    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.stages.export_stage import export_source
 
     started = time.perf_counter()
@@ -142,10 +158,12 @@ def demo_part(root: Path | None, run_baseline: bool = False) -> None:
     _, skips = compute_skips(paths, {s: 0 for s in sources}, bucket_cfg=BucketConfig(), exclude_labels=())
     write_skip_lists(paths.mds_root, skips, paths=paths)
     baseline = time.perf_counter() - started
-    print(f"demo ({len(exported)} exported samples, {len(sources)} sources): filing -> excluded, median of 3 = {median:.2f}s wall, "
-          f"{statistics.median(cpu):.2f}s CPU, start-up included (goal < 30 s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores) | "
-          f"baseline, re-exporting every source in-process without start-up = {baseline:.2f}s | ratio {baseline / median:.1f}x "
-          f"(re-export grows with the corpus, apply does not)")
+    print(
+        f"demo ({len(exported)} exported samples, {len(sources)} sources): filing -> excluded, median of 3 = {median:.2f}s wall, "
+        f"{statistics.median(cpu):.2f}s CPU, start-up included (goal < 30 s; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores) | "
+        f"baseline, re-exporting every source in-process without start-up = {baseline:.2f}s | ratio {baseline / median:.1f}x "
+        f"(re-export grows with the corpus, apply does not)"
+    )
     if run_baseline:
         wall = _cli(root, "run")
         print(f"baseline `prx-data run` (the only way to apply before): {wall:.1f}s wall, {CPU[-1]:.1f}s CPU | ratio {wall / median:.1f}x")
@@ -162,24 +180,38 @@ def synthetic(root: Path, rows: int, sources: int = 4) -> tuple[list[str], pa.Ta
     rng = np.random.default_rng(0)
     names, per = [f"src{i}" for i in range(sources)], rows // sources
     corpus = []
-    for n, name in enumerate(names):
+    for name in names:
         keys = [f"item/{i:08d}.jpg" for i in range(per)]
         ids = [sample_id(name, k) for k in keys]
         urls = [f"https://h{i % 5000}.site{i % 97}.example/{name}/{i}.jpg" for i in range(per)]
         phash = rng.integers(-(2**63), 2**63 - 1, size=per, dtype=np.int64)
         phash[: per // 20] = phash[per // 20 : 2 * (per // 20)]  # 5 % copies
         sha = [hashlib.sha256(f"{name}{i}".encode()).hexdigest() for i in range(per)]
-        raw = pa.table({
-            "sample_id": ids, "source": [name] * per, "source_key": keys, "source_url": urls, "status": ["ok"] * per,
-            "image_sha256": sha, "phash": phash,
-        })
+        raw = pa.table(
+            {
+                "sample_id": ids,
+                "source": [name] * per,
+                "source_key": keys,
+                "source_url": urls,
+                "status": ["ok"] * per,
+                "image_sha256": sha,
+                "phash": phash,
+            }
+        )
         lance.write_dataset(raw, paths.raw_table(name), mode="overwrite")
-        exports = pa.table({
-            "sample_id": ids, "source": [name] * per, "tier": pa.array([1024] * per, pa.int32()), "bucket": ["1024x1024"] * per,
-            "shard": [f"1024/1024x1024/{name}/shard.{i // 10000:05d}.mds" for i in range(per)],
-            "index_in_shard": pa.array([i % 10000 for i in range(per)], pa.int64()), "phash": phash,
-            "drop_reason": pa.nulls(per, pa.string()), "export_version": ["synthetic"] * per,
-        })
+        exports = pa.table(
+            {
+                "sample_id": ids,
+                "source": [name] * per,
+                "tier": pa.array([1024] * per, pa.int32()),
+                "bucket": ["1024x1024"] * per,
+                "shard": [f"1024/1024x1024/{name}/shard.{i // 10000:05d}.mds" for i in range(per)],
+                "index_in_shard": pa.array([i % 10000 for i in range(per)], pa.int64()),
+                "phash": phash,
+                "drop_reason": pa.nulls(per, pa.string()),
+                "export_version": ["synthetic"] * per,
+            }
+        )
         lance.write_dataset(exports, paths.exports_table(name), mode="overwrite")
         corpus.append(raw)
     return names, pa.concat_tables(corpus)
@@ -226,9 +258,9 @@ def old_resolve_one(request, corpus_lists) -> int:
 
 
 def synthetic_part(rows: int, requests: int) -> None:
-    from prx_data.curation.optout.requests import apply_requests, load_requests
     from prx_data.core.paths import StoragePaths
     from prx_data.curation.exclusion import exported_samples, optout_samples
+    from prx_data.curation.optout.requests import apply_requests, load_requests
 
     root = Path(tempfile.mkdtemp(prefix="bench-optout-1m-"))
     started = time.perf_counter()
@@ -246,8 +278,10 @@ def synthetic_part(rows: int, requests: int) -> None:
         covered = optout_samples(paths, exports, names)
         skip_times.append(time.perf_counter() - started)
     audit = report.audit
-    print(f"  resolved {report.requests} requests: {report.matched.num_rows:,} matches, "
-          f"{sum(len(u) for u in audit['unmatched'].to_pylist()):,} unmatched names, {covered.num_rows:,} (sample, request) pairs at skip-list build")
+    print(
+        f"  resolved {report.requests} requests: {report.matched.num_rows:,} matches, "
+        f"{sum(len(u) for u in audit['unmatched'].to_pylist()):,} unmatched names, {covered.num_rows:,} (sample, request) pairs at skip-list build"
+    )
     resolve, skip = statistics.median(resolve_times), statistics.median(skip_times)
 
     loaded = load_requests(root / "optout")
@@ -258,9 +292,11 @@ def synthetic_part(rows: int, requests: int) -> None:
         old_resolve_one(r, lists)
     per_request = (time.perf_counter() - started) / len(sample)
     old_total = per_request * requests
-    print(f"1,000 requests x {rows:,} rows: resolution (optout_requests) median {resolve:.2f}s, re-applied at skip-list build "
-          f"median {skip:.2f}s | baseline per-request scans {per_request:.2f}s/request -> ~{old_total:.0f}s for {requests} "
-          f"(extrapolated from {len(sample)}) | ratio {old_total / resolve:.0f}x")
+    print(
+        f"1,000 requests x {rows:,} rows: resolution (optout_requests) median {resolve:.2f}s, re-applied at skip-list build "
+        f"median {skip:.2f}s | baseline per-request scans {per_request:.2f}s/request -> ~{old_total:.0f}s for {requests} "
+        f"(extrapolated from {len(sample)}) | ratio {old_total / resolve:.0f}x"
+    )
 
 
 def main() -> None:

@@ -39,11 +39,14 @@ def build_table(uri: str, n: int, rows_per_fragment: int) -> None:
     ids = [sample_id("bench", str(i)) for i in range(n)]
     sha = [f"{v:064x}" for v in rng.integers(0, np.iinfo(np.int64).max, n)]
     status = np.where(rng.random(n) < 0.01, "error", "ok")
-    table = pa.table({"sample_id": pa.array(ids, pa.string()), "status": pa.array(status, pa.string()), "image_sha256": pa.array(sha, pa.string())})
+    table = pa.table(
+        {"sample_id": pa.array(ids, pa.string()), "status": pa.array(status, pa.string()), "image_sha256": pa.array(sha, pa.string())}
+    )
     lance.write_dataset(table, uri, max_rows_per_file=rows_per_fragment)
 
 
-CHILD = r"""
+CHILD = (
+    r"""
 import inspect, json, sys, time
 import numpy as np, pyarrow as pa
 from prx_data.stages.column_stage import address_chunks, run_column_stage
@@ -56,7 +59,9 @@ def processor(ds, todo):
         yield pa.table({"sample_id": chunk.column("sample_id"), "phash": pa.array(np.arange(n, dtype=np.int64)),
                         "phash_degenerate": pa.array(np.zeros(n, dtype=bool)), "phash_version": pa.array([PHASH_VERSION] * n),
                         "phash_error": pa.nulls(n, pa.string())})
-""" + PRELUDE + r"""
+"""
+    + PRELUDE
+    + r"""
 start = time.perf_counter()
 # A tree whose stages work one sample-id range at a time is told the range (older ones hold all).
 ranged = "range_rows" in inspect.signature(run_column_stage).parameters and int(sys.argv[2]) > 0
@@ -64,6 +69,7 @@ stats = run_column_stage(uri, PHASH_STAGE, processor, **({"range_rows": int(sys.
 seconds = time.perf_counter() - start
 print(json.dumps({"processed": stats.processed, "above_mb": (peak_kb() - base) / 1024, "seconds": seconds}))
 """
+)
 
 
 def run_child(tree: str, uri: str, range_rows: int) -> dict:
@@ -102,16 +108,23 @@ def main() -> None:
                     "seconds": statistics.median(r["seconds"] for r in runs),
                     "processed": runs[0]["processed"],
                 }
-                print(f"{label:4s} {size:>9,} rows: peak RSS +{results[label, size]['above_mb']:7.1f} MB, "
-                      f"{results[label, size]['seconds']:6.2f} s ({results[label, size]['processed']:,} processed)", flush=True)
+                print(
+                    f"{label:4s} {size:>9,} rows: peak RSS +{results[label, size]['above_mb']:7.1f} MB, "
+                    f"{results[label, size]['seconds']:6.2f} s ({results[label, size]['processed']:,} processed)",
+                    flush=True,
+                )
         print()
         for size in tables:
             old, new = results["old", size], results["new", size]
-            print(f"{size:>9,} rows: memory new/old {new['above_mb'] / old['above_mb']:.2f}, time new/old {new['seconds'] / old['seconds']:.2f}, "
-                  f"bytes per row new {new['above_mb'] * 2**20 / size:.0f} old {old['above_mb'] * 2**20 / size:.0f}")
+            print(
+                f"{size:>9,} rows: memory new/old {new['above_mb'] / old['above_mb']:.2f}, time new/old {new['seconds'] / old['seconds']:.2f}, "
+                f"bytes per row new {new['above_mb'] * 2**20 / size:.0f} old {old['above_mb'] * 2**20 / size:.0f}"
+            )
         for label in ("old", "new"):
             small, large = results[label, args.n], results[label, 4 * args.n]
-            print(f"{label}: 4x rows -> memory x{large['above_mb'] / small['above_mb']:.2f}, time x{large['seconds'] / small['seconds']:.2f}")
+            print(
+                f"{label}: 4x rows -> memory x{large['above_mb'] / small['above_mb']:.2f}, time x{large['seconds'] / small['seconds']:.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ print(time.perf_counter() - t0)
 
 def one_run(address: str | None) -> float:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    out = subprocess.run([sys.executable, "-c", CHILD, *([address] if address else [])], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, *([address] if address else [])], env=env, capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 

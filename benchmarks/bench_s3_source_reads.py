@@ -66,7 +66,13 @@ def main() -> None:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
-    options = {"aws_endpoint": endpoint, "aws_access_key_id": "k", "aws_secret_access_key": "s", "aws_region": "us-east-1", "allow_http": "true"}
+    options = {
+        "aws_endpoint": endpoint,
+        "aws_access_key_id": "k",
+        "aws_secret_access_key": "s",
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+    }
     try:
         client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1")
         client.create_bucket(Bucket="bench")

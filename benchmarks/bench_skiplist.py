@@ -37,16 +37,28 @@ SOURCES = ("src-a", "src-b")
 def fake_tree(root: str, samples: int, shards: int) -> pa.Table:
     per_dir = shards // (len(BUCKETS) * len(SOURCES))
     per_shard = samples // shards
-    rows_shard, rows_index, rows_tier, rows_bucket, rows_source = [], [], [], [], []
+    rows_shard, rows_tier, rows_bucket, rows_source = [], [], [], []
     for tier, h, w in BUCKETS:
         for source in SOURCES:
             folder = os.path.join(root, str(tier), f"{h}x{w}", source)
             os.makedirs(folder)
             # Complete MDS shard entries, so StreamingDataset can load the index (bench_loader).
-            infos = [{"raw_data": {"basename": f"shard.{i:05d}.mds", "bytes": 1, "hashes": {}}, "samples": per_shard,
-                      "column_names": ["image"], "column_encodings": ["bytes"], "column_sizes": [None],
-                      "compression": None, "format": "mds", "hashes": [], "size_limit": 1 << 27, "version": 2,
-                      "zip_data": None} for i in range(per_dir)]
+            infos = [
+                {
+                    "raw_data": {"basename": f"shard.{i:05d}.mds", "bytes": 1, "hashes": {}},
+                    "samples": per_shard,
+                    "column_names": ["image"],
+                    "column_encodings": ["bytes"],
+                    "column_sizes": [None],
+                    "compression": None,
+                    "format": "mds",
+                    "hashes": [],
+                    "size_limit": 1 << 27,
+                    "version": 2,
+                    "zip_data": None,
+                }
+                for i in range(per_dir)
+            ]
             with open(os.path.join(folder, "index.json"), "w") as handle:
                 json.dump({"version": 2, "shards": infos}, handle)
             for i in range(per_dir):
@@ -59,17 +71,19 @@ def fake_tree(root: str, samples: int, shards: int) -> pa.Table:
     index = np.tile(np.arange(per_shard, dtype=np.int64), n_shards)
     rng = np.random.default_rng(0)
     n = len(shard)
-    return pa.table({
-        "sample_id": pa.array([f"{i:032x}" for i in rng.permutation(n)]),
-        "source": pa.array(np.repeat(np.array(rows_source, dtype=object), per_shard)),
-        "source_priority": pa.array(rng.integers(0, 3, n)),
-        "tier": pa.array(np.repeat(np.array(rows_tier), per_shard).astype(np.int32)),
-        "bucket": pa.array(np.repeat(np.array(rows_bucket, dtype=object), per_shard)),
-        # ~10 % duplicates: 1M draws from 10M/2 values per aspect-ratio key (5 keys x 2 tiers)
-        "phash": pa.array(rng.integers(0, samples * 5 // len(BUCKETS) * 2, n)),
-        "shard": pa.array(shard),
-        "index_in_shard": pa.array(index),
-    })
+    return pa.table(
+        {
+            "sample_id": pa.array([f"{i:032x}" for i in rng.permutation(n)]),
+            "source": pa.array(np.repeat(np.array(rows_source, dtype=object), per_shard)),
+            "source_priority": pa.array(rng.integers(0, 3, n)),
+            "tier": pa.array(np.repeat(np.array(rows_tier), per_shard).astype(np.int32)),
+            "bucket": pa.array(np.repeat(np.array(rows_bucket, dtype=object), per_shard)),
+            # ~10 % duplicates: 1M draws from 10M/2 values per aspect-ratio key (5 keys x 2 tiers)
+            "phash": pa.array(rng.integers(0, samples * 5 // len(BUCKETS) * 2, n)),
+            "shard": pa.array(shard),
+            "index_in_shard": pa.array(index),
+        }
+    )
 
 
 def measure(label: str, fn):
@@ -81,8 +95,10 @@ def measure(label: str, fn):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{label:<44} {seconds:6.2f} s   tracemalloc peak {peak / 2**20:6.0f} MiB   "
-          f"arrow pool peak {pool.max_memory() / 2**20:6.0f} MiB   max RSS {rss:6.0f} MiB")
+    print(
+        f"{label:<44} {seconds:6.2f} s   tracemalloc peak {peak / 2**20:6.0f} MiB   "
+        f"arrow pool peak {pool.max_memory() / 2**20:6.0f} MiB   max RSS {rss:6.0f} MiB"
+    )
     return result, seconds
 
 
@@ -109,12 +125,10 @@ def main() -> None:
         print(f"duplicates: {dups.num_rows} ({dups.num_rows / table.num_rows:.1%}), skip rows: {skips.num_rows}")
         start = time.perf_counter()
         report = build_skiplists(skips, root)
-        print(f"{'build_skiplists, untraced':<44} {time.perf_counter() - start:6.2f} s   "
-              f"({report.written} sidecars written)")
+        print(f"{'build_skiplists, untraced':<44} {time.perf_counter() - start:6.2f} s   ({report.written} sidecars written)")
         report, _ = measure("build_skiplists again (unchanged)", lambda: build_skiplists(skips, root))
         print(f"  rewritten {report.written}, unchanged {report.unchanged}; streams over 10 %: {report.rewrite_recommended}")
-        every = table.select(["sample_id", "shard", "index_in_shard"]).append_column(
-            "reason", pa.array(["optout:all"] * table.num_rows))
+        every = table.select(["sample_id", "shard", "index_in_shard"]).append_column("reason", pa.array(["optout:all"] * table.num_rows))
         measure("build_skiplists, worst case (1M skip rows)", lambda: build_skiplists(every, root))
         total = time.perf_counter()
         find_duplicates(table)

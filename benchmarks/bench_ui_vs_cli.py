@@ -51,8 +51,13 @@ def child_env(root: Path) -> dict[str, str]:
 def cli_run(root: Path, source: str) -> float:
     reset_tables(root)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root), "--source", source],
-                          env=child_env(root), cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "prx_data.app.cli", "run", "--root", str(root), "--source", source],
+        env=child_env(root),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"prx-data run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -86,8 +91,8 @@ def ui_runs(root: Path, source: str, repeats: int, log) -> list[float]:
     from dagster_graphql import DagsterGraphQLClient
 
     from prx_data.app.local_ray import free_port, shared_local_ray, stop_process_group
-    from prx_data.core.settings import get_settings
     from prx_data.app.ui import start_ui, wait_for_port
+    from prx_data.core.settings import get_settings
 
     saved = dict(os.environ)
     os.environ.clear()

@@ -73,8 +73,10 @@ def assumed_rates(text: TextDims, vision: VisionDims) -> Rates:
     for dtype, nbytes in (("bf16", 2), ("fp8", 1)):
         floor = text.linear_params_per_layer() * nbytes / ASSUMED["hbm"]
         r.text_layer_s[dtype] = {m: max(s, floor) for m, s in r.text_layer_s[dtype].items()}
-    r.lm_head_s = {m: max(linear_flops(text.vocab * text.hidden, m) / (ASSUMED["bf16"] * 1e12),
-                          text.vocab * text.hidden * 2 / ASSUMED["hbm"]) for m in DECODE_BATCHES}
+    r.lm_head_s = {
+        m: max(linear_flops(text.vocab * text.hidden, m) / (ASSUMED["bf16"] * 1e12), text.vocab * text.hidden * 2 / ASSUMED["hbm"])
+        for m in DECODE_BATCHES
+    }
     r.attn_vision_tflops, r.attn_text_tflops = ASSUMED["attn_vision"], ASSUMED["attn_text"]
     r.hbm_bytes_s, r.memory_bytes = ASSUMED["hbm"], ASSUMED["memory"]
     return r
@@ -127,9 +129,22 @@ def vision_shapes(v: VisionDims) -> list[tuple[int, int]]:
     return [(3 * v.hidden, v.hidden), (v.hidden, v.hidden), (v.intermediate, v.hidden), (v.hidden, v.intermediate)]
 
 
-def measure(torch, device: str, text: TextDims, vision: VisionDims, *, decode=DECODE_BATCHES, prefill=PREFILL_TOKENS,
-            patches=VISION_PATCHES, vision_seq: int = 4096, text_seq: int = 1124, copy_bytes: int = 4 << 30,
-            budget_s: float = 0.25, min_calls: int = 5, log=print) -> Rates:
+def measure(
+    torch,
+    device: str,
+    text: TextDims,
+    vision: VisionDims,
+    *,
+    decode=DECODE_BATCHES,
+    prefill=PREFILL_TOKENS,
+    patches=VISION_PATCHES,
+    vision_seq: int = 4096,
+    text_seq: int = 1124,
+    copy_bytes: int = 4 << 30,
+    budget_s: float = 0.25,
+    min_calls: int = 5,
+    log=print,
+) -> Rates:
     timer = _timer(torch, device, budget_s, min_calls)
     r = Rates()
     for dtype in ("bf16", "fp8"):
@@ -191,8 +206,14 @@ class Workload:
 
 def workloads(args) -> list[Workload]:
     cap = dict(prompt_tokens=args.caption_prompt_tokens, output_tokens=args.caption_tokens, prefill_step=16384, max_num_seqs=512)
-    lab = dict(vision=None, image_tokens=0, prompt_tokens=args.label_prompt_tokens, output_tokens=args.label_tokens,
-               prefill_step=32768, max_num_seqs=1024)
+    lab = dict(
+        vision=None,
+        image_tokens=0,
+        prompt_tokens=args.label_prompt_tokens,
+        output_tokens=args.label_tokens,
+        prefill_step=32768,
+        max_num_seqs=1024,
+    )
     return [
         Workload("captions fp8 (default)", "fp8", "fp8", args.image_tokens, kv_bytes=1, **cap),
         Workload("captions fp8, vision bf16", "fp8", "bf16", args.image_tokens, kv_bytes=1, **cap),
@@ -203,8 +224,16 @@ def workloads(args) -> list[Workload]:
     ]
 
 
-def project(w: Workload, r: Rates, text: TextDims, vision: VisionDims, *, efficiency: float,
-            gpu_memory_utilization: float = 0.92, activation_reserve: float = 10e9) -> dict[str, float]:
+def project(
+    w: Workload,
+    r: Rates,
+    text: TextDims,
+    vision: VisionDims,
+    *,
+    efficiency: float,
+    gpu_memory_utilization: float = 0.92,
+    activation_reserve: float = 10e9,
+) -> dict[str, float]:
     """Seconds of GPU per request, split by phase, and requests/s. Phases run back to back
     (vLLM interleaves them in one step, which overlaps nothing on one GPU)."""
     # Vision tower: layer GEMMs + full attention over the image's patches + the patch mergers.
@@ -214,8 +243,7 @@ def project(w: Workload, r: Rates, text: TextDims, vision: VisionDims, *, effici
         vision_s += vision.depth * r.layer_s(r.vision_layer_s, w.vision, p)
         vision_s += vision.depth * 4.0 * p**2 * vision.hidden / (r.attn_vision_tflops * 1e12)
         merger_flops = linear_flops(vision.merger_params(), w.image_tokens) * (1 + len(vision.deepstack))
-        vision_s += merger_flops / linear_flops(vision.linear_params_per_layer(), 1) * (
-            r.layer_s(r.vision_layer_s, w.vision, p) / p)
+        vision_s += merger_flops / linear_flops(vision.linear_params_per_layer(), 1) * (r.layer_s(r.vision_layer_s, w.vision, p) / p)
     # Prefill of the language model, in chunked-prefill steps of prefill_step tokens.
     tokens = w.image_tokens + w.prompt_tokens
     prefill_s = text.layers * r.layer_s(r.text_layer_s, w.weights, tokens)
@@ -231,35 +259,57 @@ def project(w: Workload, r: Rates, text: TextDims, vision: VisionDims, *, effici
     step_s += batch * context * text.kv_bytes_per_token(w.kv_bytes) / r.hbm_bytes_s
     decode_s = w.output_tokens * step_s / batch
     kernel_s = vision_s + prefill_s + decode_s
-    return {"vision_ms": vision_s * 1e3, "prefill_ms": prefill_s * 1e3, "decode_ms": decode_s * 1e3, "batch": batch,
-            "step_ms": step_s * 1e3, "per_s": efficiency / kernel_s}
+    return {
+        "vision_ms": vision_s * 1e3,
+        "prefill_ms": prefill_s * 1e3,
+        "decode_ms": decode_s * 1e3,
+        "batch": batch,
+        "step_ms": step_s * 1e3,
+        "per_s": efficiency / kernel_s,
+    }
 
 
 def print_projection(args, r: Rates, text: TextDims, vision: VisionDims) -> dict[str, dict[str, float]]:
     print(f"\nassumptions (rates: {r.source})")
-    print(f"  Qwen3-8B / Qwen3-VL-8B text: hidden {text.hidden}, intermediate {text.intermediate}, {text.layers} layers, "
-          f"{text.heads}q/{text.kv_heads}kv heads x {text.head_dim}, vocab {text.vocab}; "
-          f"{text.layers * text.linear_params_per_layer() / 1e9:.2f} B linear params")
-    print(f"  vision: depth {vision.depth}, hidden {vision.hidden}, intermediate {vision.intermediate}, {vision.heads} heads, "
-          f"patch {vision.patch}, merge {vision.merge}; {args.image_tokens} image tokens = "
-          f"{vision.patches(args.image_tokens)} patches, full attention within the image")
-    print(f"  captions: {args.image_tokens} image + {args.caption_prompt_tokens} prompt tokens prefilled "
-          f"(the ~250-token system prompt is prefix-cached), {args.caption_tokens} output tokens (ignore_eos)")
-    print(f"  labels: {args.label_prompt_tokens} prompt tokens (caption + template; the ~180-token system prompt "
-          f"prefix-cached), {args.label_tokens} output tokens")
-    print(f"  profile: max_num_seqs 512 / 1024, max_num_batched_tokens 16384 / 32768, gpu_memory_utilization 0.92, "
-          f"10 GB activations; lm_head bf16; FP8 per-tensor GEMMs stand in for vLLM's FP8 kernels")
-    print(f"  engine efficiency {args.engine_efficiency}: share of summed kernel time the engine reaches "
-          "(norms, RoPE, sampling, scheduling, CPU gaps are not counted above) - a guess until measured")
-    print(f"  memory {r.memory_bytes / 1e9:.0f} GB, HBM {r.hbm_bytes_s / 1e12:.2f} TB/s, SDPA vision "
-          f"{r.attn_vision_tflops:.0f} / text {r.attn_text_tflops:.0f} TFLOPS")
+    print(
+        f"  Qwen3-8B / Qwen3-VL-8B text: hidden {text.hidden}, intermediate {text.intermediate}, {text.layers} layers, "
+        f"{text.heads}q/{text.kv_heads}kv heads x {text.head_dim}, vocab {text.vocab}; "
+        f"{text.layers * text.linear_params_per_layer() / 1e9:.2f} B linear params"
+    )
+    print(
+        f"  vision: depth {vision.depth}, hidden {vision.hidden}, intermediate {vision.intermediate}, {vision.heads} heads, "
+        f"patch {vision.patch}, merge {vision.merge}; {args.image_tokens} image tokens = "
+        f"{vision.patches(args.image_tokens)} patches, full attention within the image"
+    )
+    print(
+        f"  captions: {args.image_tokens} image + {args.caption_prompt_tokens} prompt tokens prefilled "
+        f"(the ~250-token system prompt is prefix-cached), {args.caption_tokens} output tokens (ignore_eos)"
+    )
+    print(
+        f"  labels: {args.label_prompt_tokens} prompt tokens (caption + template; the ~180-token system prompt "
+        f"prefix-cached), {args.label_tokens} output tokens"
+    )
+    print(
+        "  profile: max_num_seqs 512 / 1024, max_num_batched_tokens 16384 / 32768, gpu_memory_utilization 0.92, "
+        "10 GB activations; lm_head bf16; FP8 per-tensor GEMMs stand in for vLLM's FP8 kernels"
+    )
+    print(
+        f"  engine efficiency {args.engine_efficiency}: share of summed kernel time the engine reaches "
+        "(norms, RoPE, sampling, scheduling, CPU gaps are not counted above) - a guess until measured"
+    )
+    print(
+        f"  memory {r.memory_bytes / 1e9:.0f} GB, HBM {r.hbm_bytes_s / 1e12:.2f} TB/s, SDPA vision "
+        f"{r.attn_vision_tflops:.0f} / text {r.attn_text_tflops:.0f} TFLOPS"
+    )
     print(f"\n{'workload':30s} {'vision':>8s} {'prefill':>8s} {'decode':>8s}  {'batch':>5s} {'step':>7s}  {'rate':>9s}")
     out = {}
     for w in workloads(args):
         p = project(w, r, text, vision, efficiency=args.engine_efficiency)
         unit = "labels/s" if w.vision is None else "caps/s"
-        print(f"{w.name:30s} {p['vision_ms']:6.2f}ms {p['prefill_ms']:6.2f}ms {p['decode_ms']:6.2f}ms  "
-              f"{p['batch']:5d} {p['step_ms']:5.1f}ms  {p['per_s']:7.1f} {unit}")
+        print(
+            f"{w.name:30s} {p['vision_ms']:6.2f}ms {p['prefill_ms']:6.2f}ms {p['decode_ms']:6.2f}ms  "
+            f"{p['batch']:5d} {p['step_ms']:5.1f}ms  {p['per_s']:7.1f} {unit}"
+        )
         out[w.name] = p
     print("targets per H200: captions >= 30/s, labels >= 300/s (per-request ms are GPU time per request at full batch)")
     return out
@@ -295,16 +345,30 @@ def main(argv=None) -> int:
         # Toy sizes, CPU: exercises every measurement and the projection; the figures mean nothing.
         text, vision = text_dims("tiny", vl=True), vision_dims("tiny")
         print("cpu smoke: toy shapes on CPU; the rates below say nothing about a GPU")
-        r = measure(torch, "cpu", text, vision, decode=(16,), prefill=(32,), patches=(64,), vision_seq=64,
-                    text_seq=64, copy_bytes=8 << 20, budget_s=0.0, min_calls=1)
+        r = measure(
+            torch,
+            "cpu",
+            text,
+            vision,
+            decode=(16,),
+            prefill=(32,),
+            patches=(64,),
+            vision_seq=64,
+            text_seq=64,
+            copy_bytes=8 << 20,
+            budget_s=0.0,
+            min_calls=1,
+        )
         r.source = "measured on CPU at toy sizes (smoke only)"
         args.image_tokens = 16
         print_projection(args, r, text, vision)
         print(f"cpu smoke done in {time.perf_counter() - started:.1f}s")
         return 0
     if not torch.cuda.is_available():
-        print(f"no GPU: torch {torch.__version__} sees no CUDA device; nothing measured. "
-              "Run on a GPU node, or --cpu-smoke (code paths) / --assumed (projection from assumed rates).")
+        print(
+            f"no GPU: torch {torch.__version__} sees no CUDA device; nothing measured. "
+            "Run on a GPU node, or --cpu-smoke (code paths) / --assumed (projection from assumed rates)."
+        )
         return 0
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name}, {props.total_memory / 2**30:.0f} GiB, torch {torch.__version__}, CUDA {torch.version.cuda}")

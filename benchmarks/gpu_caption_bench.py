@@ -22,18 +22,17 @@ import sys
 import time
 from collections import Counter
 
-sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+from pathlib import Path
+
 from gpu_profile_args import add_profile_args, overrides, print_profile  # noqa: E402
 from weightless import add_weightless_args  # noqa: E402
-from pathlib import Path
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="local checkpoint dir or object-storage URI (not with --weightless)")
     p.add_argument("--model-id", default="Qwen/Qwen3-VL-8B-Instruct")
     p.add_argument("--images", help="folder of images (searched recursively)")
@@ -142,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     errors = Counter(r["caption_error"].split(":", 1)[0] for r in results if r["caption_error"])
     print(f"model {args.model_id} | {replicas} replica(s) | {n} images")
     print(f"end to end   : {n / total:8.2f} images/s ({total:.1f} s, engine start included)")
-    print(f"steady state : {steady:8.2f} images/s per {replicas} GPU(s) "
-          f"= {steady / replicas:.2f} images/s/GPU (PRX ~20 on an H200; target >= 30)")
+    print(
+        f"steady state : {steady:8.2f} images/s per {replicas} GPU(s) "
+        f"= {steady / replicas:.2f} images/s/GPU (PRX ~20 on an H200; target >= 30)"
+    )
     median = statistics.median(words) if words else "n/a"
     print(f"captions ok  : {len(captions)}/{n}; median words {median}")
     print(f"errors       : {dict(errors) or 'none'}")

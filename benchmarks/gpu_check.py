@@ -34,10 +34,25 @@ def write_table(uri: str, n: int) -> list[str]:
 
     schema = raw_schema()
     images = [jpeg(96 + 8 * (i % 16), 64 + 8 * (i % 8), seed=i) for i in range(n - 1)] + [b"not an image"]
-    rows = [{"sample_id": f"s{i:05d}", "source": "check", "source_key": f"k{i}", "image": data, "image_format": "JPEG",
-             "image_sha256": f"{i:064x}", "width": 64, "height": 64, "source_caption": None, "source_url": None,
-             "license": "cc0", "status": "ok", "error": None, "ingested_at": pa.scalar(0, pa.timestamp("us", tz="UTC")).as_py()}
-            for i, data in enumerate(images)]
+    rows = [
+        {
+            "sample_id": f"s{i:05d}",
+            "source": "check",
+            "source_key": f"k{i}",
+            "image": data,
+            "image_format": "JPEG",
+            "image_sha256": f"{i:064x}",
+            "width": 64,
+            "height": 64,
+            "source_caption": None,
+            "source_url": None,
+            "license": "cc0",
+            "status": "ok",
+            "error": None,
+            "ingested_at": pa.scalar(0, pa.timestamp("us", tz="UTC")).as_py(),
+        }
+        for i, data in enumerate(images)
+    ]
     import lance
 
     lance.write_dataset(pa.Table.from_pylist(rows, schema=schema), uri, schema=schema)
@@ -49,16 +64,30 @@ def configs(models: Path, device: str) -> tuple[dict, dict]:
     GPU-only settings and with fractions of a CPU per Ray stage actor."""
     common: dict = {"device": device}
     if device == "cpu":
-        common.update(quantization=None, kv_cache_dtype="auto", max_num_seqs=8, max_num_batched_tokens=2048,
-                      max_model_len=2048, batch_size=4, max_concurrent_batches=2, cpu_stage_concurrency=1,
-                      cpu_stage_num_cpus=0.25, extra_engine_kwargs={"enforce_eager": True})
+        common.update(
+            quantization=None,
+            kv_cache_dtype="auto",
+            max_num_seqs=8,
+            max_num_batched_tokens=2048,
+            max_model_len=2048,
+            batch_size=4,
+            max_concurrent_batches=2,
+            cpu_stage_concurrency=1,
+            cpu_stage_num_cpus=0.25,
+            extra_engine_kwargs={"enforce_eager": True},
+        )
     else:
         # The tiny checkpoints hold 8192 positions; the profile's token budgets stay as they are.
         common.update(max_model_len=4096)
-    caption = {"backend": "vllm", "model_source": str(models / "qwen3-vl"), "model_id": "tiny-qwen3-vl",
-               "image": {"min_pixels": 32 * 32, "max_pixels": 128 * 128},
-               "sampling": {"max_tokens": 12, "stop": [" "], "seed": 0},
-               "guards": {"min_words": 0, "max_words": 10_000, "require_final_punctuation": False}, **common}
+    caption = {
+        "backend": "vllm",
+        "model_source": str(models / "qwen3-vl"),
+        "model_id": "tiny-qwen3-vl",
+        "image": {"min_pixels": 32 * 32, "max_pixels": 128 * 128},
+        "sampling": {"max_tokens": 12, "stop": [" "], "seed": 0},
+        "guards": {"min_words": 0, "max_words": 10_000, "require_final_punctuation": False},
+        **common,
+    }
     label = {"backend": "vllm", "model_source": str(models / "qwen3"), "model_id": "tiny-qwen3", **common}
     if device == "gpu":
         label["max_model_len"] = 2048
@@ -76,11 +105,11 @@ def main(argv=None) -> int:
     import lance
     import ray
 
+    from prx_data.core.schema import LABELS
     from prx_data.models.captioning.factory import parse_captioner_config
     from prx_data.models.captioning.vllm_engine import engine_kwargs
     from prx_data.models.captioning.vllm_ray import caption_engine_kwargs
     from prx_data.models.labeling.factory import parse_classifier_config
-    from prx_data.core.schema import LABELS
     from prx_data.stages.caption_stage import compute_captions
     from prx_data.stages.label_stage import compute_labels
 
@@ -88,8 +117,10 @@ def main(argv=None) -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="gpu-check-"))
     uri = str(work / "check.lance")
     ids = write_table(uri, n)
-    cap_cfg, lab_cfg = (parse_captioner_config(configs(Path(args.models), args.device)[0]),
-                        parse_classifier_config(configs(Path(args.models), args.device)[1]))
+    cap_cfg, lab_cfg = (
+        parse_captioner_config(configs(Path(args.models), args.device)[0]),
+        parse_classifier_config(configs(Path(args.models), args.device)[1]),
+    )
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     print(f"device {args.device} | {n} rows | ray resources {ray.cluster_resources()}")
     print("caption engine:", json.dumps(caption_engine_kwargs(cap_cfg), sort_keys=True))
@@ -101,8 +132,12 @@ def main(argv=None) -> int:
     lab = compute_labels(uri, lab_cfg)
     t2 = time.perf_counter()
 
-    rows = {r["sample_id"]: r for r in lance.dataset(uri).to_table(
-        columns=["sample_id", "caption", "caption_model", "caption_error", "label", "label_error"]).to_pylist()}
+    rows = {
+        r["sample_id"]: r
+        for r in lance.dataset(uri)
+        .to_table(columns=["sample_id", "caption", "caption_model", "caption_error", "label", "label_error"])
+        .to_pylist()
+    }
     failures = []
     if set(rows) != set(ids) or any(r["caption_model"] != "tiny-qwen3-vl" for r in rows.values()):
         failures.append("not every row has a caption result")

@@ -107,8 +107,11 @@ def caption_with(args: argparse.Namespace, rows: list[dict], profile: dict) -> d
 
     replicas = args.replicas or max(1, torch.cuda.device_count())
     cfg = VLLMCaptionerConfig(
-        model_source=args.model, model_id=args.model_id, replicas=replicas,
-        image=ImageBudget(max_pixels=args.max_pixels), **{**GREEDY, **profile},
+        model_source=args.model,
+        model_id=args.model_id,
+        replicas=replicas,
+        image=ImageBudget(max_pixels=args.max_pixels),
+        **{**GREEDY, **profile},
     )
     ds = ray.data.from_items(rows, override_num_blocks=max(4 * replicas, len(rows) // 64 or 1))
     return {r["sample_id"]: r["caption"] for r in caption_dataset_vllm(ds, cfg).iter_rows() if r["caption"]}
@@ -125,8 +128,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reference-set", action="append", default=[], metavar="KEY=JSON")
     p.add_argument("--candidate-set", action="append", default=[], metavar="KEY=JSON")
     p.add_argument("--save", help="folder to write reference.json and candidate.json into")
-    p.add_argument("--from-json", nargs=2, metavar=("REFERENCE", "CANDIDATE"),
-                   help="compare two saved caption files instead of captioning")
+    p.add_argument("--from-json", nargs=2, metavar=("REFERENCE", "CANDIDATE"), help="compare two saved caption files instead of captioning")
     args = p.parse_args(argv)
     if not args.from_json and not (args.model and args.images):
         p.error("--model and --images are required (or --from-json)")

@@ -74,8 +74,10 @@ def main(argv=None) -> int:
     by_id = {r["sample_id"]: r["label"] for r in separate}
     pairs = [(r["label"], by_id.get(r["sample_id"])) for r in ok]
     agree = sum(a == b for a, b in pairs)
-    per_label = {lab: f"{sum(a == b for a, b in pairs if b == lab)}/{sum(1 for _, b in pairs if b == lab)}"
-                 for lab in sorted({b for _, b in pairs if b})}
+    per_label = {
+        lab: f"{sum(a == b for a, b in pairs if b == lab)}/{sum(1 for _, b in pairs if b == lab)}"
+        for lab in sorted({b for _, b in pairs if b})
+    }
     print(f"{len(images)} images, {replicas} replica(s)")
     print(f"captions alone : {alone_rate:8.2f} images/s/{replicas} GPU(s) ({sum(1 for r in alone if r['caption'])} ok)")
     print(f"fused          : {fused_rate:8.2f} images/s ({len(ok)} ok); cost ratio alone/fused = {alone_rate / fused_rate:.3f}")

@@ -20,23 +20,40 @@ import sys
 import time
 from collections import Counter
 
-sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parent))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from gpu_profile_args import add_profile_args, overrides, print_profile  # noqa: E402
 from weightless import add_weightless_args  # noqa: E402
 
-SUBJECTS = ["a golden retriever", "a red bicycle", "an old stone bridge", "a bowl of ramen",
-            "a screenshot of a settings page", "a printed invoice", "a presentation slide",
-            "a woman in a blue coat", "a mountain lake", "a city street at night"]
-DETAILS = ["in the centre of the frame", "on the left side", "in the background",
-           "under soft diffuse light", "with warm orange tones", "on a wooden table",
-           "next to a white wall", "seen from a low angle", "with a shallow depth of field",
-           "covered in small printed text", "with a grey concrete floor", "in bright sunlight"]
+SUBJECTS = [
+    "a golden retriever",
+    "a red bicycle",
+    "an old stone bridge",
+    "a bowl of ramen",
+    "a screenshot of a settings page",
+    "a printed invoice",
+    "a presentation slide",
+    "a woman in a blue coat",
+    "a mountain lake",
+    "a city street at night",
+]
+DETAILS = [
+    "in the centre of the frame",
+    "on the left side",
+    "in the background",
+    "under soft diffuse light",
+    "with warm orange tones",
+    "on a wooden table",
+    "next to a white wall",
+    "seen from a low angle",
+    "with a shallow depth of field",
+    "covered in small printed text",
+    "with a grey concrete floor",
+    "in bright sunlight",
+]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="local checkpoint dir or object-storage URI (not with --weightless)")
     p.add_argument("--model-id", default="Qwen/Qwen3-8B")
     p.add_argument("--captions", help=".jsonl or .parquet with a caption column")
@@ -52,8 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def synthetic_caption(rng: random.Random) -> str:
     sentences = []
     while sum(len(s.split()) for s in sentences) < 150:
-        sentences.append(f"The image shows {rng.choice(SUBJECTS)} {rng.choice(DETAILS)}, "
-                         f"{rng.choice(DETAILS)} and {rng.choice(DETAILS)}.")
+        sentences.append(f"The image shows {rng.choice(SUBJECTS)} {rng.choice(DETAILS)}, {rng.choice(DETAILS)} and {rng.choice(DETAILS)}.")
     return " ".join(sentences)
 
 
@@ -86,6 +102,7 @@ def steady_rate(stamps: list[float]) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from prx_data.models.captioning.gpu_env import gpu_environment_problems
+
     if args.weightless:
         # The published config, dummy weights, forced output length (benchmarks/weightless.py).
         import weightless
@@ -136,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = Counter(r["label"] or (r["label_error"] or "").split(":", 1)[0] for r in results)
     print(f"model {args.model_id} | {replicas} replica(s) | {n} captions")
     print(f"end to end   : {n / total:8.2f} captions/s ({total:.1f} s, engine start included)")
-    print(f"steady state : {steady:8.2f} captions/s = {steady / replicas:.2f} captions/s/GPU "
-          "(PRX ~200 per GPU; target >= 300)")
+    print(f"steady state : {steady:8.2f} captions/s = {steady / replicas:.2f} captions/s/GPU (PRX ~200 per GPU; target >= 300)")
     print(f"labels       : {dict(labels)}")
     return 0
 

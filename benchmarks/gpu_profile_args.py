@@ -8,8 +8,13 @@ import json
 def add_profile_args(p) -> None:
     p.add_argument("--replicas", type=int, default=None, help="default: number of GPUs")
     p.add_argument("--worker-env", choices=["none", "python", "image", "pip"], default="none")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
-                   help="override a profile setting, e.g. --set max_num_seqs=256 --set quantization=null")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="override a profile setting, e.g. --set max_num_seqs=256 --set quantization=null",
+    )
 
 
 def overrides(args) -> dict:

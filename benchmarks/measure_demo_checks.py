@@ -37,11 +37,19 @@ print(json.dumps({"evaluations": evaluations, "latest_per_check": Counter(latest
 def measure(tree: Path, tmp: Path) -> dict:
     root = tmp / "demo"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRX_", "RAY_AUTH", "DAGSTER_HOME"))}
-    env.update(PYTHONPATH=str(tree), PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               RAY_USAGE_STATS_ENABLED="0", DAGSTER_DISABLE_TELEMETRY="1", XDG_STATE_HOME=str(tmp / "state"))
+    env.update(
+        PYTHONPATH=str(tree),
+        PYTHONWARNINGS="ignore",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        RAY_USAGE_STATS_ENABLED="0",
+        DAGSTER_DISABLE_TELEMETRY="1",
+        XDG_STATE_HOME=str(tmp / "state"),
+    )
     start = time.perf_counter()
-    demo = subprocess.run([sys.executable, "-m", "prx_data.app.cli", "demo", "--root", str(root), "--fresh"], cwd=tmp, env=env,
-                          capture_output=True, text=True)
+    demo = subprocess.run(
+        [sys.executable, "-m", "prx_data.app.cli", "demo", "--root", str(root), "--fresh"], cwd=tmp, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - start
     env["DAGSTER_HOME"] = str(root / ".dagster")
     counted = subprocess.run([sys.executable, "-c", COUNT], cwd=tmp, env=env, capture_output=True, text=True, check=True)

@@ -40,5 +40,7 @@ def run_in_tree(tree: str, code: str, *args: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree), MALLOC_ARENA_MAX="2")
     # In the tree: ``python -c`` puts the working folder first on sys.path, ahead of PYTHONPATH,
     # so run from another checkout both "trees" imported that checkout's code.
-    out = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=os.path.abspath(tree), check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, cwd=os.path.abspath(tree), check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])

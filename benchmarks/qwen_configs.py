@@ -109,12 +109,19 @@ class VisionDims:
 def text_dims(scale: Scale, *, vl: bool) -> TextDims:
     if scale == "real":
         return TextDims(max_positions=262144, rope_theta=5_000_000.0) if vl else TextDims()
-    return TextDims(hidden=256, intermediate=512, layers=2, heads=4, kv_heads=1, head_dim=64, max_positions=8192,
-                    rope_theta=5_000_000.0 if vl else 1_000_000.0)
+    return TextDims(
+        hidden=256,
+        intermediate=512,
+        layers=2,
+        heads=4,
+        kv_heads=1,
+        head_dim=64,
+        max_positions=8192,
+        rope_theta=5_000_000.0 if vl else 1_000_000.0,
+    )
 
 
 def vision_dims(scale: Scale) -> VisionDims:
     if scale == "real":
         return VisionDims()
-    return VisionDims(depth=3, hidden=128, intermediate=256, heads=2, out_hidden=256, deepstack=(0, 1),
-                      position_embeddings=256)
+    return VisionDims(depth=3, hidden=128, intermediate=256, heads=2, out_hidden=256, deepstack=(0, 1), position_embeddings=256)

@@ -28,14 +28,14 @@ QWEN_CHARS_PER_TOKEN = 4.4
 
 
 def add_weightless_args(p) -> None:
-    p.add_argument("--weightless", action="store_true",
-                   help="no checkpoint: the published config with dummy weights (load_format dummy)")
+    p.add_argument("--weightless", action="store_true", help="no checkpoint: the published config with dummy weights (load_format dummy)")
     p.add_argument("--scale", choices=["real", "tiny"], default="real", help="tiny: toy widths for vLLM's CPU build")
     p.add_argument("--worker-python", help="the vLLM environment's python for the Ray workers (worker_env python)")
     p.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     p.add_argument("--caption-tokens", type=int, default=CAPTION_TOKENS, help="forced caption length (ignore_eos)")
-    p.add_argument("--models-dir", type=Path,
-                   help="keep the built model folder here and reuse it on the next run (default: a fresh temp dir)")
+    p.add_argument(
+        "--models-dir", type=Path, help="keep the built model folder here and reuse it on the next run (default: a fresh temp dir)"
+    )
 
 
 def build_models(args) -> Path:
@@ -50,8 +50,9 @@ def build_models(args) -> Path:
         out = Path(tempfile.mkdtemp(prefix="prx-weightless-"))
     python = args.worker_python or sys.executable
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    subprocess.run([python, str(HERE / "weightless_model.py"), str(out), "--scale", args.scale], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [python, str(HERE / "weightless_model.py"), str(out), "--scale", args.scale], check=True, env=env, stdout=subprocess.DEVNULL
+    )
     (out / ".complete").touch()
     return out
 
@@ -61,9 +62,19 @@ def engine_overrides(args) -> dict[str, Any]:
     settings (as in test_vllm_cpu_engine.py)."""
     over: dict[str, Any] = {"extra_engine_kwargs": {"load_format": "dummy"}}
     if args.device == "cpu":
-        over.update(device="cpu", quantization=None, kv_cache_dtype="auto", max_num_seqs=8, max_num_batched_tokens=4096,
-                    max_model_len=4096, batch_size=4, max_concurrent_batches=2, cpu_stage_concurrency=1,
-                    cpu_stage_num_cpus=0.25, extra_engine_kwargs={"load_format": "dummy", "enforce_eager": True})
+        over.update(
+            device="cpu",
+            quantization=None,
+            kv_cache_dtype="auto",
+            max_num_seqs=8,
+            max_num_batched_tokens=4096,
+            max_model_len=4096,
+            batch_size=4,
+            max_concurrent_batches=2,
+            cpu_stage_concurrency=1,
+            cpu_stage_num_cpus=0.25,
+            extra_engine_kwargs={"load_format": "dummy", "enforce_eager": True},
+        )
     if args.worker_python:
         over["worker_env"] = {"mode": "python", "python": args.worker_python, "env_vars": {"PYTHONPATH": str(ROOT)}}
     return over
@@ -84,8 +95,12 @@ def forced_length(task, max_tokens: int):
 
 
 def _lengths(row: dict[str, Any]) -> dict[str, Any]:
-    return {"sample_id": row.get("sample_id"), "n_in": int(row.get("num_input_tokens") or 0),
-            "n_out": int(row.get("num_generated_tokens") or 0), "error": row.get("__inference_error__") or None}
+    return {
+        "sample_id": row.get("sample_id"),
+        "n_in": int(row.get("num_input_tokens") or 0),
+        "n_out": int(row.get("num_generated_tokens") or 0),
+        "error": row.get("__inference_error__") or None,
+    }
 
 
 def run(ds, task, cfg, *, engine: dict, multimodal: bool, chat_template_kwargs: dict | None = None) -> list[dict]:
@@ -117,9 +132,11 @@ def report(rows: list[dict], started: float, *, unit: str, prompt_chars: int, ex
     total = time.perf_counter() - started
     steady = steady_rate(sorted(r["t"] for r in rows))
     med_in = statistics.median(n_in) if n_in else 0
-    print(f"prompt tokens: median {med_in:.0f} (min {min(n_in, default=0)}, max {max(n_in, default=0)}); "
-          f"text part {prompt_chars} chars = ~{prompt_chars / QWEN_CHARS_PER_TOKEN:.0f} tokens with Qwen's tokenizer "
-          f"(assumed {QWEN_CHARS_PER_TOKEN} chars/token)")
+    print(
+        f"prompt tokens: median {med_in:.0f} (min {min(n_in, default=0)}, max {max(n_in, default=0)}); "
+        f"text part {prompt_chars} chars = ~{prompt_chars / QWEN_CHARS_PER_TOKEN:.0f} tokens with Qwen's tokenizer "
+        f"(assumed {QWEN_CHARS_PER_TOKEN} chars/token)"
+    )
     print(f"output tokens: median {statistics.median(n_out) if n_out else 0:.0f} (forced: {expected_out})")
     print(f"errors       : {len(errors)}{' e.g. ' + str(errors[0])[:200] if errors else ''}")
     print(f"end to end   : {len(rows) / total:8.2f} {unit}/s ({total:.1f} s, engine start included)")
@@ -137,9 +154,9 @@ def _ray_init(args) -> None:
 
 def caption_main(args, extra_overrides: dict) -> int:
     import ray
-
     from gpu_caption_bench import synthetic_jpeg
     from gpu_profile_args import print_profile
+
     from prx_data.models.captioning.config import VLLMCaptionerConfig
     from prx_data.models.captioning.images import ImageBudget
     from prx_data.models.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT
@@ -151,22 +168,26 @@ def caption_main(args, extra_overrides: dict) -> int:
     if "extra_engine_kwargs" in extra_overrides:  # --set extra_engine_kwargs=... keeps the dummy weights
         over["extra_engine_kwargs"] = {**engine_overrides(args)["extra_engine_kwargs"], **extra_overrides["extra_engine_kwargs"]}
     max_pixels = args.max_pixels if args.scale == "real" else min(args.max_pixels, 64 * 32 * 32)
-    cfg = VLLMCaptionerConfig(model_source=str(models / "qwen3-vl"), model_id=f"weightless-qwen3-vl-{args.scale}",
-                              replicas=args.replicas or 1,
-                              image=ImageBudget(min_pixels=min(ImageBudget().min_pixels, max_pixels), max_pixels=max_pixels),
-                              **over)
+    cfg = VLLMCaptionerConfig(
+        model_source=str(models / "qwen3-vl"),
+        model_id=f"weightless-qwen3-vl-{args.scale}",
+        replicas=args.replicas or 1,
+        image=ImageBudget(min_pixels=min(ImageBudget().min_pixels, max_pixels), max_pixels=max_pixels),
+        **over,
+    )
     engine = caption_engine_kwargs(cfg)
     print_profile(cfg, engine)
     task = forced_length(CaptionTask.from_config(cfg), args.caption_tokens)
     _ray_init(args)
     rows = [{"sample_id": f"{i}", "image": synthetic_jpeg(i)} for i in range(args.n)]
     ds = ray.data.from_items(rows, override_num_blocks=max(4, len(rows) // 64 or 1))
-    print(f"weightless captions: scale {args.scale}, {args.n} images, <= {max_pixels // 1024} image tokens, "
-          f"{args.caption_tokens} output tokens forced")
+    print(
+        f"weightless captions: scale {args.scale}, {args.n} images, <= {max_pixels // 1024} image tokens, "
+        f"{args.caption_tokens} output tokens forced"
+    )
     started = time.perf_counter()
     out = run(ds, task, cfg, engine=engine, multimodal=True)
-    stats = report(out, started, unit="captions", prompt_chars=len(SYSTEM_PROMPT) + len(USER_PROMPT),
-                   expected_out=args.caption_tokens)
+    stats = report(out, started, unit="captions", prompt_chars=len(SYSTEM_PROMPT) + len(USER_PROMPT), expected_out=args.caption_tokens)
     return 0 if stats["n"] == args.n and not stats["errors"] else 1
 
 
@@ -174,9 +195,9 @@ def label_main(args, extra_overrides: dict) -> int:
     import random
 
     import ray
-
     from gpu_label_bench import synthetic_caption
     from gpu_profile_args import print_profile
+
     from prx_data.models.captioning.vllm_engine import engine_kwargs
     from prx_data.models.labeling.config import VLLMClassifierConfig
     from prx_data.models.labeling.prompt import SYSTEM_PROMPT
@@ -186,20 +207,23 @@ def label_main(args, extra_overrides: dict) -> int:
     over = {**engine_overrides(args), **extra_overrides}
     if args.device == "cpu":
         over.update(max_model_len=2048, max_num_batched_tokens=2048)
-    cfg = VLLMClassifierConfig(model_source=str(models / "qwen3"), model_id=f"weightless-qwen3-{args.scale}",
-                               replicas=args.replicas or 1, **over)
+    cfg = VLLMClassifierConfig(
+        model_source=str(models / "qwen3"), model_id=f"weightless-qwen3-{args.scale}", replicas=args.replicas or 1, **over
+    )
     engine = engine_kwargs(cfg)
     print_profile(cfg, engine)
     _ray_init(args)
     rng = random.Random(0)
     captions = [synthetic_caption(rng) for _ in range(args.n)]
-    ds = ray.data.from_items([{"sample_id": str(i), "caption": c} for i, c in enumerate(captions)],
-                             override_num_blocks=max(4, len(captions) // 1000 or 1))
+    ds = ray.data.from_items(
+        [{"sample_id": str(i), "caption": c} for i, c in enumerate(captions)], override_num_blocks=max(4, len(captions) // 1000 or 1)
+    )
     # Labels keep their structured choice (1-3 tokens, as in production): no forced length.
     task = LabelTask(cfg.model_id, cfg.max_tokens)
     print(f"weightless labels: scale {args.scale}, {args.n} captions of ~{statistics.mean(len(c) for c in captions):.0f} chars")
     started = time.perf_counter()
     out = run(ds, task, cfg, engine=engine, multimodal=False, chat_template_kwargs=NO_THINKING)
-    stats = report(out, started, unit="labels", prompt_chars=len(SYSTEM_PROMPT) + int(statistics.mean(map(len, captions))),
-                   expected_out=cfg.max_tokens)
+    stats = report(
+        out, started, unit="labels", prompt_chars=len(SYSTEM_PROMPT) + int(statistics.mean(map(len, captions))), expected_out=cfg.max_tokens
+    )
     return 0 if stats["n"] == args.n and not stats["errors"] else 1

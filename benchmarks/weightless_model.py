@@ -40,8 +40,14 @@ def _corpus() -> list[str]:
     from gpu_label_bench import synthetic_caption
 
     rng = random.Random(0)
-    return [caption_prompt.SYSTEM_PROMPT, caption_prompt.USER_PROMPT, label_prompt.SYSTEM_PROMPT,
-            label_prompt.USER_TEMPLATE, "visual text nsfw", *(synthetic_caption(rng) for _ in range(50))]
+    return [
+        caption_prompt.SYSTEM_PROMPT,
+        caption_prompt.USER_PROMPT,
+        label_prompt.SYSTEM_PROMPT,
+        label_prompt.USER_TEMPLATE,
+        "visual text nsfw",
+        *(synthetic_caption(rng) for _ in range(50)),
+    ]
 
 
 def build_tokenizer():
@@ -50,8 +56,7 @@ def build_tokenizer():
 
     trained = Tokenizer(models.BPE())
     trained.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=BPE_MERGES_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=BPE_MERGES_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     trained.train_from_iterator(_corpus(), trainer)
     model = json.loads(trained.to_str())["model"]
     vocab: dict[str, int] = dict(model["vocab"])
@@ -68,8 +73,9 @@ def build_tokenizer():
     for name, wanted in sorted(SPECIAL_TOKEN_IDS.items(), key=lambda kv: kv[1]):
         tok.add_special_tokens([name])
         assert tok.token_to_id(name) == wanted, (name, tok.token_to_id(name), wanted)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   unk_token=None, model_max_length=262144)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None, model_max_length=262144
+    )
 
 
 def _rope(theta: float, mrope: list[int] | None) -> dict:
@@ -83,12 +89,24 @@ def _rope(theta: float, mrope: list[int] | None) -> dict:
 def _text_config(scale: Scale, *, vl: bool) -> dict:
     t = text_dims(scale, vl=vl)
     mrope = ([24, 20, 20] if scale == "real" else [16, 8, 8]) if vl else None
-    return {"vocab_size": t.vocab, "hidden_size": t.hidden, "intermediate_size": t.intermediate,
-            "num_hidden_layers": t.layers, "num_attention_heads": t.heads, "num_key_value_heads": t.kv_heads,
-            "head_dim": t.head_dim, "max_position_embeddings": t.max_positions, "hidden_act": "silu",
-            "rms_norm_eps": 1e-6, "attention_bias": False, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-            "bos_token_id": SPECIAL_TOKEN_IDS["<|endoftext|>"], "eos_token_id": SPECIAL_TOKEN_IDS["<|im_end|>"],
-            **_rope(t.rope_theta, mrope)}
+    return {
+        "vocab_size": t.vocab,
+        "hidden_size": t.hidden,
+        "intermediate_size": t.intermediate,
+        "num_hidden_layers": t.layers,
+        "num_attention_heads": t.heads,
+        "num_key_value_heads": t.kv_heads,
+        "head_dim": t.head_dim,
+        "max_position_embeddings": t.max_positions,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": SPECIAL_TOKEN_IDS["<|endoftext|>"],
+        "eos_token_id": SPECIAL_TOKEN_IDS["<|im_end|>"],
+        **_rope(t.rope_theta, mrope),
+    }
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -96,8 +114,10 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _generation_config(path: Path) -> None:
-    _write_json(path / "generation_config.json", {"eos_token_id": SPECIAL_TOKEN_IDS["<|im_end|>"],
-                                                  "pad_token_id": SPECIAL_TOKEN_IDS["<|endoftext|>"]})
+    _write_json(
+        path / "generation_config.json",
+        {"eos_token_id": SPECIAL_TOKEN_IDS["<|im_end|>"], "pad_token_id": SPECIAL_TOKEN_IDS["<|endoftext|>"]},
+    )
 
 
 def build_qwen3(path: Path, scale: Scale) -> Path:
@@ -107,8 +127,7 @@ def build_qwen3(path: Path, scale: Scale) -> Path:
     tokenizer = build_tokenizer()
     tokenizer.chat_template = TEXT_CHAT_TEMPLATE
     tokenizer.save_pretrained(path)
-    _write_json(path / "config.json", {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-                                       **_text_config(scale, vl=False)})
+    _write_json(path / "config.json", {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **_text_config(scale, vl=False)})
     _generation_config(path)
     return path
 
@@ -127,26 +146,53 @@ def build_qwen3_vl(path: Path, scale: Scale) -> Path:
 
     v = vision_dims(scale)
     path.mkdir(parents=True, exist_ok=True)
-    image_processor = ImageProcessor(patch_size=v.patch, temporal_patch_size=v.temporal_patch, merge_size=v.merge,
-                                     image_mean=[0.5] * 3, image_std=[0.5] * 3,
-                                     size={"shortest_edge": 65536, "longest_edge": 16777216})
+    image_processor = ImageProcessor(
+        patch_size=v.patch,
+        temporal_patch_size=v.temporal_patch,
+        merge_size=v.merge,
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+        size={"shortest_edge": 65536, "longest_edge": 16777216},
+    )
     video = Qwen3VLVideoProcessor() if is_torchvision_available() else None
-    Qwen3VLProcessor(image_processor=image_processor, tokenizer=build_tokenizer(), video_processor=video,
-                     chat_template=CHAT_TEMPLATE).save_pretrained(path)
+    Qwen3VLProcessor(
+        image_processor=image_processor, tokenizer=build_tokenizer(), video_processor=video, chat_template=CHAT_TEMPLATE
+    ).save_pretrained(path)
     text = _text_config(scale, vl=True)
     text["architectures"] = ["Qwen3ForCausalLM"]  # vLLM 0.29's CPU platform reads it (tiny_models.py)
-    vision = {"depth": v.depth, "hidden_size": v.hidden, "intermediate_size": v.intermediate, "num_heads": v.heads,
-              "patch_size": v.patch, "temporal_patch_size": v.temporal_patch, "spatial_merge_size": v.merge,
-              "in_channels": 3, "out_hidden_size": v.out_hidden, "num_position_embeddings": v.position_embeddings,
-              "deepstack_visual_indexes": list(v.deepstack), "hidden_act": "gelu_pytorch_tanh",
-              "initializer_range": 0.02, "model_type": "qwen3_vl"}
+    vision = {
+        "depth": v.depth,
+        "hidden_size": v.hidden,
+        "intermediate_size": v.intermediate,
+        "num_heads": v.heads,
+        "patch_size": v.patch,
+        "temporal_patch_size": v.temporal_patch,
+        "spatial_merge_size": v.merge,
+        "in_channels": 3,
+        "out_hidden_size": v.out_hidden,
+        "num_position_embeddings": v.position_embeddings,
+        "deepstack_visual_indexes": list(v.deepstack),
+        "hidden_act": "gelu_pytorch_tanh",
+        "initializer_range": 0.02,
+        "model_type": "qwen3_vl",
+    }
     ids = SPECIAL_TOKEN_IDS
-    _write_json(path / "config.json", {
-        "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "tie_word_embeddings": False,
-        "text_config": {"model_type": "qwen3_vl_text", **text}, "vision_config": vision,
-        "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
-        "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
-        "eos_token_id": ids["<|im_end|>"], "torch_dtype": "bfloat16"})
+    _write_json(
+        path / "config.json",
+        {
+            "architectures": ["Qwen3VLForConditionalGeneration"],
+            "model_type": "qwen3_vl",
+            "tie_word_embeddings": False,
+            "text_config": {"model_type": "qwen3_vl_text", **text},
+            "vision_config": vision,
+            "image_token_id": ids["<|image_pad|>"],
+            "video_token_id": ids["<|video_pad|>"],
+            "vision_start_token_id": ids["<|vision_start|>"],
+            "vision_end_token_id": ids["<|vision_end|>"],
+            "eos_token_id": ids["<|im_end|>"],
+            "torch_dtype": "bfloat16",
+        },
+    )
     _generation_config(path)
     return path
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-# The same feature tests on a local root and on an object store (moto S3).
-pytest_plugins = ["prx_data_tests.storage_parity"]
+# The same feature tests on a local root and on an object store (moto S3); the local HTTP server.
+pytest_plugins = ["prx_data_tests.storage_parity", "prx_data_tests.http_fixtures"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
@@ -144,8 +144,7 @@ def materializations(result, asset: str) -> list[dg.AssetMaterialization]:
     return [
         e.event_specific_data.materialization
         for e in result.all_events
-        if e.event_type_value == "ASSET_MATERIALIZATION"
-        and e.event_specific_data.materialization.asset_key.to_user_string() == asset
+        if e.event_type_value == "ASSET_MATERIALIZATION" and e.event_specific_data.materialization.asset_key.to_user_string() == asset
     ]
 
 
@@ -160,7 +159,6 @@ def shared_ray_head(tmp_path_factory):
     if os.environ.get("PRX_RAY_ADDRESS") or os.environ.get("PRX_TEST_NO_SHARED_RAY"):
         yield None
         return
-    import signal
     import time
 
     ray_bin = shutil.which("ray", path=os.path.dirname(sys.executable))
@@ -175,8 +173,19 @@ def shared_ray_head(tmp_path_factory):
 
     # Every port its own free one (the client server's default is 10001): the suite runs in
     # parallel workers (pytest-xdist), each with its own shared head.
-    cmd = [ray_bin, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
-           "--disable-usage-stats", f"--temp-dir={temp}", *_node_ports("--ray-client-server-port")]
+    cmd = [
+        ray_bin,
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp}",
+        *_node_ports("--ray-client-server-port"),
+    ]
     # `ray start` turns token auth on by default; this head is for tests only, so it goes without.
     # No loopback switch here: a driver without it dials the external address and never reaches a
     # head that has it (the CLI's head passes it to its drivers; core/ray_auth.py).
@@ -230,15 +239,15 @@ def _free_port() -> int:
 def process_corpus_locally(data_root: Path, sources: tuple[str, ...] | None = None) -> dict:
     """Demo corpus through every stage with the plain functions in-process (no Dagster, no Ray):
     a fast fixture for tests of what reads the processed corpus."""
+    from prx_data.core.paths import StoragePaths
+    from prx_data.core.settings import get_settings
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.demo.corpus import build_demo_corpus
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.core.paths import StoragePaths
     from prx_data.ingest.registry import load_registry
-    from prx_data.core.settings import get_settings
     from prx_data.stages.caption_stage import compute_captions
-    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.stages.export_stage import export_source
     from prx_data.stages.label_stage import compute_labels
     from prx_data.stages.phash_stage import compute_phashes

@@ -26,8 +26,8 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -98,13 +98,11 @@ class HTTPTestServer:
         self.closing = threading.Event()
         self._httpd = _Server((host, 0), _make_handler_class(self))
         self.host, self.port = self._httpd.server_address[:2]
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> "HTTPTestServer":
+    def start(self) -> HTTPTestServer:
         self._thread.start()
         return self
 
@@ -114,7 +112,7 @@ class HTTPTestServer:
         self._httpd.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "HTTPTestServer":
+    def __enter__(self) -> HTTPTestServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -11,9 +11,9 @@ import lance
 import pytest
 
 from prx_data.app.cli import main
-from prx_data.demo.corpus import build_demo_corpus
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
+from prx_data.demo.corpus import build_demo_corpus
 
 
 @pytest.fixture(scope="module")

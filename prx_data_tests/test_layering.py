@@ -23,15 +23,11 @@ SETTINGS_READERS = {
     "defs/": "the wiring: resources and assets read the settings of the code location",
 }
 # Hidden defaults still to turn into parameters; listed so that no new one appears unnoticed.
-SETTINGS_HIDDEN_DEFAULTS = {
-}
+SETTINGS_HIDDEN_DEFAULTS = {}
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {
-        path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text(), filename=str(path))
-        for path in sorted(PACKAGE.rglob("*.py"))
-    }
+    return {path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text(), filename=str(path)) for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _allowed(rel: str, prefixes) -> bool:
@@ -76,9 +72,7 @@ def test_the_checks_see_what_they_look_for():
 
 
 def test_dagster_is_imported_only_under_defs():
-    offenders = {
-        rel: found for rel, tree in _modules().items() if not _allowed(rel, DAGSTER_ALLOWED) and (found := dagster_imports(tree))
-    }
+    offenders = {rel: found for rel, tree in _modules().items() if not _allowed(rel, DAGSTER_ALLOWED) and (found := dagster_imports(tree))}
     assert not offenders, f"plain modules import Dagster (move the code into prx_data/defs/): {offenders}"
 
 

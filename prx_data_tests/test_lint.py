@@ -1,4 +1,5 @@
-"""prx_data/ stays clean under the linters CI runs (issue 25): ruff check, ruff format, mypy.
+"""The code stays clean under the linters CI runs: ruff check and ruff format over the package,
+its tests and the benchmarks; mypy over the package.
 
 The tools come from the venv running the tests (their pins are in the dev extra), and each runs
 from the repo root so it reads the [tool.ruff] and [tool.mypy] config of pyproject.toml.
@@ -18,13 +19,13 @@ BIN = Path(sys.executable).parent
 @pytest.mark.parametrize(
     "command",
     [
-        ["ruff", "check", "prx_data"],
-        ["ruff", "format", "--check", "prx_data"],
+        ["ruff", "check", "prx_data", "prx_data_tests", "benchmarks"],
+        ["ruff", "format", "--check", "prx_data", "prx_data_tests", "benchmarks"],
         ["mypy", "prx_data"],
     ],
     ids=["ruff-check", "ruff-format", "mypy"],
 )
-def test_prx_data_is_lint_clean(command: list[str]) -> None:
+def test_lint_clean(command: list[str]) -> None:
     tool = BIN / command[0]
     assert tool.exists(), f"{tool} is missing: install the dev extra (pip install -e '.[dev]')"
     # mypy must analyse this tree, not an editable install of another checkout on sys.path.

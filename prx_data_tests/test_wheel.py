@@ -23,7 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 def test_wheel_installs_and_serves_the_ui_from_another_folder():
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "wheel_check.sh"), "--no-demo"],
-        capture_output=True, text=True, timeout=380, cwd="/tmp",
+        capture_output=True,
+        text=True,
+        timeout=380,
+        cwd="/tmp",
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]

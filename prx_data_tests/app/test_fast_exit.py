@@ -34,8 +34,9 @@ exit_now(3)
 
 def test_exit_now_keeps_every_effect_of_a_normal_exit(tmp_path):
     log, late = tmp_path / "log.txt", tmp_path / "late.txt"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(log), str(late)], capture_output=True, text=True, timeout=60,
-                          env=cli_env(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(log), str(late)], capture_output=True, text=True, timeout=60, env=cli_env(tmp_path)
+    )
     assert proc.returncode == 3, proc.stderr
     folder, last = proc.stdout.splitlines()
     assert last == "unflushed line"
@@ -56,7 +57,12 @@ def test_the_command_exits_with_its_code(tmp_path):
 def test_a_profiled_command_still_writes_its_profile(tmp_path):
     """Under a profiler the command exits the usual way: cProfile writes after it returns."""
     out = tmp_path / "buckets.prof"
-    proc = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "prx_data.app.cli", "buckets"],
-                          capture_output=True, text=True, timeout=120, env=cli_env(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "prx_data.app.cli", "buckets"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_size > 0

@@ -79,9 +79,11 @@ def test_run_and_ui_listen_on_loopback_only(tmp_path):
     port = _free_port()
     ui_log = tmp_path / "ui.log"
     with open(ui_log, "w") as log:
-        ui = subprocess.Popen(cli("ui", "--root", str(root), "--port", str(port)), env=env, stdout=log,
-                              stderr=subprocess.STDOUT, start_new_session=True)
+        ui = subprocess.Popen(
+            cli("ui", "--root", str(root), "--port", str(port)), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
+
         def up(s):
             return "open http://" in ui_log.read_text() and any(c == "gcs_server" for *_x, c in s) and any(p == port for _i, p, _c in s)
 
@@ -122,8 +124,16 @@ def test_head_is_token_protected_and_stops_within_a_second(tmp_path, monkeypatch
         # A driver without the token is refused.
         no_token = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
         probe = subprocess.run(
-            [sys.executable, "-c", f"import ray; ray.init({address!r}, log_to_driver=False); print(ray.get(ray.remote(lambda: 7).remote()))"],
-            env=no_token, capture_output=True, text=True, timeout=180, check=False,
+            [
+                sys.executable,
+                "-c",
+                f"import ray; ray.init({address!r}, log_to_driver=False); print(ray.get(ray.remote(lambda: 7).remote()))",
+            ],
+            env=no_token,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
         )
         assert probe.returncode != 0 and "7" not in probe.stdout.split()
         # The token is in no log the head wrote.

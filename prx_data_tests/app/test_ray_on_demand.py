@@ -116,7 +116,9 @@ def test_the_command_starts_its_head_only_for_a_run_that_needs_ray(tmp_path, mon
     # Ray job, with new workers to start and import).
     env = {**cli_env(tmp_path), "PRX_LOCAL_MAX_ROWS": "0", "DAGSTER_HOME": str(tmp_path / "home2")}
     large = tiny_root(tmp_path / "large")
-    (large / "sources" / "photos_again.yaml").write_text((large / "sources" / "photos.yaml").read_text().replace("name: photos", "name: photos_again"))
+    (large / "sources" / "photos_again.yaml").write_text(
+        (large / "sources" / "photos.yaml").read_text().replace("name: photos", "name: photos_again")
+    )
     proc = subprocess.run(cli("run", "--root", str(large)), env=env, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]

@@ -68,7 +68,10 @@ class Automation:
         keys = {dg.AssetKey(a) for a in assets}
         job = self.defs.resolve_job_def("corpus" if partition is None else "source_pipeline")
         result = job.execute_in_process(
-            instance=self.instance, partition_key=partition, asset_selection=sorted(keys), raise_on_error=False,
+            instance=self.instance,
+            partition_key=partition,
+            asset_selection=sorted(keys),
+            raise_on_error=False,
             run_config={**local_stages(keys), **(run_config or {})},
         )
         self.runs.append(result)
@@ -134,7 +137,9 @@ def report_materialized(instance: dg.DagsterInstance, assets, partitions=(None,)
 def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, cursor: str | None):
     """One sensor tick, with its partition requests and asset events applied as the daemon would."""
     sensor = defs.resolve_sensor_def(name)
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={k: defs.resources[k] for k in ("registry", "storage")}, definitions=defs)
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={k: defs.resources[k] for k in ("registry", "storage")}, definitions=defs
+    )
     result = sensor(context)
     if isinstance(result, dg.SensorResult):
         for request in result.dynamic_partitions_requests or []:
@@ -155,8 +160,8 @@ def redeploy(monkeypatch):
     built, so building them again is enough."""
     import json
 
-    from prx_data.defs.build import build_defs
     from prx_data.core.settings import get_settings
+    from prx_data.defs.build import build_defs
 
     def load(captioner: dict) -> dg.Definitions:
         monkeypatch.setenv("PRX_CAPTIONER", json.dumps(captioner))

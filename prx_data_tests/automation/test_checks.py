@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 import lance
 import pytest
 
-from prx_data.definitions import build_defs
-from prx_data.export.tree import list_buckets
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
+from prx_data.definitions import build_defs
+from prx_data.export.tree import list_buckets
 from prx_data_tests import images
 from prx_data_tests.automation.conftest import CORPUS, PER_SOURCE, Automation, write_folder_source
-
-from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -88,7 +88,10 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
         "mds_shards:usable_rows_accounted": True,  # the uncaptioned row is dropped with a reason
     }
     checks = _checks(bad)
-    assert all(checks[name].severity == dg.AssetCheckSeverity.WARN for name in ("raw_samples:ingest_error_share", "captions:caption_coverage", "captions:caption_length"))
+    assert all(
+        checks[name].severity == dg.AssetCheckSeverity.WARN
+        for name in ("raw_samples:ingest_error_share", "captions:caption_coverage", "captions:caption_length")
+    )
     assert checks["raw_samples:ingest_error_share"].metadata["error_rows"].value == 2
     assert checks["captions:caption_coverage"].metadata["captioned"].value == 3
     assert checks["captions:caption_length"].metadata["words_max"].value == 1
@@ -164,10 +167,15 @@ def test_fragment_count_fails_past_the_target(data_root, instance, monkeypatch):
 
 def test_unpublished_streams_are_not_counted(data_root, prx_defs, instance):
     """A bucket too sparse to publish is streamed by no trainer: its skipped share is no warning."""
-    instance.report_runless_asset_event(dg.AssetMaterialization("skip_lists", metadata={
-        "skipped_share_per_stream": dg.MetadataValue.json({"768x1360": 1.0, "512x512": 0.02}),
-        "unpublished_buckets": dg.MetadataValue.json({"1024/768x1360": {"samples": 3, "unskipped": 0}}),
-    }))
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            "skip_lists",
+            metadata={
+                "skipped_share_per_stream": dg.MetadataValue.json({"768x1360": 1.0, "512x512": 0.02}),
+                "unpublished_buckets": dg.MetadataValue.json({"1024/768x1360": {"samples": 3, "unskipped": 0}}),
+            },
+        )
+    )
     check = dg.AssetCheckKey(dg.AssetKey("skip_lists"), "skipped_share_per_stream")
     job = prx_defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(), asset_check_selection={check})
     evaluation = _checks(job.execute_in_process(instance=instance))[check.to_user_string()]

@@ -177,8 +177,13 @@ def test_three_new_sources_at_once_one_corpus_run(data_root, prx_defs, instance)
     assert history[0] == _chain(*new)
     runs = {name: _start_chain(prx_defs, instance, name) for name in new}
     # They finish one by one, each export last; the corpus waits for the last one.
-    steps = [("d", ["raw_samples", "phashes", "captions"]), ("e", list(PER_SOURCE)), ("d", ["caption_labels", "mds_shards"]),
-             ("f", ["raw_samples", "phashes", "captions", "caption_labels"]), ("f", ["mds_shards"])]
+    steps = [
+        ("d", ["raw_samples", "phashes", "captions"]),
+        ("e", list(PER_SOURCE)),
+        ("d", ["caption_labels", "mds_shards"]),
+        ("f", ["raw_samples", "phashes", "captions", "caption_labels"]),
+        ("f", ["mds_shards"]),
+    ]
     for name, assets in steps:
         report_materialized(instance, assets, [name])
         if "mds_shards" in assets:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
-from dagster._core.execution.retries import auto_reexecution_should_retry_run
 from dagster._core.events import RunFailureReason
+from dagster._core.execution.retries import auto_reexecution_should_retry_run
 
 from prx_data.core.locking import TableLocked
 from prx_data.core.retry import Retryable
@@ -98,9 +98,11 @@ def test_a_permanent_cause_wrapped_in_a_network_message_is_retried():
 
 
 def test_readable_message_drops_rust_locations():
-    message = ("Dataset at path tmp/x.lance was not found: Not found: tmp/x.lance/_versions, "
-               "/home/runner/work/lance/lance/rust/lance-table/src/io/commit.rs:653:26, "
-               "/home/runner/work/lance/lance/rust/lance/src/dataset/builder.rs:921:29")
+    message = (
+        "Dataset at path tmp/x.lance was not found: Not found: tmp/x.lance/_versions, "
+        "/home/runner/work/lance/lance/rust/lance-table/src/io/commit.rs:653:26, "
+        "/home/runner/work/lance/lance/rust/lance/src/dataset/builder.rs:921:29"
+    )
     assert readable_message(ValueError(message)) == "Dataset at path tmp/x.lance was not found: Not found: tmp/x.lance/_versions"
 
 

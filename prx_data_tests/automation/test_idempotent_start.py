@@ -11,8 +11,8 @@ import dagster as dg
 import pytest
 
 from prx_data.app.cli import main
-from prx_data.demo.corpus import build_demo_corpus
 from prx_data.core.settings import get_settings
+from prx_data.demo.corpus import build_demo_corpus
 from prx_data_tests.automation.conftest import Automation, evaluate_sensor
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

@@ -13,8 +13,8 @@ from dagster._core.loader import LoadingContextForTest
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
 from prx_data_tests.automation.conftest import CORPUS, PER_SOURCE, Automation, evaluate_sensor, local_stages, write_folder_source
-from prx_data_tests.models.fake_openai import FakeChatServer
 from prx_data_tests.conftest import materializations
+from prx_data_tests.models.fake_openai import FakeChatServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -75,7 +75,9 @@ def test_a_new_captioner_marks_partitions_stale_and_redoes_only_stale_rows(data_
     assert _status(auto.defs, instance, captions, "alpha") == StaleStatus.FRESH
 
     with FakeChatServer() as server:
-        auto.defs = redeploy({"backend": "openai", "model_id": "vlm-1", "server": {"base_url": server.base_url, "model": "fake-vl", "max_retries": 1}})
+        auto.defs = redeploy(
+            {"backend": "openai", "model_id": "vlm-1", "server": {"base_url": server.base_url, "model": "fake-vl", "max_retries": 1}}
+        )
         # The UI shows every partition stale, with the code version as the cause.
         assert {_status(auto.defs, instance, captions, p) for p in ("alpha", "beta")} == {StaleStatus.STALE}
         wanted = auto.tick()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import dagster as dg
 import yaml
 
-from prx_data.models.captioning.prompt import caption_prompt_version
-from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
-from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.code_versions import INGEST_CODE_VERSION, asset_code_versions
+from prx_data.defs.export.resources import ExportResource
+from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.imaging.phash import PHASH_VERSION
+from prx_data.models.captioning.prompt import caption_prompt_version
 from prx_data.stages.versions import export_version
 from prx_data_tests.automation.conftest import PER_SOURCE
 
@@ -72,7 +72,7 @@ def test_code_versions_name_what_decides_each_output(prx_defs, redeploy):
 
 def test_one_writer_per_table_gpu_pool_and_retries(prx_defs, redeploy):
     graph = prx_defs.resolve_asset_graph()
-    (key, value), = SOURCE_TABLE_WRITER_TAG.items()
+    ((key, value),) = SOURCE_TABLE_WRITER_TAG.items()
     for name in PER_SOURCE:
         node = graph.get(dg.AssetKey(name))
         assets_def = prx_defs.resolve_assets_def(name)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 
-from prx_data.defs.progress import ProgressLogger, format_duration
 from prx_data.core.progress import ProgressBar
+from prx_data.defs.progress import ProgressLogger, format_duration
 
 
 class Clock:

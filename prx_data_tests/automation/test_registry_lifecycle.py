@@ -16,8 +16,8 @@ import dagster as dg
 import pytest
 
 from prx_data.core.paths import StoragePaths, join
-from prx_data.core.storage import exists, glob_files, is_file, locate, read_bytes, write_bytes
 from prx_data.core.settings import get_settings
+from prx_data.core.storage import exists, glob_files, is_file, locate, read_bytes, write_bytes
 from prx_data.defs.ingest.registry_status import CHECK_NAME, SOURCE_REGISTRY
 from prx_data.defs.ingest.retire import RETIRED_MDS, archive_source, receipts
 from prx_data.defs.partitions import sources_partitions
@@ -61,7 +61,9 @@ def test_removing_a_spec_retires_its_partition_and_re_adding_brings_it_back(data
     tick = evaluate_sensor(prx_defs, instance, SENSOR, first.cursor)
     (request,) = tick.run_requests
     assert request.job_name == "retire_source" and request.tags["prx/retire"] == "gone"
-    retired = prx_defs.resolve_job_def("retire_source").execute_in_process(instance=instance, run_config=request.run_config, tags=request.tags)
+    retired = prx_defs.resolve_job_def("retire_source").execute_in_process(
+        instance=instance, run_config=request.run_config, tags=request.tags
+    )
     assert retired.success
 
     # Out of the partition set and of training; the data is kept, with a receipt.
@@ -88,7 +90,8 @@ def test_removing_a_spec_retires_its_partition_and_re_adding_brings_it_back(data
     (readd,) = back.run_requests
     assert readd.partition_key == "gone" and readd.job_name == "source_pipeline" and readd.asset_selection is None
     run = prx_defs.resolve_job_def("source_pipeline").execute_in_process(
-        instance=instance, partition_key="gone", tags=readd.tags, run_config=local_stages({dg.AssetKey(a) for a in PER_SOURCE}))
+        instance=instance, partition_key="gone", tags=readd.tags, run_config=local_stages({dg.AssetKey(a) for a in PER_SOURCE})
+    )
     assert run.success
     automation.settle()
     assert _sources_in_tree(mds_root) == {"keep", "gone"}
@@ -145,8 +148,9 @@ def test_bad_specs_and_requests_are_listed_by_the_check_and_skip_the_tick(data_r
 def test_the_check_runs_from_the_ui_too(data_root, prx_defs, instance):
     (data_root / "sources" / "typo.yaml").write_text("name: typo\nshape: image_foldr\nlocation: x\n")
     job = prx_defs.resolve_implicit_global_asset_job_def()
-    result = job.get_subset(asset_check_selection={dg.AssetCheckKey(SOURCE_REGISTRY, CHECK_NAME)}, asset_selection=set()).execute_in_process(
-        instance=instance, raise_on_error=False)
+    result = job.get_subset(
+        asset_check_selection={dg.AssetCheckKey(SOURCE_REGISTRY, CHECK_NAME)}, asset_selection=set()
+    ).execute_in_process(instance=instance, raise_on_error=False)
     (evaluation,) = result.get_asset_check_evaluations()
     assert not evaluation.passed and "typo.yaml" in evaluation.description
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from prx_data.app.cli import main
-from prx_data.demo.corpus import build_demo_corpus
 from prx_data.app.local_ray import free_port, listening
 from prx_data.core.settings import get_settings
+from prx_data.demo.corpus import build_demo_corpus
 
 CHROMIUM = os.environ.get("PRX_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -59,8 +59,14 @@ def ui(data_root, tmp_path, monkeypatch):
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     env["PRX_SENSOR_INTERVAL_S"] = "5"  # the daemon reacts within seconds, not half a minute
     log = open(tmp_path / "ui.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "prx_data.app.cli", "ui", "--port", str(port)], cwd=tmp_path, env=env,
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "prx_data.app.cli", "ui", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None and "open http://" not in (tmp_path / "ui.log").read_text():
         time.sleep(1)
@@ -98,7 +104,9 @@ def _graphql(url: str, query: str) -> dict:
     import json
     import urllib.request
 
-    request = urllib.request.Request(url + "/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + "/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         body = json.loads(response.read())
     assert "errors" not in body, body
@@ -108,8 +116,10 @@ def _graphql(url: str, query: str) -> dict:
 # The fields the Overview timeline reads (RunTimelineFragment): it drops a run whose
 # repositoryOrigin is null and groups the others by location, repository and job.
 TIMELINE_RUNS = "{ runsOrError { ... on Runs { results { runId pipelineName tags { key value } repositoryOrigin { repositoryName repositoryLocationName } } } } }"
-CHECKS = ("{ assetNodes { assetKey { path } assetChecksOrError { ... on AssetChecks { checks { name "
-          "executionForLatestMaterialization { status evaluation { severity } } } } } } }")
+CHECKS = (
+    "{ assetNodes { assetKey { path } assetChecksOrError { ... on AssetChecks { checks { name "
+    "executionForLatestMaterialization { status evaluation { severity } } } } } } }"
+)
 
 
 def check_counts(url: str) -> dict[str, int]:
@@ -147,9 +157,13 @@ def _opens_on_the_last_run_and_runs_a_chain_from_a_click(url: str, log: Path, da
     text = log.read_text()
     assert f"Dagster UI on {data_root}" in text and str(data_root) in text  # the last run's data
     # One timeline: the runs `prx-data run` made are runs of the code location's jobs.
-    cli_runs = [r for r in _graphql(url, TIMELINE_RUNS)["runsOrError"]["results"] if {"key": "prx/launched_by", "value": "cli"} in r["tags"]]
+    cli_runs = [
+        r for r in _graphql(url, TIMELINE_RUNS)["runsOrError"]["results"] if {"key": "prx/launched_by", "value": "cli"} in r["tags"]
+    ]
     assert sorted(r["pipelineName"] for r in cli_runs) == ["corpus", "source_pipeline"]
-    assert all(r["repositoryOrigin"] == {"repositoryName": "__repository__", "repositoryLocationName": "prx_data"} for r in cli_runs), cli_runs
+    assert all(r["repositoryOrigin"] == {"repositoryName": "__repository__", "repositoryLocationName": "prx_data"} for r in cli_runs), (
+        cli_runs
+    )
     # Healthy demo data: every check that ran passed.
     counts = check_counts(url)
     assert counts["passed"] >= 5 and counts["failed"] == counts["warn"] == 0, counts
@@ -211,8 +225,13 @@ def _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url: str, data_r
     )
     key = dg.AssetCheckKey(dg.AssetKey("source_registry"), "specs_and_requests_valid")
     with dg.DagsterInstance.get() as instance:
-        _wait_for(lambda: (r := instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key))
-                  and r.status.value == "FAILED", 180, "the registry check to fail")
+        _wait_for(
+            lambda: (
+                (r := instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key)) and r.status.value == "FAILED"
+            ),
+            180,
+            "the registry check to fail",
+        )
     with playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -222,9 +241,20 @@ def _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url: str, data_r
         page.get_by_text("typo.yaml").first.wait_for()  # the bad file is named on the page
 
         with dg.DagsterInstance.get() as instance:
-            ghost = _wait_for(lambda: [r for r in instance.get_runs(dg.RunsFilter(tags={"dagster/partition": "ghost"}))
-                                       if r.status == dg.DagsterRunStatus.FAILURE], 300, "the ghost source's run to fail")[0]
-            failures = [e for e in instance.all_logs(ghost.run_id) if e.dagster_event and e.dagster_event.event_type_value in ("STEP_FAILURE", "STEP_UP_FOR_RETRY")]
+            ghost = _wait_for(
+                lambda: [
+                    r
+                    for r in instance.get_runs(dg.RunsFilter(tags={"dagster/partition": "ghost"}))
+                    if r.status == dg.DagsterRunStatus.FAILURE
+                ],
+                300,
+                "the ghost source's run to fail",
+            )[0]
+            failures = [
+                e
+                for e in instance.all_logs(ghost.run_id)
+                if e.dagster_event and e.dagster_event.event_type_value in ("STEP_FAILURE", "STEP_UP_FOR_RETRY")
+            ]
         assert [e.dagster_event.event_type_value for e in failures] == ["STEP_FAILURE"]  # one attempt
         error = failures[0].dagster_event.step_failure_data.error
         assert "nowhere.lance" in error.message.splitlines()[0] and "not found" in error.message and ".rs:" not in error.message
@@ -238,7 +268,9 @@ def _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url: str, data_r
     with dg.DagsterInstance.get() as instance:
         _wait_for(lambda: SOURCE not in instance.get_dynamic_partitions(sources_partitions.name), 300, "the partition to be retired")
         # The op deletes the partition as its last act; the run's end is recorded just after.
-        (run,) = _wait_for(lambda: [r for r in instance.get_runs(dg.RunsFilter(job_name="retire_source")) if r.is_finished], 60, "the retire run to end")
+        (run,) = _wait_for(
+            lambda: [r for r in instance.get_runs(dg.RunsFilter(job_name="retire_source")) if r.is_finished], 60, "the retire run to end"
+        )
         assert run.status == dg.DagsterRunStatus.SUCCESS
         # No run retry re-launched the configuration error meanwhile (dagster.yaml allows 2).
         assert not instance.get_runs(dg.RunsFilter(tags={"dagster/parent_run_id": ghost.run_id}))

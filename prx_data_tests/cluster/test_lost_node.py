@@ -30,7 +30,10 @@ SOURCE = "photos"
 def _tar(path: Path, keys: range) -> None:
     with tarfile.open(path, "w") as tar:
         for k in keys:
-            for name, data in ((f"k{k}.jpg", images.jpeg(1600, 1200, seed=k)), (f"k{k}.json", json.dumps({"caption": f"photo {k}"}).encode())):
+            for name, data in (
+                (f"k{k}.jpg", images.jpeg(1600, 1200, seed=k)),
+                (f"k{k}.json", json.dumps({"caption": f"photo {k}"}).encode()),
+            ):
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
@@ -58,7 +61,9 @@ def _prepare(bucket: Bucket, paths: StoragePaths, options: dict) -> None:
     from prx_data.ingest.ingest import ingest_source
     from prx_data.stages.caption_stage import compute_captions
 
-    source = RegisteredSource(SourceSpec(name=SOURCE, shape="webdataset", location=f"s3://{bucket.name}/wds/*.tar"), bucket.scratch / "s.yaml")
+    source = RegisteredSource(
+        SourceSpec(name=SOURCE, shape="webdataset", location=f"s3://{bucket.name}/wds/*.tar"), bucket.scratch / "s.yaml"
+    )
     ingest_source(source, paths.raw_table(SOURCE), storage_options=options, workers=1)
     compute_captions(paths.raw_table(SOURCE), {"backend": "source"}, executor="local", storage_options=options)
 
@@ -72,8 +77,15 @@ def _export(paths: StoragePaths, options: dict):
     from prx_data.stages.export_stage import export_source
 
     return export_source(
-        paths.raw_table(SOURCE), SOURCE, mds_root=paths.mds_root, exports_uri=paths.exports_table(SOURCE), executor="ray",
-        storage_options=options, write_workers=2, task_resources=TASK_RESOURCES, chunk_rows=4,
+        paths.raw_table(SOURCE),
+        SOURCE,
+        mds_root=paths.mds_root,
+        exports_uri=paths.exports_table(SOURCE),
+        executor="ray",
+        storage_options=options,
+        write_workers=2,
+        task_resources=TASK_RESOURCES,
+        chunk_rows=4,
         writer_cfg=MdsWriterConfig(size_limit=150_000),  # a shard every few images: visible progress
     )
 

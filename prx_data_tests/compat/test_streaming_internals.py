@@ -67,16 +67,17 @@ WEIGHTS = {
 
 
 @pytest.mark.parametrize("batching_method", ["random", "per_stream", "device_per_stream"])
-@pytest.mark.parametrize("seed,weights,sampling_method", [(0, "none", "balanced"), (7, "repeat", "balanced"),
-                                                         (1234, "proportion", "fixed"), (99, "repeat", "fixed")])
+@pytest.mark.parametrize(
+    "seed,weights,sampling_method",
+    [(0, "none", "balanced"), (7, "repeat", "balanced"), (1234, "proportion", "fixed"), (99, "repeat", "fixed")],
+)
 def test_skip_aware_epoch_order_equals_the_plain_dataset(streams_dir, batching_method, seed, weights, sampling_method) -> None:
     per_stream, extra = WEIGHTS[weights]
 
     def streams() -> list[Stream]:
         return [Stream(local=d, **{k: v[i] for k, v in per_stream.items()}) for i, d in enumerate(streams_dir)]
 
-    args = dict(batch_size=BS, shuffle=True, shuffle_seed=seed, batching_method=batching_method,
-                sampling_method=sampling_method, **extra)
+    args = dict(batch_size=BS, shuffle=True, shuffle_seed=seed, batching_method=batching_method, sampling_method=sampling_method, **extra)
     ours = _KeptPathAlways(streams=streams(), require_skiplists=False, **args)
     got, length = _order(ours), len(ours)
     # Later epochs reseed the partial draws: compare their resampling too.

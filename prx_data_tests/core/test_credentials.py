@@ -23,12 +23,25 @@ from prx_data.core.storage import (
 def test_options_from_the_environment_and_back():
     env = {"PRX_S3_ENDPOINT": "http://127.0.0.1:9000", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1"}
     options = storage_options_from_env(env)
-    assert options == {"aws_endpoint": "http://127.0.0.1:9000", "aws_access_key_id": "k", "aws_secret_access_key": "s",
-                       "aws_region": "eu-west-1", "allow_http": "true"}
-    assert streaming_env(options) == {"S3_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ACCESS_KEY_ID": "k",
-                                      "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "eu-west-1"}
-    assert s3_credentials(options).boto3_kwargs() == {"endpoint_url": "http://127.0.0.1:9000", "aws_access_key_id": "k",
-                                                      "aws_secret_access_key": "s", "region_name": "eu-west-1"}
+    assert options == {
+        "aws_endpoint": "http://127.0.0.1:9000",
+        "aws_access_key_id": "k",
+        "aws_secret_access_key": "s",
+        "aws_region": "eu-west-1",
+        "allow_http": "true",
+    }
+    assert streaming_env(options) == {
+        "S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+    assert s3_credentials(options).boto3_kwargs() == {
+        "endpoint_url": "http://127.0.0.1:9000",
+        "aws_access_key_id": "k",
+        "aws_secret_access_key": "s",
+        "region_name": "eu-west-1",
+    }
     assert storage_options_from_env({}) == {} and s3_credentials({}).boto3_kwargs() == {}
 
 

@@ -38,13 +38,15 @@ def test_one_of_and_differs_keep_sql_semantics(ds) -> None:
 
 
 def test_pending_rows_with_a_model_name_full_of_quotes(tmp_path) -> None:
-    model = "o'brien\\vl ☃ \"v2\""
-    table = pa.table({
-        "sample_id": ["a", "b", "c", "d"],
-        "status": ["ok", "ok", "ok", "failed"],
-        "caption_model": [model, "other", None, None],
-        "caption_error": pa.array([None, None, None, None], pa.string()),
-    })
+    model = 'o\'brien\\vl ☃ "v2"'
+    table = pa.table(
+        {
+            "sample_id": ["a", "b", "c", "d"],
+            "status": ["ok", "ok", "ok", "failed"],
+            "caption_model": [model, "other", None, None],
+            "caption_error": pa.array([None, None, None, None], pa.string()),
+        }
+    )
     ds = lance.write_dataset(table, str(tmp_path / "t"))
     stage = ColumnStage(name="caption", columns=pa.schema([]), current={"caption_model": model}, redo_if_set=("caption_error",))
     pending = ds.to_table(columns=["sample_id"], filter=stage.pending_filter()).column("sample_id").to_pylist()

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import httpx
 import pytest
 
-from prx_data.core.retry import RetryPolicy, Retryable, is_retryable_error, is_retryable_status, retry_after_s
+from prx_data.core.retry import Retryable, RetryPolicy, is_retryable_error, is_retryable_status, retry_after_s
 
-NOW = datetime(2026, 11, 3, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 3, 12, 0, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -36,8 +36,22 @@ def test_retry_after_reads_delta_seconds_and_http_dates(value, want) -> None:
     assert retry_after_s(value, now=NOW) == want
 
 
-@pytest.mark.parametrize("code,want", [(408, True), (429, True), (500, True), (503, True), (599, True),
-                                       (200, False), (301, False), (400, False), (401, False), (404, False), (418, False)])
+@pytest.mark.parametrize(
+    "code,want",
+    [
+        (408, True),
+        (429, True),
+        (500, True),
+        (503, True),
+        (599, True),
+        (200, False),
+        (301, False),
+        (400, False),
+        (401, False),
+        (404, False),
+        (418, False),
+    ],
+)
 def test_which_statuses_retry(code, want) -> None:
     assert is_retryable_status(code) is want
 

@@ -49,8 +49,15 @@ def test_every_bad_variable_is_reported_at_once():
 
 def test_a_secret_value_is_never_echoed():
     with pytest.raises(ValueError) as info:
-        load_settings({**BASE, "PRX_ENV": "cluster", "PRX_LANCE_ROOT": "s3://b/l", "PRX_MDS_ROOT": "s3://b/m",
-                       "PRX_POSTGRES_URL": "mysql://user:hunter2@db/x"})
+        load_settings(
+            {
+                **BASE,
+                "PRX_ENV": "cluster",
+                "PRX_LANCE_ROOT": "s3://b/l",
+                "PRX_MDS_ROOT": "s3://b/m",
+                "PRX_POSTGRES_URL": "mysql://user:hunter2@db/x",
+            }
+        )
     assert "PRX_POSTGRES_URL" in str(info.value) and "hunter2" not in str(info.value)
 
 
@@ -63,8 +70,16 @@ def test_defaults_and_typed_values():
     assert (settings.lance_root, settings.mds_root) == ("/tmp/prx-settings/lance", "/tmp/prx-settings/mds")
     assert (settings.sources_dir, settings.optout_dir) == ("/tmp/prx-settings/sources", "/tmp/prx-settings/optout")
 
-    typed = load_settings({**BASE, "PRX_MIN_STREAM_SAMPLES": "64", "PRX_FOLD_SPARSE_BUCKETS": "off", "PRX_STARTUP_CHECKS": "off",
-                           "PRX_LOCK_WAIT_S": "2.5", "PRX_CAPTIONER": '{"backend": "vllm", "model": "m"}'})
+    typed = load_settings(
+        {
+            **BASE,
+            "PRX_MIN_STREAM_SAMPLES": "64",
+            "PRX_FOLD_SPARSE_BUCKETS": "off",
+            "PRX_STARTUP_CHECKS": "off",
+            "PRX_LOCK_WAIT_S": "2.5",
+            "PRX_CAPTIONER": '{"backend": "vllm", "model": "m"}',
+        }
+    )
     assert (typed.min_stream_samples, typed.fold_sparse_buckets, typed.startup_checks, typed.lock_wait_s) == (64, False, False, 2.5)
     assert typed.captioner == {"backend": "vllm", "model": "m"} and typed.lock_policy().wait_s == 2.5
     # An empty variable is the default, as before (`PRX_MIN_STREAM_SAMPLES= prx-data ...`).
@@ -72,11 +87,21 @@ def test_defaults_and_typed_values():
 
 
 def test_object_store_roots_and_credentials():
-    settings = load_settings({"PRX_DATA_ROOT": "s3://bucket/prx", "PRX_S3_ENDPOINT": "http://127.0.0.1:9000",
-                              "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})
+    settings = load_settings(
+        {
+            "PRX_DATA_ROOT": "s3://bucket/prx",
+            "PRX_S3_ENDPOINT": "http://127.0.0.1:9000",
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+        }
+    )
     assert (settings.lance_root, settings.mds_root) == ("s3://bucket/prx/lance", "s3://bucket/prx/mds")
-    assert settings.storage_options == {"aws_endpoint": "http://127.0.0.1:9000", "aws_access_key_id": "k",
-                                        "aws_secret_access_key": "s", "allow_http": "true"}
+    assert settings.storage_options == {
+        "aws_endpoint": "http://127.0.0.1:9000",
+        "aws_access_key_id": "k",
+        "aws_secret_access_key": "s",
+        "allow_http": "true",
+    }
     assert not settings.sources_dir.startswith("s3://")  # spec and request folders stay local
 
 

@@ -128,8 +128,8 @@ class World:
 
     # Pipeline steps --------------------------------------------------------------------------
     def ingest(self, name: str, run_id: str | None = None) -> None:
-        from prx_data.ingest.ingest import ingest_source
         from prx_data.curation.optout.requests import ingest_matcher
+        from prx_data.ingest.ingest import ingest_source
         from prx_data.ingest.registry import load_registry
         from prx_data.stages.phash_stage import compute_phashes
 
@@ -144,14 +144,21 @@ class World:
 
         fn = functools.partial(caption_rows, self.captioner)
         processor = make_processor(fn, columns=["source_caption"], with_images=False, executor="local")
-        run_column_stage(self.paths.raw_table(name), captioner_stage(self.captioner), processor, storage_options=self.options, run_id=run_id)
+        run_column_stage(
+            self.paths.raw_table(name), captioner_stage(self.captioner), processor, storage_options=self.options, run_id=run_id
+        )
 
     def export(self, name: str, run_id: str | None = None) -> None:
         from prx_data.stages.export_stage import export_source
 
         export_source(
-            self.paths.raw_table(name), name, mds_root=self.mds_root, exports_uri=self.paths.exports_table(name),
-            executor="local", storage_options=self.options, run_id=run_id,
+            self.paths.raw_table(name),
+            name,
+            mds_root=self.mds_root,
+            exports_uri=self.paths.exports_table(name),
+            executor="local",
+            storage_options=self.options,
+            run_id=run_id,
         )
 
     def chain(self, name: str) -> None:
@@ -176,8 +183,8 @@ class World:
         return refresh(self.paths, self.optout_dir, self.priorities(), exclude_labels=(), options=self.options, write_card=False)
 
     def rebuild_skip_lists(self) -> None:
-        from prx_data.imaging.buckets import BucketConfig
         from prx_data.curation.exclusion import compute_skips, write_skip_lists
+        from prx_data.imaging.buckets import BucketConfig
 
         _, skips = compute_skips(self.paths, self.priorities(), bucket_cfg=BucketConfig(), exclude_labels=(), options=self.options)
         write_skip_lists(self.mds_root, skips, self.options, paths=self.paths)
@@ -251,8 +258,8 @@ class World:
 
     def exported_and_dedup(self) -> tuple[set[str], set[str]]:
         """Exported sample ids, and those the dedup rule skips (not an opt-out matter)."""
-        from prx_data.imaging.buckets import BucketConfig
         from prx_data.curation.exclusion import dedup_config, dedup_rows, exported_samples
+        from prx_data.imaging.buckets import BucketConfig
 
         exports = exported_samples(self.paths, self.priorities(), self.options)
         dups = dedup_rows(exports, dedup_config(BucketConfig()))

@@ -14,11 +14,11 @@ import lance
 import pyarrow as pa
 import pytest
 
+from prx_data.core.counts import word_histogram
+from prx_data.core.histogram import median, summary_row
 from prx_data.core.ids import sample_id
 from prx_data.core.paths import StoragePaths
 from prx_data.curation import report
-from prx_data.core.counts import word_histogram
-from prx_data.core.histogram import median, summary_row
 from prx_data.curation.report import build_data_card
 
 SOURCE = "web"
@@ -45,18 +45,28 @@ def _corpus(tmp_path, n: int) -> tuple[StoragePaths, list[dict], list[dict]]:
     for i in range(n):
         caption = _caption(rng)
         label = rng.choice(["visual", "text", "nsfw", None, ""]) if caption else None
-        raw.append({
-            "sample_id": sample_id(SOURCE, str(i)), "status": rng.choice(["ok", "ok", "ok", "error"]), "caption": caption,
-            "caption_model": rng.choice(["qwen3-vl-8b", None]), "caption_prompt_version": rng.choice([1, 2]),
-            "label": label, "label_model": rng.choice(["qwen3-8b", "minilm"]) if label else None,
-        })
+        raw.append(
+            {
+                "sample_id": sample_id(SOURCE, str(i)),
+                "status": rng.choice(["ok", "ok", "ok", "error"]),
+                "caption": caption,
+                "caption_model": rng.choice(["qwen3-vl-8b", None]),
+                "caption_prompt_version": rng.choice([1, 2]),
+                "label": label,
+                "label_model": rng.choice(["qwen3-8b", "minilm"]) if label else None,
+            }
+        )
     exports = []
     for r in raw:
         dropped = rng.random() < 0.2
-        exports.append({
-            "sample_id": r["sample_id"], "tier": rng.choice([256, 512, 1024]), "bucket": rng.choice(["16x16", "12x20"]),
-            "drop_reason": rng.choice(["duplicate: of 12ab", "label: nsfw", "too_small: 40x40"]) if dropped else None,
-        })
+        exports.append(
+            {
+                "sample_id": r["sample_id"],
+                "tier": rng.choice([256, 512, 1024]),
+                "bucket": rng.choice(["16x16", "12x20"]),
+                "drop_reason": rng.choice(["duplicate: of 12ab", "label: nsfw", "too_small: 40x40"]) if dropped else None,
+            }
+        )
     lance.write_dataset(pa.Table.from_pylist(raw), paths.raw_table(SOURCE))
     lance.write_dataset(pa.Table.from_pylist(exports), paths.exports_table(SOURCE))
     return paths, raw, exports

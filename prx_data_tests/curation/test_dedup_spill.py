@@ -59,7 +59,12 @@ def test_exact_dedup_in_many_partitions_equals_the_whole_corpus_at_once(tmp_path
     expected = find_duplicates(corpus, DedupConfig()).select([*COLUMNS, "kept_sample_id", "reason"])
     assert expected.num_rows > 500 and len(set(expected["source"].to_pylist())) == 3
     got = spilled_duplicates(
-        _batches(corpus, 256), DedupConfig(), total_rows=corpus.num_rows, columns=COLUMNS, max_partition_rows=max_rows, scratch_dir=str(tmp_path)
+        _batches(corpus, 256),
+        DedupConfig(),
+        total_rows=corpus.num_rows,
+        columns=COLUMNS,
+        max_partition_rows=max_rows,
+        scratch_dir=str(tmp_path),
     )
     assert got.equals(expected)
     assert list(tmp_path.iterdir()) == []  # the spill is removed
@@ -69,7 +74,9 @@ def test_near_dedup_partitions_by_aspect_key_and_equals_the_whole_corpus(tmp_pat
     corpus = _corpus(seed=1)
     cfg = DedupConfig(radius=2)
     expected = find_duplicates(corpus, cfg).select([*COLUMNS, "kept_sample_id", "reason"])
-    got = spilled_duplicates(_batches(corpus, 300), cfg, total_rows=corpus.num_rows, columns=COLUMNS, max_partition_rows=1, scratch_dir=str(tmp_path))
+    got = spilled_duplicates(
+        _batches(corpus, 300), cfg, total_rows=corpus.num_rows, columns=COLUMNS, max_partition_rows=1, scratch_dir=str(tmp_path)
+    )
     assert got.num_rows > find_duplicates(corpus).num_rows  # the near copies were found
     assert got.equals(expected)
 
@@ -83,5 +90,7 @@ def test_partition_sizes_and_bad_input(tmp_path):
     bad = _corpus(50).to_pandas()
     bad.loc[3, "width"] = 5000  # 512x5000 is far outside the aspect-ratio grid
     with pytest.raises(ValueError, match="outside the aspect-ratio grid"):
-        spilled_duplicates([pa.Table.from_pandas(bad, preserve_index=False)], DedupConfig(), total_rows=50, columns=COLUMNS, scratch_dir=str(tmp_path))
+        spilled_duplicates(
+            [pa.Table.from_pandas(bad, preserve_index=False)], DedupConfig(), total_rows=50, columns=COLUMNS, scratch_dir=str(tmp_path)
+        )
     assert list(tmp_path.iterdir()) == []

@@ -56,8 +56,14 @@ def _export_with(settings) -> StoragePaths:
     merge_all(paths.mds_root, min_stream_samples=settings.min_stream_samples, gc_min_age_s=0)
     exports, skips = compute_skips(paths, {"alpha": 1}, bucket_cfg=BucketConfig())
     skips, _ = apply_fold_policy(
-        paths, exports, skips, sources=["alpha"], bucket_cfg=BucketConfig(), writer_cfg=MdsWriterConfig(),
-        policy=FoldPolicy.from_settings(settings), run_id="test-run",
+        paths,
+        exports,
+        skips,
+        sources=["alpha"],
+        bucket_cfg=BucketConfig(),
+        writer_cfg=MdsWriterConfig(),
+        policy=FoldPolicy.from_settings(settings),
+        run_id="test-run",
     )
     write_skip_lists(paths.mds_root, skips)
     merge_all(paths.mds_root, min_stream_samples=settings.min_stream_samples, gc_min_age_s=0)

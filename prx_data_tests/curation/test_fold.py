@@ -17,19 +17,19 @@ import pyarrow.compute as pc
 import pytest
 from PIL import Image
 
-from prx_data.curation import fold as fold_mod
-from prx_data.export.corpus_index import merge_all, unpublished_buckets
-from prx_data.curation.fold import FOLDED, FoldPolicy, apply_fold_policy, folds_table, read_folds
-from prx_data.export.mds_writer import MdsWriterConfig
 from prx_data.core.ids import sample_id
+from prx_data.core.lance_io import open_table
+from prx_data.core.paths import StoragePaths
+from prx_data.curation import fold as fold_mod
+from prx_data.curation.exclusion import compute_skips, write_skip_lists
+from prx_data.curation.fold import FOLDED, FoldPolicy, apply_fold_policy, folds_table, read_folds
+from prx_data.curation.report import build_data_card
+from prx_data.export.corpus_index import merge_all, unpublished_buckets
+from prx_data.export.mds_writer import MdsWriterConfig
 from prx_data.imaging import transform
 from prx_data.imaging.buckets import BucketConfig, fold_kept_share, fold_target
-from prx_data.core.lance_io import open_table
-from prx_data.training.loader import make_loader
-from prx_data.core.paths import StoragePaths
-from prx_data.curation.report import build_data_card
-from prx_data.curation.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
+from prx_data.training.loader import make_loader
 from prx_data_tests.export.rawtables import write_raw
 from prx_data_tests.export.trainable import release
 
@@ -69,14 +69,27 @@ def encodes(monkeypatch) -> list[int]:
 def pipeline(paths: StoragePaths, policy: FoldPolicy, options: dict | None = None, scratch: str | None = None):
     """mds_shards, corpus_index, skip_lists (with the fold), the corpus job's order."""
     export_source(
-        paths.raw_table("alpha"), "alpha", mds_root=paths.mds_root, exports_uri=paths.exports_table("alpha"),
-        executor="local", storage_options=options, scratch_dir=scratch,
+        paths.raw_table("alpha"),
+        "alpha",
+        mds_root=paths.mds_root,
+        exports_uri=paths.exports_table("alpha"),
+        executor="local",
+        storage_options=options,
+        scratch_dir=scratch,
     )
     merge_all(paths.mds_root, options, min_stream_samples=MIN, gc_min_age_s=0)
     exports, skips = compute_skips(paths, {"alpha": 1}, bucket_cfg=BucketConfig(), options=options)
     skips, report = apply_fold_policy(
-        paths, exports, skips, sources=["alpha"], bucket_cfg=BucketConfig(), writer_cfg=MdsWriterConfig(),
-        policy=policy, options=options, run_id="test-run", scratch_dir=scratch,
+        paths,
+        exports,
+        skips,
+        sources=["alpha"],
+        bucket_cfg=BucketConfig(),
+        writer_cfg=MdsWriterConfig(),
+        policy=policy,
+        options=options,
+        run_id="test-run",
+        scratch_dir=scratch,
     )
     write_skip_lists(paths.mds_root, skips, options)
     merge_all(paths.mds_root, options, min_stream_samples=MIN, gc_min_age_s=0)
@@ -247,7 +260,13 @@ def test_a_source_named_like_a_fold_folder_is_left_alone(paths: StoragePaths):
     folded copies of 'alpha' (and removed); with it on, the name is refused."""
     write_raw(paths.raw_table("alpha"), "alpha", corpus_items())
     write_raw(paths.raw_table("alpha--fold"), "alpha--fold", [raw_item("x", 1, 640, 480)])
-    export_source(paths.raw_table("alpha--fold"), "alpha--fold", mds_root=paths.mds_root, exports_uri=paths.exports_table("alpha--fold"), executor="local")
+    export_source(
+        paths.raw_table("alpha--fold"),
+        "alpha--fold",
+        mds_root=paths.mds_root,
+        exports_uri=paths.exports_table("alpha--fold"),
+        executor="local",
+    )
     exports, skips = compute_skips(paths, {"alpha": 1, "alpha--fold": 1}, bucket_cfg=BucketConfig())
     apply_fold_policy(paths, exports, skips, sources=["alpha", "alpha--fold"], bucket_cfg=BucketConfig(), policy=OFF)
     assert Path(paths.mds_root, TARGET, "alpha--fold", "index.json").is_file()
@@ -271,7 +290,9 @@ def test_the_fold_reads_only_the_rows_it_folds_from_the_sources_tables(paths: St
         read.append((Path(self.uri).name, table.num_rows))
         return table
 
-    monkeypatch.setattr(fold_mod, "fold_source", _spy(fold_mod.fold_source, lambda: monkeypatch.setattr(lance.LanceDataset, "to_table", counting)))
+    monkeypatch.setattr(
+        fold_mod, "fold_source", _spy(fold_mod.fold_source, lambda: monkeypatch.setattr(lance.LanceDataset, "to_table", counting))
+    )
     report, _ = pipeline(paths, ON)
     assert report.folds == {SPARSE: TARGET} and report.encoded == 2
     from_sources = [(name, rows) for name, rows in read if name in ("alpha.lance",)]

@@ -20,7 +20,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def test_lineage_cli_by_key_url_image_and_bad_queries(data_root, capsys):
     corpus = process_corpus_locally(data_root, ("photos", "web", "archive"))
     paths = corpus["paths"]
-    web = lance.dataset(paths.raw_table("web")).to_table(columns=["sample_id", "source_key", "source_url"], filter="status = 'ok'").to_pylist()[0]
+    web = (
+        lance.dataset(paths.raw_table("web"))
+        .to_table(columns=["sample_id", "source_key", "source_url"], filter="status = 'ok'")
+        .to_pylist()[0]
+    )
 
     assert main(["lineage", "--key", f"web:{web['source_key']}", "--json"]) == 0
     (record,) = json.loads(capsys.readouterr().out)
@@ -54,13 +58,15 @@ def test_lineage_cli_by_key_url_image_and_bad_queries(data_root, capsys):
 def test_maintenance_compacts_and_indexes(tmp_path):
     uri = str(tmp_path / "t.lance")
     for i in range(12):  # twelve small appends: twelve fragments
-        rows = pa.table({
-            "sample_id": [f"{i:02d}{j:030d}" for j in range(50)],
-            "caption": [f"a red bicycle number {i} {j}" if j % 2 else "a blue boat" for j in range(50)],
-            "source_caption": ["x"] * 50,
-            "status": ["ok"] * 50,
-            "label": ["visual"] * 50,
-        })
+        rows = pa.table(
+            {
+                "sample_id": [f"{i:02d}{j:030d}" for j in range(50)],
+                "caption": [f"a red bicycle number {i} {j}" if j % 2 else "a blue boat" for j in range(50)],
+                "source_caption": ["x"] * 50,
+                "status": ["ok"] * 50,
+                "label": ["visual"] * 50,
+            }
+        )
         lance.write_dataset(rows, uri, mode="append" if i else "create")
     report = maintain_table(uri, target_rows_per_fragment=1000)
     assert (report.fragments_before, report.fragments_after) == (12, 1) and report.compacted

@@ -95,9 +95,9 @@ def test_bulk_request_of_10000_urls_gives_one_summary_line_and_lists_the_unmatch
     assert main(["optout", "apply", "--root", str(world.root)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     lines = [line for line in out if line.startswith("request ")]
-    assert lines == ["request bulk: 10501 name(s), 2 sample(s) matched (2 by identity, 0 by fingerprint), 10499 unmatched, 2 fingerprint(s) kept, 2 shard(s)"] or (
-        len(lines) == 1 and "10499 unmatched" in lines[0] and "2 sample(s) matched" in lines[0]
-    ), out
+    assert lines == [
+        "request bulk: 10501 name(s), 2 sample(s) matched (2 by identity, 0 by fingerprint), 10499 unmatched, 2 fingerprint(s) kept, 2 shard(s)"
+    ] or (len(lines) == 1 and "10499 unmatched" in lines[0] and "2 sample(s) matched" in lines[0]), out
     (audit,) = lance.dataset(world.paths.optout_audit_table()).to_table().to_pylist()
     assert len(audit["unmatched"]) == 10_499
     assert "url https://nowhere.example.com/0.jpg" in audit["unmatched"] and "source_key s2:missing-7" in audit["unmatched"]
@@ -126,14 +126,24 @@ def test_domain_and_image_requests_and_the_receipt(world, capsys):
 
     assert main(["optout", "report", "--id", "req-dom", "--root", str(world.root)]) == 0
     md = capsys.readouterr().out
-    assert md.startswith("# Opt-out request `req-dom`") and "| identity | domain |" in md and "excluded from the loader since skip-list build" in md
+    assert (
+        md.startswith("# Opt-out request `req-dom`")
+        and "| identity | domain |" in md
+        and "excluded from the loader since skip-list build" in md
+    )
     assert main(["optout", "report", "--id", "never-filed", "--root", str(world.root)]) == 1
     assert "optout apply" in capsys.readouterr().err
 
 
 def test_degenerate_images_match_by_content_key_only():
     """A flat image's phash is no fingerprint: its rows match by image_sha256, not by hash."""
-    from prx_data.curation.optout.match import fingerprints_of_samples, hashed_candidates, keyed_candidates, match_fingerprints, one_match_per_sample
+    from prx_data.curation.optout.match import (
+        fingerprints_of_samples,
+        hashed_candidates,
+        keyed_candidates,
+        match_fingerprints,
+        one_match_per_sample,
+    )
 
     raw = pa.table(
         {
@@ -148,8 +158,17 @@ def test_degenerate_images_match_by_content_key_only():
         }
     )
     exported = raw.select(["sample_id", "source", "phash"])  # the shards hold the same images
-    named = pa.table({"request_id": ["r"], "sample_id": ["flat1"], "source": ["s"], "matched_by": ["source_key"],
-                      "rule": ["identity"], "distance": pa.array([None], pa.int32()), "fingerprint_of": pa.array([None], pa.string())})
+    named = pa.table(
+        {
+            "request_id": ["r"],
+            "sample_id": ["flat1"],
+            "source": ["s"],
+            "matched_by": ["source_key"],
+            "rule": ["identity"],
+            "distance": pa.array([None], pa.int32()),
+            "fingerprint_of": pa.array([None], pa.string()),
+        }
+    )
     fps = fingerprints_of_samples(named, raw, exported)
     assert fps["phash"].null_count == fps.num_rows and set(fps["sha256"].to_pylist()) == {"aa"}
     assert hashed_candidates(raw, exported)["sample_id"].to_pylist() == ["photo", "photo"]

@@ -14,13 +14,13 @@ import pytest
 import yaml
 from streaming.base.util import clean_stale_shared_memory
 
-from prx_data.demo.corpus import build_demo_corpus
-from prx_data.export.tree import list_buckets
 from prx_data.core.ids import sample_id
-from prx_data.curation.lineage import find
-from prx_data.training.loader import PrxStreamingDataset
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
+from prx_data.curation.lineage import find
+from prx_data.demo.corpus import build_demo_corpus
+from prx_data.export.tree import list_buckets
+from prx_data.training.loader import PrxStreamingDataset
 from prx_data_tests.conftest import materializations, run_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -63,7 +63,11 @@ def test_optout_request_end_to_end(data_root, prx_defs, instance):
     astronaut = data_root / "photos" / "landscape" / "astronaut.jpg"
     copies = {r.sample_id for r in find(paths, SOURCES, image=astronaut)}
     assert len(copies) == 3
-    web_rows = lance.dataset(paths.raw_table("web")).to_table(columns=["sample_id", "source_url"], filter="status = 'ok' AND source_url IS NOT NULL").to_pylist()
+    web_rows = (
+        lance.dataset(paths.raw_table("web"))
+        .to_table(columns=["sample_id", "source_url"], filter="status = 'ok' AND source_url IS NOT NULL")
+        .to_pylist()
+    )
     by_url = next(r for r in web_rows if r["sample_id"] not in copies)
     request = {
         "id": "req-42",

@@ -90,8 +90,10 @@ class OptOutMachine(RuleBasedStateMachine):
         out = set()
         for name, key, item in self._rows():
             phash, sha = fingerprint(*item.variant)
-            if ("phash", phash) in fingerprints or ("sha", sha) in fingerprints or any(
-                self._identity(r, name, key, item) for r in self.requests.values()
+            if (
+                ("phash", phash) in fingerprints
+                or ("sha", sha) in fingerprints
+                or any(self._identity(r, name, key, item) for r in self.requests.values())
             ):
                 out.add(sample_id(name, key))
         return out
@@ -127,7 +129,9 @@ class OptOutMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.world.sources) < MAX_SOURCES)
     @rule(
-        picks=st.lists(st.tuples(st.integers(0, BASES - 1), st.sampled_from(KINDS), st.booleans(), st.integers(0, 5)), min_size=1, max_size=3)
+        picks=st.lists(
+            st.tuples(st.integers(0, BASES - 1), st.sampled_from(KINDS), st.booleans(), st.integers(0, 5)), min_size=1, max_size=3
+        )
     )
     def add_source_with_copies(self, picks):
         self._log("add_source_with_copies")

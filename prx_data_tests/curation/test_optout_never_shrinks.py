@@ -33,8 +33,11 @@ A, B, X = sample_id("s1", "a"), sample_id("s1", "b"), sample_id("s2", "x")
 
 def _world(root: Path, lance_root: str, mds_root: str, options: dict | None) -> World:
     w = World(root=root, lance_root=lance_root, mds_root=mds_root, options=options)
-    w.sources["s1"] = {"a": Item((0, "exact"), "https://a.example.org/a.jpg"), "b": Item((1, "exact"), "https://b.example.org/b.jpg"),
-                       **{k: Item((3 + i, "exact"), f"https://{k}.example.org/{k}.jpg") for i, k in enumerate("cde")}}
+    w.sources["s1"] = {
+        "a": Item((0, "exact"), "https://a.example.org/a.jpg"),
+        "b": Item((1, "exact"), "https://b.example.org/b.jpg"),
+        **{k: Item((3 + i, "exact"), f"https://{k}.example.org/{k}.jpg") for i, k in enumerate("cde")},
+    }
     w.sources["s2"] = {"x": Item((2, "exact"), "https://cdn.example.net/x.jpg")}
     for name in w.sources:
         w.chain(name)
@@ -124,7 +127,9 @@ def test_broken_or_vanished_requests_keep_excluding_their_samples(world):
     yielded = _yielded(world)
     assert not excluded & yielded, "a broken request re-admitted its sample"
     assert {B, X} <= yielded
-    audit = {r["request_id"]: r for r in lance.dataset(world.paths.optout_audit_table(), storage_options=world.options).to_table().to_pylist()}
+    audit = {
+        r["request_id"]: r for r in lance.dataset(world.paths.optout_audit_table(), storage_options=world.options).to_table().to_pylist()
+    }
     assert audit.keys() == set(report.kept)
     for breakage, key in BROKEN.items():
         row = audit[f"req-{breakage}"]
@@ -158,7 +163,9 @@ def test_one_bad_request_never_blocks_the_others(world):
     _file(world, {"id": "req-img", "image_files": [str(fifo_image)], "source_keys": ["s1:b"]})
     with _deadline(120):
         report = world.apply().optouts
-    assert sorted(e.split(" ", 1)[0] for e in report.errors if "fifo.yaml" in e or "zero.yaml" in e) == ["request", "request"], report.errors
+    assert sorted(e.split(" ", 1)[0] for e in report.errors if "fifo.yaml" in e or "zero.yaml" in e) == ["request", "request"], (
+        report.errors
+    )
     assert any("fifo.yaml" in e and "FIFO" in e for e in report.errors)
     assert any("zero.yaml" in e and "device" in e for e in report.errors)
     problems = {r["request_id"]: r["problems"] for r in report.audit.to_pylist()}

@@ -4,8 +4,8 @@ later while its keyed hashes are stored (``url_key`` has no hash for a blank URL
 import pytest
 from pydantic import ValidationError
 
-from prx_data.curation.optout.requests import OptOutRequest, load_request, stored_request_json
 from prx_data.core.urls import URL_KEY_PREFIX, url_key
+from prx_data.curation.optout.requests import OptOutRequest, load_request, stored_request_json
 
 
 @pytest.mark.parametrize("blank", ["", "   ", "\n"])

@@ -30,14 +30,13 @@ def main(argv: list[str]) -> int:
             return 3
         return 0
     if action == "pipeline":
+        from prx_data.core.locking import configure
         from prx_data.core.paths import StoragePaths
-        from prx_data.ingest.registry import load_registry
         from prx_data.core.settings import get_settings
         from prx_data.ingest.ingest import ingest_source
+        from prx_data.ingest.registry import load_registry
         from prx_data.stages.export_stage import export_source
         from prx_data.stages.phash_stage import compute_phashes
-
-        from prx_data.core.locking import configure
 
         settings = get_settings()
         configure(settings.lock_policy())
@@ -48,8 +47,13 @@ def main(argv: list[str]) -> int:
         ingest_source(source, uri, storage_options=options)
         compute_phashes(uri, executor="local", storage_options=options)
         export_source(
-            uri, source.name, mds_root=settings.mds_root, exports_uri=paths.exports_table(source.name),
-            executor="local", require_caption=False, storage_options=options,
+            uri,
+            source.name,
+            mds_root=settings.mds_root,
+            exports_uri=paths.exports_table(source.name),
+            executor="local",
+            require_caption=False,
+            storage_options=options,
         )
         print("done", flush=True)
         return 0

@@ -20,9 +20,9 @@ import yaml
 from pydantic import TypeAdapter
 
 from prx_data.core.native_memory import ARENA_MAX
+from prx_data.core.settings import load_settings
 from prx_data.models.captioning.config import CaptionerConfig
 from prx_data.models.labeling.config import ClassifierConfig
-from prx_data.core.settings import load_settings
 from prx_data_tests.deploy.conftest import DEPLOYMENTS, REPO
 
 CODE_MODULE = "prx_data.definitions"
@@ -65,7 +65,14 @@ CHART_DAEMON = {
     "tolerations", "podSecurityContext", "securityContext", "resources", "livenessProbe", "readinessProbe",
     "startupProbe", "annotations", "runMonitoring", "runRetries", "sensors", "schedules",
 }  # fmt: skip
-CHART_QUEUED_COORDINATOR = {"maxConcurrentRuns", "tagConcurrencyLimits", "dequeueIntervalSeconds", "dequeueNumWorkers", "dequeueUseThreads", "blockOpConcurrencyLimitedRuns"}
+CHART_QUEUED_COORDINATOR = {
+    "maxConcurrentRuns",
+    "tagConcurrencyLimits",
+    "dequeueIntervalSeconds",
+    "dequeueNumWorkers",
+    "dequeueUseThreads",
+    "blockOpConcurrencyLimitedRuns",
+}
 CHART_CONCURRENCY = {"enabled", "pools", "runs"}
 CHART_CONCURRENCY_POOLS = {"defaultLimit", "granularity", "opGranularityRunBuffer"}
 CHART_CONCURRENCY_RUNS = {"maxConcurrentRuns", "tagConcurrencyLimits"}
@@ -96,7 +103,14 @@ def test_the_expected_deployment_files_exist():
         "docker/docker-compose.yaml", "docker/dagster.yaml", "docker/workspace.yaml",
         "k8s/dagster-values.yaml", "k8s/raycluster.yaml", "k8s/prx-config.yaml", "k8s/rbac.yaml",
     } <= set(ALL_YAML)  # fmt: skip
-    for rel in ("local/README.md", "docker/README.md", "k8s/README.md", "gpu-worker/README.md", "docker/Dockerfile", "gpu-worker/Dockerfile"):
+    for rel in (
+        "local/README.md",
+        "docker/README.md",
+        "k8s/README.md",
+        "gpu-worker/README.md",
+        "docker/Dockerfile",
+        "gpu-worker/Dockerfile",
+    ):
         assert (DEPLOYMENTS / rel).is_file(), rel
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prx_data.export.corpus_index import unpublished_buckets
 from prx_data.core.paths import StoragePaths
-from prx_data.curation.report import build_data_card
 from prx_data.core.storage import streaming_env
-from prx_data_tests.export.rawtables import write_raw
+from prx_data.curation.report import build_data_card
+from prx_data.export.corpus_index import unpublished_buckets
 from prx_data_tests.curation.test_fold import OFF, ON, SPARSE, TARGET, corpus_items, epoch, ids, pipeline
+from prx_data_tests.export.rawtables import write_raw
 
 
 def _objects(client, bucket: str) -> dict[str, str]:

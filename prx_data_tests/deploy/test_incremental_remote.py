@@ -10,15 +10,15 @@ from pathlib import Path
 
 from streaming.base.util import clean_stale_shared_memory
 
+from prx_data.core.ids import sample_id
+from prx_data.core.paths import StoragePaths
+from prx_data.core.storage import streaming_env
+from prx_data.curation.exclusion import compute_skips, write_skip_lists
 from prx_data.export.corpus_index import merge_all
 from prx_data.export.tree import list_buckets
-from prx_data.core.ids import sample_id
 from prx_data.imaging.buckets import BucketConfig
-from prx_data.training.loader import PrxStreamingDataset
-from prx_data.core.paths import StoragePaths
-from prx_data.curation.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
-from prx_data.core.storage import streaming_env
+from prx_data.training.loader import PrxStreamingDataset
 from prx_data_tests.export.rawtables import item, write_raw
 
 
@@ -35,8 +35,14 @@ def test_incremental_export_on_s3(tmp_path: Path, s3_server, s3_bucket, clean_pr
 
     def run(**kwargs):
         stats = export_source(
-            paths.raw_table("alpha"), "alpha", mds_root=paths.mds_root, exports_uri=paths.exports_table("alpha"),
-            executor="local", storage_options=options, scratch_dir=str(tmp_path), **kwargs,
+            paths.raw_table("alpha"),
+            "alpha",
+            mds_root=paths.mds_root,
+            exports_uri=paths.exports_table("alpha"),
+            executor="local",
+            storage_options=options,
+            scratch_dir=str(tmp_path),
+            **kwargs,
         )
         merge_all(paths.mds_root, options, gc_min_age_s=0)
         _, skips = compute_skips(paths, {"alpha": 1}, bucket_cfg=BucketConfig(), options=options)

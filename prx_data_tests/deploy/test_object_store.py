@@ -13,20 +13,19 @@ from PIL import Image
 from streaming import StreamingDataset
 from streaming.base.util import clean_stale_shared_memory
 
-from prx_data.export import mds_writer
-from prx_data.export.corpus_index import merge_all
+from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import load_settings
+from prx_data.core.storage import locate, streaming_env, try_read_bytes
 from prx_data.export import commit, shard_writer
 from prx_data.export.commit import COMMITS_DIR
+from prx_data.export.corpus_index import merge_all
 from prx_data.export.mds_writer import write_partition
 from prx_data.export.tree import list_buckets, list_sources
 from prx_data.imaging.buckets import assign
 from prx_data.ingest.ingest import ingest_source
-from prx_data.core.paths import StoragePaths
 from prx_data.ingest.registry import load_registry
-from prx_data.core.settings import load_settings
 from prx_data.stages.export_stage import export_source
 from prx_data.stages.phash_stage import compute_phashes
-from prx_data.core.storage import locate, streaming_env, try_read_bytes
 from prx_data_tests import images
 from prx_data_tests.export.conftest import SMALL, make_samples
 

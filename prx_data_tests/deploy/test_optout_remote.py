@@ -25,7 +25,10 @@ def test_optout_on_object_store_roots(tmp_path: Path, s3_server, s3_bucket, clea
     root = tmp_path / "data"
     world = World(root=root, lance_root=f"s3://{s3_bucket}/lance", mds_root=f"s3://{s3_bucket}/mds", options=options)
     world.sources["s1"] = {"a": Item((0, "exact"), "https://a.example.org/a.jpg"), "b": Item((1, "exact"), "https://a.example.org/b.jpg")}
-    world.sources["s2"] = {"x": Item((0, "exact"), "https://cdn.example.net/x.jpg"), "y": Item((2, "half"), "https://cdn.example.net/y.jpg")}
+    world.sources["s2"] = {
+        "x": Item((0, "exact"), "https://cdn.example.net/x.jpg"),
+        "y": Item((2, "half"), "https://cdn.example.net/y.jpg"),
+    }
     for name in world.sources:
         world.chain(name)
     world.merge()

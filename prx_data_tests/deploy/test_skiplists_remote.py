@@ -9,12 +9,12 @@ from pathlib import Path
 
 from streaming.base.util import clean_stale_shared_memory
 
+from prx_data.core.storage import locate, read_bytes, streaming_env
 from prx_data.export.corpus_index import merge_all
 from prx_data.export.mds_writer import write_partition
 from prx_data.export.skiplist import MANIFEST_BASENAME, SKIP_INFIX, build_skiplists, iter_root_sidecars
 from prx_data.export.tree import list_buckets, list_sources
 from prx_data.training.loader import PrxStreamingDataset
-from prx_data.core.storage import locate, read_bytes, streaming_env
 from prx_data_tests.export.conftest import SMALL, make_samples
 from prx_data_tests.export.test_skiplist import skip_table
 
@@ -75,11 +75,7 @@ def test_skiplists_on_s3_root_are_honoured_by_the_remote_loader(tmp_path: Path, 
             target.write_bytes(read_bytes(root.child(rel, source, "index.json")))
     local_report = build_skiplists(table, str(local_root))
     assert (local_report.written, local_report.manifests_written) == (report.written, report.manifests_written)
-    local_files = {
-        p.relative_to(local_root).as_posix(): p.read_bytes()
-        for p in local_root.rglob("*.json")
-        if p.name != "index.json"
-    }
+    local_files = {p.relative_to(local_root).as_posix(): p.read_bytes() for p in local_root.rglob("*.json") if p.name != "index.json"}
     remote_files = {
         k.removeprefix("mds/"): read_bytes(root.child(k.removeprefix("mds/")))
         for k in _keys(client, s3_bucket, "mds/")

@@ -24,7 +24,7 @@ from prx_data.ingest.ingest import EmptySource, ingest_source
 from prx_data.ingest.readers import SourceUnavailable, read_source
 from prx_data.ingest.registry import RegisteredSource, SourceSpec, load_spec
 from prx_data_tests import images
-from prx_data_tests.http_fixtures import LOCAL_NETWORKS, http_server  # noqa: F401
+from prx_data_tests.http_fixtures import LOCAL_NETWORKS
 from prx_data_tests.ingest.test_parallel_ingest import shards
 
 COLUMNS = ["sample_id", "source_key", "image_sha256", "status", "source_caption"]
@@ -99,8 +99,13 @@ def parquet_urls_tree(folder: Path, v: int, ctx: dict) -> None:
     folder.mkdir(parents=True)
     for i in range(3):
         server.add_route(f"/{i}.jpg", _jpeg(30 + i), headers={"Content-Type": "image/jpeg"})
-    rows = [{"key": "u0", "url": server.url("/0.jpg"), "alt": f"caption v{v}"}, {"key": "u9", "url": server.url("/nothing-here.jpg"), "alt": None}]
-    rows += [{"key": "u1", "url": server.url("/1.jpg"), "alt": "one"}] if v == 0 else [{"key": "u2", "url": server.url("/2.jpg"), "alt": "two"}]
+    rows = [
+        {"key": "u0", "url": server.url("/0.jpg"), "alt": f"caption v{v}"},
+        {"key": "u9", "url": server.url("/nothing-here.jpg"), "alt": None},
+    ]
+    rows += (
+        [{"key": "u1", "url": server.url("/1.jpg"), "alt": "one"}] if v == 0 else [{"key": "u2", "url": server.url("/2.jpg"), "alt": "two"}]
+    )
     _parquet(folder / "urls.parquet", rows)
 
 
@@ -110,7 +115,9 @@ def jsonl_tree(folder: Path, v: int, ctx: dict) -> None:
     def line(key, seed, caption):
         return json.dumps({"id": key, "img": base64.b64encode(_jpeg(seed)).decode(), "text": caption})
 
-    (folder / "a.jsonl").write_text("\n".join([line("j0", 40, "zero"), line("j1", 41, "one" if v == 0 else "one, edited"), "{not json"]) + "\n")
+    (folder / "a.jsonl").write_text(
+        "\n".join([line("j0", 40, "zero"), line("j1", 41, "one" if v == 0 else "one, edited"), "{not json"]) + "\n"
+    )
     if v == 0:
         (folder / "b.jsonl").write_text(line("j2", 42, "two") + "\n")
     else:
@@ -136,11 +143,24 @@ def lance_tree(folder: Path, v: int, ctx: dict) -> None:
 # shape -> (tree writer, spec fields (location relative to the tree), S3-side workers)
 SHAPES: dict[str, tuple[Callable, dict, int]] = {
     "image_folder": (image_folder_tree, dict(shape="image_folder", location="", max_bytes=4000), 2),
-    "parquet_bytes": (parquet_bytes_tree, dict(shape="parquet", location="", fields={"key": "key", "image": "image", "caption": "caption"}), 1),
-    "parquet_paths": (parquet_paths_tree, dict(shape="parquet", location="meta.parquet", fields={"key": "key", "image": "path", "image_kind": "path"}), 1),
+    "parquet_bytes": (
+        parquet_bytes_tree,
+        dict(shape="parquet", location="", fields={"key": "key", "image": "image", "caption": "caption"}),
+        1,
+    ),
+    "parquet_paths": (
+        parquet_paths_tree,
+        dict(shape="parquet", location="meta.parquet", fields={"key": "key", "image": "path", "image_kind": "path"}),
+        1,
+    ),
     "parquet_urls": (
         parquet_urls_tree,
-        dict(shape="parquet", location="*.parquet", fields={"key": "key", "image": "url", "image_kind": "url", "caption": "alt"}, download={"allow_networks": LOCAL_NETWORKS, "retries": 0}),
+        dict(
+            shape="parquet",
+            location="*.parquet",
+            fields={"key": "key", "image": "url", "image_kind": "url", "caption": "alt"},
+            download={"allow_networks": LOCAL_NETWORKS, "retries": 0},
+        ),
         1,
     ),
     "jsonl": (jsonl_tree, dict(shape="jsonl", location="", fields={"key": "id", "image": "img", "caption": "text"}), 1),
@@ -172,7 +192,9 @@ def rows(uri: str, options: dict | None = None) -> list[tuple]:
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_a_source_on_s3_ingests_as_the_same_local_folder_first_run_and_rerun(shape, tmp_path: Path, s3_server, s3_bucket, http_server, ray_two_cpus):  # noqa: F811
+def test_a_source_on_s3_ingests_as_the_same_local_folder_first_run_and_rerun(
+    shape, tmp_path: Path, s3_server, s3_bucket, http_server, ray_two_cpus
+):  # noqa: F811
     writer, fields, workers = SHAPES[shape]
     options, client = s3_server.options(), s3_server.client()
     local_tree = tmp_path / "tree"
@@ -221,7 +243,12 @@ def test_path_columns_naming_another_bucket_or_prefix_are_outside_root(tmp_path:
     buf = pa.BufferOutputStream()
     pq.write_table(pa.table({"key": list(values), "path": list(values.values())}), buf)
     client.put_object(Bucket=s3_bucket, Key="tree/meta.parquet", Body=buf.getvalue().to_pybytes())
-    spec = SourceSpec(name="paths", shape="parquet", location=f"s3://{s3_bucket}/tree/meta.parquet", fields={"key": "key", "image": "path", "image_kind": "path"})
+    spec = SourceSpec(
+        name="paths",
+        shape="parquet",
+        location=f"s3://{s3_bucket}/tree/meta.parquet",
+        fields={"key": "key", "image": "path", "image_kind": "path"},
+    )
     items = {i.key: i for i in read_source(RegisteredSource(spec, tmp_path / "paths.yaml"), options)}
     assert items["in"].data == items["absolute-in"].data == _jpeg(7)
     for key in ("other-prefix", "other-bucket", "other-scheme", "dotdot", "dotdot-inside", "local"):
@@ -258,7 +285,11 @@ def test_unauthorised_unreachable_and_missing_buckets_are_clear_errors(tmp_path:
         ingest_source(_photos(s3_bucket, tmp_path), uri, source_storage_options={**good, "aws_secret_access_key": "wrong"})
     assert "Traceback" not in str(err.value) and f"s3://{s3_bucket}/photos" in str(err.value)
     with pytest.raises(SourceUnavailable, match="could not be reached; check PRX_S3_ENDPOINT"):
-        ingest_source(_photos(s3_bucket, tmp_path), uri, source_storage_options={**good, "aws_endpoint": f"http://127.0.0.1:{free_port()}", "max_attempts": "1"})
+        ingest_source(
+            _photos(s3_bucket, tmp_path),
+            uri,
+            source_storage_options={**good, "aws_endpoint": f"http://127.0.0.1:{free_port()}", "max_attempts": "1"},
+        )
     with pytest.raises(SourceUnavailable, match="bucket does not exist"):
         ingest_source(_photos("prx-no-such-bucket", tmp_path), uri, storage_options=good)
     assert lance.dataset(uri).count_rows() == 1  # nothing lost
@@ -297,7 +328,9 @@ def test_a_storage_profile_names_variables_and_never_holds_a_secret(tmp_path: Pa
 
     spec_file = tmp_path / "leaky.yaml"
     for storage in ({"secret_access_key": "wJalrXUtnFEMI/K7MDENG"}, {"secret_access_key_env": "wJalrXUtnFEMI/K7MDENG+abc"}):
-        spec_file.write_text(json.dumps({"name": "leaky", "shape": "image_folder", "location": f"s3://{s3_bucket}/photos", "storage": storage}))
+        spec_file.write_text(
+            json.dumps({"name": "leaky", "shape": "image_folder", "location": f"s3://{s3_bucket}/photos", "storage": storage})
+        )
         with pytest.raises(ValueError, match="secrets never go in a spec|name of an environment variable"):
             load_spec(spec_file)
 
@@ -314,7 +347,9 @@ def test_globs_match_the_same_objects_as_files(pattern, tmp_path: Path, s3_serve
     spec = SourceSpec(name="g", shape="webdataset", location="x")
     local = [p.relative_to(tree).as_posix() for p in _files(tree / pattern, (".tar",))]
     uri = f"s3://{s3_bucket}/{PREFIX}/{pattern}"
-    remote = [str(p).removeprefix(f"{s3_bucket}/{PREFIX}/") for p in _files(uri, (".tar",), make_root(spec, uri, None, s3_server.options()))]
+    remote = [
+        str(p).removeprefix(f"{s3_bucket}/{PREFIX}/") for p in _files(uri, (".tar",), make_root(spec, uri, None, s3_server.options()))
+    ]
     assert remote == local and local
 
 

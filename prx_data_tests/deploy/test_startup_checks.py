@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from prx_data.defs.cluster import ClusterStartupError, RayClusterAddress, check_cluster_startup
 from prx_data.core.settings import load_settings
+from prx_data.defs.cluster import ClusterStartupError, RayClusterAddress, check_cluster_startup
 from prx_data_tests.deploy.conftest import DEPLOYMENTS, free_port
 
 
@@ -105,8 +105,8 @@ def test_kuberay_mode_needs_a_kubernetes_api(s3_server, s3_bucket, postgres_url,
 
 def test_code_location_fails_to_load_with_the_setting_named(s3_server, s3_bucket, postgres_url, clean_prx_env, tmp_path):
     """What a deployment sees: loading prx_data.definitions under PRX_ENV=cluster runs the checks."""
-    from prx_data.definitions import build_defs
     from prx_data.core.settings import get_settings
+    from prx_data.definitions import build_defs
 
     monkeypatch = clean_prx_env
     env = cluster_env(s3_server, s3_bucket, postgres_url, PRX_DATA_ROOT=str(tmp_path), PRX_RAY_ADDRESS=f"ray://127.0.0.1:{free_port()}")

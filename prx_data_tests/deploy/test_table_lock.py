@@ -40,7 +40,12 @@ def store(request, tmp_path, clean_prx_env):
 def _worker(*args: str, env: dict) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "prx_data_tests.deploy.lock_worker", *args],
-        cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -144,7 +149,9 @@ def test_runs_starting_at_once_on_a_new_root_share_its_dagster_setup(tmp_path, c
     root = tmp_path / "new-root"  # a folder of specs, no Dagster home yet
     (root / "sources").mkdir(parents=True)
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(root)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(4)
     ]
     for proc in procs:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from prx_data.core.storage import streaming_env
 from prx_data.export.corpus_index import unpublished_buckets
 from prx_data.training.loader import make_loader, published_buckets
-from prx_data.core.storage import streaming_env
 from prx_data_tests.export.trainable import (
     BATCH_SIZES,
     PUBLISHED,

@@ -43,15 +43,15 @@ class ExploredCorpus:
 
 def build(root: Path) -> ExploredCorpus:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from prx_data.core.lance_io import update_columns
+    from prx_data.core.paths import StoragePaths
+    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.demo.corpus import build_demo_corpus
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.core.lance_io import update_columns
-    from prx_data.core.paths import StoragePaths
     from prx_data.ingest.registry import load_registry
     from prx_data.stages.caption_stage import compute_captions
-    from prx_data.curation.exclusion import compute_skips, write_skip_lists
     from prx_data.stages.export_stage import export_source
     from prx_data.stages.label_stage import compute_labels
     from prx_data.stages.phash_stage import compute_phashes

@@ -11,7 +11,25 @@ def test_bench_fulltext_small(tmp_path):
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["--rows", "3000", "--fragments", "10", "--queries", "8", "--lookups", "8", "--baseline-queries", "2", "--dir", str(tmp_path)]) == 0
+        assert (
+            main(
+                [
+                    "--rows",
+                    "3000",
+                    "--fragments",
+                    "10",
+                    "--queries",
+                    "8",
+                    "--lookups",
+                    "8",
+                    "--baseline-queries",
+                    "2",
+                    "--dir",
+                    str(tmp_path),
+                ]
+            )
+            == 0
+        )
     text = out.getvalue()
     assert "10 fragments" in text and "compacted (remapped index)" in text
     assert "ratio fragmented/compacted" in text and "the 50 ms target" in text

@@ -15,9 +15,11 @@ from prx_data_tests.explorer.helpers import card_ids, exports, section, sidecar_
 def test_sample_page_shows_captions_label_phash_and_shard(client, corpus):
     source, key = RECAPTIONED
     sid = corpus.sid(source, key)
-    row = lance.dataset(StoragePaths.from_settings(corpus.settings).raw_table(source)).to_table(
-        filter=f"sample_id = '{sid}'", columns=["source_caption", "label", "label_model", "phash"]
-    ).to_pylist()[0]
+    row = (
+        lance.dataset(StoragePaths.from_settings(corpus.settings).raw_table(source))
+        .to_table(filter=f"sample_id = '{sid}'", columns=["source_caption", "label", "label_model", "phash"])
+        .to_pylist()[0]
+    )
     html = client.get(f"/sample/{source}/{sid}").text
     assert MODEL_CAPTION in section(html, "caption")
     assert CAPTION_MODEL in section(html, "caption") and PROMPT_VERSION in section(html, "caption")
@@ -26,7 +28,7 @@ def test_sample_page_shows_captions_label_phash_and_shard(client, corpus):
     assert f"{row['phash'] & (2**64 - 1):016x}" in section(html, "phash")
     [placed] = [r for r in exports(corpus.settings, source) if r["sample_id"] == sid]
     placements = section(html, "placements")
-    assert f"<code>{placed['shard']}</code> index <b class=\"index\">{placed['index_in_shard']}</b>" in placements
+    assert f'<code>{placed["shard"]}</code> index <b class="index">{placed["index_in_shard"]}</b>' in placements
     assert "file not found" not in placements
 
 

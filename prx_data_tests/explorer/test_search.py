@@ -93,12 +93,12 @@ def test_tables_fresh_from_ingest_are_browsable(tmp_path):
     """Mid-pipeline: no caption or label columns yet, no exports, no MDS tree."""
     import warnings
 
+    from prx_data.core.paths import StoragePaths
+    from prx_data.core.settings import load_settings
     from prx_data.demo.corpus import build_demo_corpus
     from prx_data.explorer.app import build_app
     from prx_data.ingest.ingest import ingest_source
-    from prx_data.core.paths import StoragePaths
     from prx_data.ingest.registry import load_registry
-    from prx_data.core.settings import load_settings
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*httpx2.*")

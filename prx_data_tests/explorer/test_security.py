@@ -95,7 +95,16 @@ def test_read_only(client, corpus):
 
     before = tree()
     sid = corpus.sid("archive", "arch-0001")
-    for url in ("/", "/?q=coffee", "/?q=espresso&skipped=no", "/stats", f"/sample/archive/{sid}", f"/similar/archive/{sid}", f"/thumb/archive/{sid}", f"/preview/archive/{sid}"):
+    for url in (
+        "/",
+        "/?q=coffee",
+        "/?q=espresso&skipped=no",
+        "/stats",
+        f"/sample/archive/{sid}",
+        f"/similar/archive/{sid}",
+        f"/thumb/archive/{sid}",
+        f"/preview/archive/{sid}",
+    ):
         assert client.get(url).status_code == 200, url
     for method in ("POST", "PUT", "DELETE", "PATCH"):
         assert client.request(method, "/").status_code == 405
@@ -120,6 +129,4 @@ def test_inside_keeps_paths_under_the_root(tmp_path):
 
 
 def test_like_pattern_escapes_wildcards():
-    assert validate.like_contains("caption", "50%_o'k\\") == (
-        "caption ILIKE '%50\\%\\_o''k\\\\%' ESCAPE '\\'"
-    )
+    assert validate.like_contains("caption", "50%_o'k\\") == ("caption ILIKE '%50\\%\\_o''k\\\\%' ESCAPE '\\'")

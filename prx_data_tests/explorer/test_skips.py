@@ -16,8 +16,15 @@ def _sidecar(root: Path, reason_token: str, reason: str, indices: list[int], ids
     stream.mkdir(parents=True, exist_ok=True)
     # Only committed streams (with an index) count, as for the loader.
     (stream / "index.json").write_text('{"version": 2, "shards": []}')
-    obj = {"format": "prx-skiplist", "version": 1, "shard": "shard.00000.mds", "reason": reason,
-           "shard_samples": 10, "indices": indices, "sample_ids": ids}
+    obj = {
+        "format": "prx-skiplist",
+        "version": 1,
+        "shard": "shard.00000.mds",
+        "reason": reason,
+        "shard_samples": 10,
+        "indices": indices,
+        "sample_ids": ids,
+    }
     if kept:
         obj["kept_sample_ids"] = kept
     path = stream / f"shard.00000.mds.skip.{reason_token}.json"

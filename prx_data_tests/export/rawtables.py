@@ -6,17 +6,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import lance
 import pyarrow as pa
 from streaming.base.format import reader_from_json
 
-from prx_data.export.skiplist import read_shard_skips
-from prx_data.export.tree import list_buckets, list_sources
 from prx_data.core.ids import sample_id
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, raw_schema
+from prx_data.export.skiplist import read_shard_skips
+from prx_data.export.tree import list_buckets, list_sources
 from prx_data_tests import images
 
 # (width, height) that land in distinct 512-tier buckets
@@ -30,7 +30,7 @@ def item(key: str, seed: int, caption: str | None = None, shape: int | None = No
 
 def write_raw(uri: str, source: str, items: list[dict], storage_options: dict | None = None) -> None:
     schema = pa.schema([*raw_schema(), *CAPTION_COLUMNS, *LABEL_COLUMNS])
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = []
     for it in items:
         data = images.jpeg(it["w"], it["h"], seed=it["seed"])

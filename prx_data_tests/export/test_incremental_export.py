@@ -9,11 +9,11 @@ from pathlib import Path
 import lance
 import pytest
 
+from prx_data.core.paths import StoragePaths
+from prx_data.curation.exclusion import compute_skips, write_skip_lists
 from prx_data.export.corpus_index import merge_all
 from prx_data.imaging.buckets import BucketConfig
-from prx_data.core.paths import StoragePaths
 from prx_data.stages import export_stage
-from prx_data.curation.exclusion import compute_skips, write_skip_lists
 from prx_data.stages.export_stage import export_source
 from prx_data_tests.export.rawtables import item, visible_samples, write_raw
 
@@ -184,7 +184,9 @@ def test_killed_between_mds_commit_and_tables_is_completed_by_next_run(paths, mo
     write_raw(paths.raw_table("alpha"), "alpha", items)
     monkeypatch.setattr(export_stage, "prepare", dies)
     with pytest.raises(KeyboardInterrupt):
-        export_source(paths.raw_table("alpha"), "alpha", mds_root=paths.mds_root, exports_uri=paths.exports_table("alpha"), executor="local")
+        export_source(
+            paths.raw_table("alpha"), "alpha", mds_root=paths.mds_root, exports_uri=paths.exports_table("alpha"), executor="local"
+        )
     monkeypatch.setattr(export_stage, "prepare", real_prepare)
     assert tree_files(paths.mds_root) == published
 
@@ -198,8 +200,12 @@ def test_killed_between_mds_commit_and_tables_is_completed_by_next_run(paths, mo
     monkeypatch.setattr(export_stage.lance, "write_dataset", dies_on_tables)
     with pytest.raises(KeyboardInterrupt):
         export_source(
-            paths.raw_table("alpha"), "alpha", mds_root=paths.mds_root, exports_uri=paths.exports_table("alpha"),
-            executor="local", rewrite_share=0.9,
+            paths.raw_table("alpha"),
+            "alpha",
+            mds_root=paths.mds_root,
+            exports_uri=paths.exports_table("alpha"),
+            executor="local",
+            rewrite_share=0.9,
         )
     monkeypatch.setattr(export_stage.lance, "write_dataset", real_write)
     assert all_samples(paths.mds_root) == 6 + 2, "old and appended shards are readable"
@@ -241,7 +247,9 @@ def test_parallel_writers_each_write_their_shards_and_one_commit_merges_them(pat
     exports = lance.dataset(paths.exports_table("alpha")).to_table()
     assert set(exports["shard"].to_pylist()) == set(shards)
     scan = lance.dataset(paths.raw_table("alpha")).to_table(columns=["sample_id"])["sample_id"].to_pylist()
-    tag_of = {sid: shard.rsplit("/", 1)[1].split(".")[1] for sid, shard in zip(exports["sample_id"].to_pylist(), exports["shard"].to_pylist())}
+    tag_of = {
+        sid: shard.rsplit("/", 1)[1].split(".")[1] for sid, shard in zip(exports["sample_id"].to_pylist(), exports["shard"].to_pylist())
+    }
     assert [tag_of[sid] for sid in scan] == ["p1"] * 5 + ["p2"] * 5
 
     items[0]["caption"] = "edited"  # re-used bytes, written by the driver beside the tasks

@@ -23,10 +23,10 @@ import pyarrow as pa
 from PIL import Image
 from streaming.base.util import clean_stale_shared_memory
 
+from prx_data.core.storage import is_remote, list_dir, locate, try_read_bytes
 from prx_data.export.corpus_index import INDEX_BASENAME, merge_all
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.skiplist import build_skiplists
-from prx_data.core.storage import is_remote, list_dir, locate, try_read_bytes
 
 MIN_STREAM_SAMPLES = 6
 BATCH_SIZES = (1, 4, MIN_STREAM_SAMPLES)
@@ -100,12 +100,24 @@ def _samples(source: str, parity: int) -> list[dict]:
 
 def skip_rows(lineage: pa.Table, skipped: set[str]) -> pa.Table:
     rows = [
-        {"sample_id": r["sample_id"], "shard": r["shard"], "index_in_shard": r["index_in_shard"], "reason": "optout:req-1", "kept_sample_id": None}
+        {
+            "sample_id": r["sample_id"],
+            "shard": r["shard"],
+            "index_in_shard": r["index_in_shard"],
+            "reason": "optout:req-1",
+            "kept_sample_id": None,
+        }
         for r in lineage.to_pylist()
         if r["sample_id"] in skipped
     ]
     schema = pa.schema(
-        [("sample_id", pa.string()), ("shard", pa.string()), ("index_in_shard", pa.int64()), ("reason", pa.string()), ("kept_sample_id", pa.string())]
+        [
+            ("sample_id", pa.string()),
+            ("shard", pa.string()),
+            ("index_in_shard", pa.int64()),
+            ("reason", pa.string()),
+            ("kept_sample_id", pa.string()),
+        ]
     )
     return pa.Table.from_pylist(rows, schema=schema)
 

@@ -98,9 +98,7 @@ def test_shapes_invariants(cfg: BucketConfig) -> None:
             # each side moves by at most half a multiple from its ideal length
             half_w = cfg.multiple / 2 / (tier * math.sqrt(ar))
             half_h = cfg.multiple / 2 / (tier / math.sqrt(ar))
-            slack = max(
-                math.log((1 + half_w) / (1 - half_h)), math.log((1 + half_h) / (1 - half_w))
-            )
+            slack = max(math.log((1 + half_w) / (1 - half_h)), math.log((1 + half_h) / (1 - half_w)))
             assert abs(math.log(width / height / ar)) <= slack + 1e-12
 
 
@@ -241,9 +239,8 @@ def test_rotated_copies_get_the_mirrored_index(cfg: BucketConfig, width: int, he
 
 
 def test_exif_rotated_photo_gets_the_mirrored_bucket() -> None:
-    from prx_data_tests.images import exif_rotated_jpeg
-
     from prx_data.imaging.transform import prepare
+    from prx_data_tests.images import exif_rotated_jpeg
 
     rotated = prepare(exif_rotated_jpeg(1152, 864))  # stored 1152x864, displayed 864x1152
     upright = assign(1152, 864)

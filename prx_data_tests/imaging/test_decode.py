@@ -168,9 +168,7 @@ def test_hash_decode_is_reduced_grayscale_with_the_exact_picture_box() -> None:
         (8, (0, 0.875, 75.375, 126)),
     ],
 )
-def test_picture_box_follows_exif_orientation(
-    orientation: int, expected: tuple[float, ...]
-) -> None:
+def test_picture_box_follows_exif_orientation(orientation: int, expected: tuple[float, ...]) -> None:
     # The partial last block of a 1001x603 frame decoded at 1/8 ends up on whichever side
     # the orientation moves the stored right/bottom edges to.
     data = _exif_oriented_jpeg(photo(5).resize((1001, 603)), orientation)

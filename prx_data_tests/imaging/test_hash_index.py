@@ -162,9 +162,9 @@ def test_dedup_radius_matches_brute_force_groups() -> None:
 
 
 def test_dedup_radius_setting(monkeypatch) -> None:
-    from prx_data.imaging.buckets import BucketConfig
     from prx_data.core.settings import get_settings, load_settings
     from prx_data.curation.exclusion import dedup_config
+    from prx_data.imaging.buckets import BucketConfig
 
     base = {"PRX_DATA_ROOT": "/tmp/prx-radius"}
     assert load_settings(base).dedup_radius == 2  # chosen from benchmarks/bench_near_dup.py

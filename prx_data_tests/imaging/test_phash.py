@@ -12,8 +12,8 @@ from PIL import Image
 from prx_data.imaging.phash import (
     DEGENERATE_SPREAD,
     PHASH_VERSION,
-    fingerprint_bytes,
     THUMB_SIDE,
+    fingerprint_bytes,
     hamming,
     hash_thumbnail,
     low_frequencies,
@@ -80,9 +80,7 @@ def test_hash_row_never_raises() -> None:
     assert bad["phash"] is None and str(bad["phash_error"]).startswith("invalid_image")
     assert bad["phash_degenerate"] is None
     assert phash_row(None)["phash"] is None
-    assert str(phash_row(jpeg_bytes(photo(2)), max_pixels=10)["phash_error"]).startswith(
-        "too_large"
-    )
+    assert str(phash_row(jpeg_bytes(photo(2)), max_pixels=10)["phash_error"]).startswith("too_large")
 
 
 def test_version_names_the_decode_path() -> None:
@@ -131,10 +129,7 @@ def test_q92_reencode_keeps_the_hash(robustness: dict[str, list[int]]) -> None:
 def test_half_size_copy_keeps_the_hash(robustness: dict[str, list[int]]) -> None:
     share = _share_equal(robustness["original"], robustness["half"])
     distances = [hamming(a, b) for a, b in zip(robustness["original"], robustness["half"])]
-    print(
-        f"\nphash equal after half-size downscale: {share:.1%} of {ROBUSTNESS_PHOTOS} photos "
-        f"(max distance {max(distances)} bits)"
-    )
+    print(f"\nphash equal after half-size downscale: {share:.1%} of {ROBUSTNESS_PHOTOS} photos (max distance {max(distances)} bits)")
     # observed 86.7 % (90.0 % without scikit-learn's two photos in the source set; 88-89 % on
     # 1-2 MP photos)
     assert share >= 0.80
@@ -143,9 +138,7 @@ def test_half_size_copy_keeps_the_hash(robustness: dict[str, list[int]]) -> None
 
 def test_distinct_photos_never_collide(robustness: dict[str, list[int]]) -> None:
     originals = robustness["original"]
-    nearest = min(
-        hamming(a, b) for i, a in enumerate(originals) for b in originals[i + 1 :]
-    )
+    nearest = min(hamming(a, b) for i, a in enumerate(originals) for b in originals[i + 1 :])
     print(f"\nclosest pair of distinct photos: {nearest} bits apart")
     assert len(set(originals)) == len(originals)
     assert nearest >= 2
@@ -155,9 +148,7 @@ def test_flat_and_symmetric_images_hash_without_float_noise() -> None:
     # Every AC coefficient of a flat image is exactly zero: only the DC bit may be set,
     # whatever rounding the machine's matrix product does.
     for value in (0, 1, 127, 254, 255):
-        assert hash_thumbnail(np.full((32, 32), value, dtype=np.uint8)) == (
-            1 << 63 if value else 0
-        )
+        assert hash_thumbnail(np.full((32, 32), value, dtype=np.uint8)) == (1 << 63 if value else 0)
     ramp = np.tile(np.arange(32, dtype=np.float64), (32, 1))
     assert hash_thumbnail(ramp) == hash_thumbnail(ramp.copy(order="F"))
     gray = jpeg_bytes(Image.new("RGB", (800, 600), (90, 90, 90)))

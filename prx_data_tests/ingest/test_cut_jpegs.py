@@ -163,7 +163,8 @@ def test_every_cut_point_of_a_progressive_file_is_caught():
     data = GOOD["progressive.jpg"]
     first_scan = data.index(b"\xff\xda")
     accepted = [
-        cut for cut in range(first_scan + 16, len(data) - 2, max(1, len(data) // 150))
+        cut
+        for cut in range(first_scan + 16, len(data) - 2, max(1, len(data) // 150))
         if phash_row(data[:cut] + EOI, LIMIT)["phash_error"] is None
     ]
     assert accepted == []

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import time
+from datetime import UTC
 
 import pytest
 
+from prx_data.core.schema import Status
 from prx_data.ingest.download import (
     DownloadResult,
     _HostLimiter,
@@ -15,14 +17,12 @@ from prx_data.ingest.download import (
     robots_opt_out,
 )
 from prx_data.ingest.registry import DownloadConfig
-from prx_data.core.schema import Status
-from prx_data_tests.http_fixtures import (  # noqa: F401  (http_server is a fixture)
+from prx_data_tests.http_fixtures import (
     LOCAL_NETWORKS,
     HTTPTestServer,
     Response,
     chunked,
     flaky,
-    http_server,
     redirect,
     slow,
     status,
@@ -94,19 +94,17 @@ def test_429_honours_retry_after_up_to_cap(http_server: HTTPTestServer):
     # Retry-After says 100 s; the cap keeps the test (and a real worker) from parking that long.
     http_server.add_route("/busy", flaky(1, fail_status=429, fail_headers={"Retry-After": "100"}))
     started = time.monotonic()
-    results = list(
-        download_many([("k", http_server.url("/busy"))], cfg(), max_retry_after_s=0.2)
-    )
+    results = list(download_many([("k", http_server.url("/busy"))], cfg(), max_retry_after_s=0.2))
     elapsed = time.monotonic() - started
     assert results[0].ok and results[0].attempts == 2
     assert 0.2 <= elapsed < 5
 
 
 def _http_date(seconds_ahead: float) -> str:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
     from email.utils import format_datetime
 
-    return format_datetime(datetime.now(timezone.utc) + timedelta(seconds=seconds_ahead), usegmt=True)
+    return format_datetime(datetime.now(UTC) + timedelta(seconds=seconds_ahead), usegmt=True)
 
 
 def test_429_honours_retry_after_given_as_an_http_date(http_server: HTTPTestServer):
@@ -266,11 +264,7 @@ def test_global_limit_never_exceeded(http_server: HTTPTestServer):
 def test_per_host_limit_does_not_serialise_other_hosts(http_server: HTTPTestServer):
     # "localhost" and "127.0.0.1" are different hosts to the client but the same server here.
     http_server.add_route("/c", slow(0.15))
-    items = [
-        (f"{host}-{i}", http_server.url("/c", host=host))
-        for i in range(3)
-        for host in ("127.0.0.1", "localhost")
-    ]
+    items = [(f"{host}-{i}", http_server.url("/c", host=host)) for i in range(3) for host in ("127.0.0.1", "localhost")]
     results = list(download_many(items, cfg(concurrency=8, per_host=1)))
     assert all(r.ok for r in results), [r.error for r in results]
     assert http_server.max_concurrent("/c") == 2

@@ -21,7 +21,7 @@ from prx_data.ingest.download import DownloadSession, shared_session
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.registry import DownloadConfig, RegisteredSource, SourceSpec
 from prx_data_tests import images
-from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, Response, http_server  # noqa: F401
+from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, Response
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -22,7 +22,7 @@ from prx_data.ingest.download import DownloadSession, shared_session
 from prx_data.ingest.early_downloads import start_first_downloads
 from prx_data.ingest.ingest import ingest_source
 from prx_data.ingest.registry import DownloadConfig
-from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, Response, http_server  # noqa: F401
+from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, Response
 from prx_data_tests.ingest.test_download_pipeline import JPEG, content, url_source, write_list
 
 pytestmark = pytest.mark.timeout(240)
@@ -94,7 +94,9 @@ def test_unclaimed_early_downloads_are_stopped_so_the_exit_does_not_wait_for_the
         download._close_shared()
 
 
-def test_a_new_url_source_is_ingested_once_with_its_first_downloads_started_early(http_server: HTTPTestServer, tmp_path: Path, storage_root):
+def test_a_new_url_source_is_ingested_once_with_its_first_downloads_started_early(
+    http_server: HTTPTestServer, tmp_path: Path, storage_root
+):
     urls = _routes(http_server, 40, "n")
     # The list on the root's own storage: on S3, the early reader lists and reads it there too.
     write_list(tmp_path / "list.jsonl", urls)
@@ -165,9 +167,5 @@ def test_the_command_requests_its_first_image_before_the_ingest_step_starts(http
     assert [http_server.hits(f"/c{i}.jpg") for i in range(6)] == [1] * 6
     with dg.DagsterInstance.from_config(str(home)) as instance:
         (run,) = [r for r in instance.get_runs() if r.job_name == "source_pipeline"]
-        starts = [
-            e.timestamp
-            for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)
-            if e.step_key == "raw_samples"
-        ]
+        starts = [e.timestamp for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START) if e.step_key == "raw_samples"]
     assert len(starts) == 1 and min(first) < starts[0], (min(first), starts)

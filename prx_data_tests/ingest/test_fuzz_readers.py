@@ -31,7 +31,9 @@ from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 
 EXAMPLES = int(os.environ.get("PRX_FUZZ_EXAMPLES", "12"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize="PRX_FUZZ_EXAMPLES" not in os.environ)
+FUZZ = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize="PRX_FUZZ_EXAMPLES" not in os.environ
+)
 
 # A few real images so that random inputs also exercise the happy path.
 _REAL = [images.jpeg(48, 32, seed=1), images.png(images.photo_like(20, 20, 2)), b""]
@@ -56,7 +58,11 @@ def _ingest(work: Path, **spec):
 
 
 @FUZZ
-@given(files=st.dictionaries(_name, _bytes, max_size=6), sidecars=st.dictionaries(_name, st.binary(max_size=60), max_size=4), ext=st.sampled_from(["jpg", "png", "webp", "bin", ""]))
+@given(
+    files=st.dictionaries(_name, _bytes, max_size=6),
+    sidecars=st.dictionaries(_name, st.binary(max_size=60), max_size=4),
+    ext=st.sampled_from(["jpg", "png", "webp", "bin", ""]),
+)
 def test_image_folder_of_random_bytes(files, sidecars, ext):
     with _workdir() as work:
         folder = work / "f"
@@ -97,7 +103,10 @@ _cell_types = {
     "float": (pa.float64(), st.one_of(st.none(), st.floats(allow_nan=True))),
     "bool": (pa.bool_(), st.one_of(st.none(), st.booleans())),
     "list": (pa.list_(pa.float64()), st.one_of(st.none(), st.lists(st.one_of(st.none(), st.floats(-10, 10)), max_size=3))),
-    "struct": (pa.struct([("en", pa.string())]), st.one_of(st.none(), st.fixed_dictionaries({"en": st.one_of(st.none(), st.text(max_size=5))}))),
+    "struct": (
+        pa.struct([("en", pa.string())]),
+        st.one_of(st.none(), st.fixed_dictionaries({"en": st.one_of(st.none(), st.text(max_size=5))})),
+    ),
 }
 
 
@@ -138,7 +147,9 @@ def test_lance_with_random_schemas(table):
 
 _json = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=6)),
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["k", "img", "cap", "emb", "en", "x"]), inner, max_size=4)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["k", "img", "cap", "emb", "en", "x"]), inner, max_size=4)
+    ),
     max_leaves=8,
 )
 _line = st.one_of(_json.map(lambda v: json.dumps(v).encode()), st.binary(max_size=40).filter(lambda b: b"\n" not in b))
@@ -164,6 +175,8 @@ def test_jsonl_of_random_lines(lines, kind):
         (work / "a.jsonl").write_bytes(body)
         fields = {**_FIELDS, "image_kind": kind}
         # URL items are refused before any connection (no allowed networks), so nothing leaves.
-        stats, rows = _ingest(work, shape="jsonl", location=str(work / "a.jsonl"), fields=fields, embedding_dim=2, download={"timeout_s": 0.2, "retries": 0})
+        stats, rows = _ingest(
+            work, shape="jsonl", location=str(work / "a.jsonl"), fields=fields, embedding_dim=2, download={"timeout_s": 0.2, "retries": 0}
+        )
         assert stats.seen == _expected_lines(body)
         assert rows == stats.seen - stats.duplicate_key_count

@@ -32,11 +32,10 @@ from prx_data.ingest.ingest import EmptySource, ingest_source
 from prx_data.ingest.readers import read_source
 from prx_data.ingest.registry import DownloadConfig, RegisteredSource, SourceSpec
 from prx_data_tests import images
-from prx_data_tests.http_fixtures import (  # noqa: F401  (http_server is a fixture)
+from prx_data_tests.http_fixtures import (
     LOCAL_NETWORKS,
     HTTPTestServer,
     Response,
-    http_server,
     redirect,
     trickle,
 )
@@ -302,7 +301,10 @@ def test_pixel_bomb_is_rejected_from_the_header_with_bounded_memory(tmp_path):
     bomb.write_bytes(images.decompression_bomb(30_000))
     out = subprocess.run(
         [sys.executable, "-c", _BOMB_CHILD, str(bomb)],
-        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
     status, width, height, grown = out.stdout.split()
@@ -406,7 +408,18 @@ def test_bad_values_are_error_rows_and_good_records_still_ingest(tmp_path):
     src = source(tmp_path, shape="jsonl", location=str(tmp_path / "items.jsonl"), fields=fields, embedding_dim=2)
     stats, rows = ingest(tmp_path, src)
     assert rows["good"]["status"] == "ok"
-    for key in ("negative", "huge", "struct", "null-in-emb", "string-emb", "short-emb", "caption-list", "items.jsonl:9", "items.jsonl:10", "items.jsonl:11"):
+    for key in (
+        "negative",
+        "huge",
+        "struct",
+        "null-in-emb",
+        "string-emb",
+        "short-emb",
+        "caption-list",
+        "items.jsonl:9",
+        "items.jsonl:10",
+        "items.jsonl:11",
+    ):
         assert rows[key]["status"] == "invalid_record", (key, rows[key])
     assert stats.seen == len(rows) == 11
 

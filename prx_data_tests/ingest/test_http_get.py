@@ -20,7 +20,7 @@ from prx_data.ingest.download import download_many
 from prx_data.ingest.http_get import Pool
 from prx_data.ingest.registry import DownloadConfig
 from prx_data_tests import tls_certs
-from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, http_server  # noqa: F401
+from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer
 
 pytestmark = pytest.mark.timeout(30)
 

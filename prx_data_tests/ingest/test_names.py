@@ -74,7 +74,12 @@ def test_an_undecodable_file_name_is_one_error_row(storage_root, tmp_path):
     _spec(specs, "photos.yaml", "name: photos\nshape: image_folder\nlocation: ../photos\n")
     uri = storage_root.uri("lance", "photos.lance")
     ingest_source(load_registry(specs).get("photos"), uri, storage_options=storage_root.options)
-    rows = {r["source_key"]: r for r in lance.dataset(uri, storage_options=storage_root.options).to_table(columns=["sample_id", "source_key", "status", "error"]).to_pylist()}
+    rows = {
+        r["source_key"]: r
+        for r in lance.dataset(uri, storage_options=storage_root.options)
+        .to_table(columns=["sample_id", "source_key", "status", "error"])
+        .to_pylist()
+    }
     assert set(rows) == {"ok.jpg", "zz.jpg", "caf%E9.jpg"}
     assert rows["ok.jpg"]["status"] == rows["zz.jpg"]["status"] == "ok"
     bad = rows["caf%E9.jpg"]

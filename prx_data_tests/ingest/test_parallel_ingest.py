@@ -56,9 +56,7 @@ def content(uri: str, storage_options: dict | None = None) -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: r["sample_id"])
 
 
-LAYOUT = {
-    f"part-{t}.tar": [(f"t{t}-k{i}", 10 * t + i, f"caption {t}/{i}") for i in range(4)] for t in range(3)
-}
+LAYOUT = {f"part-{t}.tar": [(f"t{t}-k{i}", 10 * t + i, f"caption {t}/{i}") for i in range(4)] for t in range(3)}
 
 
 def test_two_workers_write_the_same_table_as_one_first_run_and_rerun(tmp_path: Path):
@@ -108,7 +106,8 @@ def test_units_read_exactly_what_the_whole_source_reader_reads(tmp_path: Path, m
     table = pa.table({"id": [f"r{i}" for i in range(10)], "img": [images.jpeg(16, 16, seed=i) for i in range(10)]})
     pq.write_table(table, tmp_path / "rows.parquet", row_group_size=3)
     pq_src = RegisteredSource(
-        SourceSpec(name="rows", shape="parquet", location=str(tmp_path / "rows.parquet"), fields={"key": "id", "image": "img"}), tmp_path / "q.yaml"
+        SourceSpec(name="rows", shape="parquet", location=str(tmp_path / "rows.parquet"), fields={"key": "id", "image": "img"}),
+        tmp_path / "q.yaml",
     )
     monkeypatch.setattr(units, "PARQUET_UNIT_ROWS", 4)
     # 8 entries in batches of 3; row groups of 3, 3, 3, 1 rows in runs of at least 4 rows.

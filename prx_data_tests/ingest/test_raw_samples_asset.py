@@ -12,14 +12,13 @@ from pathlib import Path
 import lance
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from prx_data.core.ids import sample_id
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
 from prx_data_tests import images
 from prx_data_tests.conftest import materializations, run_source
-from prx_data_tests.http_fixtures import http_server, slow, status  # noqa: F401
+from prx_data_tests.http_fixtures import slow, status
 
 
 def spec(root: Path, name: str, body: str) -> None:
@@ -31,7 +30,9 @@ def table(name: str) -> lance.LanceDataset:
 
 
 def rows_by_key(name: str) -> dict[str, dict]:
-    t = table(name).to_table(columns=["source_key", "status", "error", "width", "height", "source_caption", "license", "image_format", "sample_id"])
+    t = table(name).to_table(
+        columns=["source_key", "status", "error", "width", "height", "source_caption", "license", "image_format", "sample_id"]
+    )
     return {r["source_key"]: r for r in t.to_pylist()}
 
 
@@ -116,9 +117,7 @@ def test_image_bytes_are_a_blob_column(data_root, prx_defs, instance):
 def test_parquet_bytes_jsonl_paths_and_duplicate_keys(data_root, prx_defs, instance):
     inputs = data_root / "inputs"
     inputs.mkdir()
-    records = [
-        {"id": f"p{i}", "img": images.jpeg(320, 240, seed=10 + i), "alt": f"alt {i}", "lic": "cc0"} for i in range(5)
-    ]
+    records = [{"id": f"p{i}", "img": images.jpeg(320, 240, seed=10 + i), "alt": f"alt {i}", "lic": "cc0"} for i in range(5)]
     records.append({"id": "p0", "img": images.jpeg(320, 240, seed=99), "alt": "dup", "lic": "cc0"})
     records.append({"id": "p-null", "img": None, "alt": "no image", "lic": None})
     pq.write_table(pa.Table.from_pylist(records), inputs / "meta.parquet", row_group_size=3)
@@ -135,9 +134,13 @@ def test_parquet_bytes_jsonl_paths_and_duplicate_keys(data_root, prx_defs, insta
         {"k": "gone", "path": "imgs/missing.jpg"},
         {"k": "b64", "b": base64.b64encode(images.jpeg(seed=21)).decode()},
     ]
-    (inputs / "paths.jsonl").write_text("\n".join(json.dumps(l) for l in lines[:2]) + "\nnot json\n")
+    (inputs / "paths.jsonl").write_text("\n".join(json.dumps(line) for line in lines[:2]) + "\nnot json\n")
     (inputs / "b64.jsonl").write_text(json.dumps(lines[2]) + "\n")
-    spec(data_root, "js", f"shape: jsonl\nlocation: {inputs / 'paths.jsonl'}\nfields: {{key: k, image: path, image_kind: path, caption: caption}}\n")
+    spec(
+        data_root,
+        "js",
+        f"shape: jsonl\nlocation: {inputs / 'paths.jsonl'}\nfields: {{key: k, image: path, image_kind: path, caption: caption}}\n",
+    )
     spec(data_root, "js64", f"shape: jsonl\nlocation: {inputs / 'b64.jsonl'}\nfields: {{key: k, image: b, image_kind: bytes}}\n")
 
     result = run_source(prx_defs, instance, "pq", selection=[_key("raw_samples")])
@@ -185,7 +188,11 @@ def test_webdataset_and_lance_sources(data_root, prx_defs, instance):
     emb = pa.array([[float(i)] * 4 for i in range(3)], pa.list_(pa.float32(), 4))
     src = pa.table({"id": ["l0", "l1", "l2"], "image": [images.jpeg(seed=40 + i) for i in range(3)], "text": ["x", "y", "z"], "emb": emb})
     lance.write_dataset(src, str(inputs / "existing.lance"))
-    spec(data_root, "lan", f"shape: lance\nlocation: {inputs / 'existing.lance'}\nembedding_dim: 4\nfields: {{key: id, image: image, caption: text, embedding: emb}}\n")
+    spec(
+        data_root,
+        "lan",
+        f"shape: lance\nlocation: {inputs / 'existing.lance'}\nembedding_dim: 4\nfields: {{key: id, image: image, caption: text, embedding: emb}}\n",
+    )
     assert run_source(prx_defs, instance, "lan", selection=[_key("raw_samples")]).success
     t = table("lan").to_table(columns=["source_key", "embedding", "status"]).to_pylist()
     assert {r["source_key"]: r["embedding"] for r in t}["l2"] == [2.0] * 4

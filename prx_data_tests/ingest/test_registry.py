@@ -48,14 +48,19 @@ def test_object_store_locations_profiles_and_their_mistakes(tmp_path):
     write(tmp_path, "s3.yaml", "name: s3src\nshape: webdataset\nlocation: s3://bucket/shards/**/*.tar\n")
     write(tmp_path, "gs.yaml", "name: gssrc\nshape: image_folder\nlocation: gs://bucket/photos/\n")
     write(
-        tmp_path, "profile.yaml",
+        tmp_path,
+        "profile.yaml",
         "name: prof\nshape: image_folder\nlocation: s3://bucket/p\nstorage: {endpoint_env: MY_EP, secret_access_key_env: MY_SECRET, region: eu-west-1}\n",
     )
     write(tmp_path, "http.yaml", "name: http\nshape: image_folder\nlocation: https://example.com/photos\n")
     write(tmp_path, "mixed_root.yaml", "name: mixed\nshape: image_folder\nlocation: s3://bucket/p\nroot: ../local\n")
     write(tmp_path, "local_profile.yaml", "name: lp\nshape: image_folder\nlocation: photos\nstorage: {endpoint_env: MY_EP}\n")
     write(tmp_path, "literal.yaml", "name: lit\nshape: image_folder\nlocation: s3://b/p\nstorage: {aws_secret_access_key: abc123}\n")
-    write(tmp_path, "pasted.yaml", "name: pasted\nshape: image_folder\nlocation: s3://b/p\nstorage: {secret_access_key_env: 'wJalr/XUtn+FEMI'}\n")
+    write(
+        tmp_path,
+        "pasted.yaml",
+        "name: pasted\nshape: image_folder\nlocation: s3://b/p\nstorage: {secret_access_key_env: 'wJalr/XUtn+FEMI'}\n",
+    )
     reg = load_registry(tmp_path)
     assert sorted(reg.sources) == ["gssrc", "prof", "s3src"]
     assert reg.get("s3src").resolve_location() == "s3://bucket/shards/**/*.tar"

@@ -33,7 +33,11 @@ def test_a_column_the_spec_names_but_a_file_lacks_is_one_error_row_for_that_file
     uri = storage_root.uri("pq.lance")
     stats = ingest_source(RegisteredSource(spec, tmp_path / "pq.yaml"), uri, storage_options=storage_root.options)
 
-    rows = lance.dataset(uri, storage_options=storage_root.options).to_table(columns=["source_key", "status", "error", "source_caption"]).to_pylist()
+    rows = (
+        lance.dataset(uri, storage_options=storage_root.options)
+        .to_table(columns=["source_key", "status", "error", "source_caption"])
+        .to_pylist()
+    )
     by_key = {r["source_key"]: r for r in rows}
     assert sorted(by_key) == ["a0", "a1", "a2", "other.parquet:unreadable"]
     assert all(by_key[f"a{i}"]["status"] == "ok" and by_key[f"a{i}"]["source_caption"] == f"photo {i}" for i in range(3))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from prx_data.core.schema import LABEL_COLUMNS, LABELS
 from prx_data.models.labeling import minilm as M
 from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, with_label_score
-from prx_data.core.schema import LABEL_COLUMNS, LABELS
 from prx_data_tests.labeling_eval import load
 
 
@@ -47,10 +47,7 @@ def test_minilm_meets_the_targets_on_the_eval_set(eval_results) -> None:
     predicted = [r.label for r in results]
     visual = [p for t, p in zip(truth, predicted) if t == "visual"]
     skipped = sum(p != "visual" for p in visual) / len(visual)
-    recall = {
-        label: sum(p == label for t, p in zip(truth, predicted) if t == label) / truth.count(label)
-        for label in ("text", "nsfw")
-    }
+    recall = {label: sum(p == label for t, p in zip(truth, predicted) if t == label) / truth.count(label) for label in ("text", "nsfw")}
     wrong = [(r["id"], r["label"], p) for r, p in zip(rows, predicted) if r["label"] != p]
     assert skipped <= 0.02, wrong
     assert recall["text"] >= 0.90, wrong
@@ -110,4 +107,3 @@ def test_backends_without_scores_get_a_null_column() -> None:
     scored = with_label_score(table, [0.7])
     assert scored.column("label_score").type == pa.float32()
     assert with_label_score(scored).equals(scored)  # already there: unchanged
-

@@ -79,7 +79,7 @@ class FakeChatServer:
     def base_url(self) -> str:
         return self.http.url("/v1")
 
-    def __enter__(self) -> "FakeChatServer":
+    def __enter__(self) -> FakeChatServer:
         self.http.start()
         return self
 

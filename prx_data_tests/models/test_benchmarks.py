@@ -14,19 +14,25 @@ from prx_data.models.captioning.gpu_env import gpu_environment_problems
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("script, model_args", [
-    ("gpu_caption_bench.py", ["--model", "/nonexistent"]),
-    ("gpu_label_bench.py", ["--model", "/nonexistent"]),
-    ("gpu_fused_bench.py", ["--vl-model", "/nonexistent", "--label-model", "/nonexistent"]),
-    ("gpu_check.py", ["--models", "/nonexistent"]),
-])
+@pytest.mark.parametrize(
+    "script, model_args",
+    [
+        ("gpu_caption_bench.py", ["--model", "/nonexistent"]),
+        ("gpu_label_bench.py", ["--model", "/nonexistent"]),
+        ("gpu_fused_bench.py", ["--vl-model", "/nonexistent", "--label-model", "/nonexistent"]),
+        ("gpu_check.py", ["--models", "/nonexistent"]),
+    ],
+)
 def test_benchmark_fails_clearly_without_gpu_or_vllm(script, model_args):
     if not gpu_environment_problems():
         pytest.skip("this machine has vLLM and a GPU: run the benchmark itself")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *model_args, "--n", "2"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     assert "cannot run here" in proc.stderr

@@ -31,8 +31,17 @@ def test_cpu_smoke_runs_every_measurement_and_the_projection():
     proc = run("--cpu-smoke")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for expected in ("text layer GEMMs bf16", "text layer GEMMs fp8", "vision layer GEMMs fp8", "SDPA vision",
-                     "SDPA text causal", "TB/s", "captions fp8 (default)", "labels bf16", "cpu smoke done"):
+    for expected in (
+        "text layer GEMMs bf16",
+        "text layer GEMMs fp8",
+        "vision layer GEMMs fp8",
+        "SDPA vision",
+        "SDPA text causal",
+        "TB/s",
+        "captions fp8 (default)",
+        "labels bf16",
+        "cpu smoke done",
+    ):
         assert expected in out, (expected, out)
 
 

@@ -14,7 +14,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu_fp8_agreement.py"
 
 REFERENCE = {
     "a": "A red vintage bicycle leans against a weathered brick wall in soft morning light, its "
-         "wicker basket holding a bunch of yellow tulips.",
+    "wicker basket holding a bunch of yellow tulips.",
     "b": "A close-up photograph of a tabby cat asleep on a knitted blue blanket beside a window.",
     "c": "An aerial view of a winding river through autumn forest, orange and gold trees on both banks.",
 }
@@ -24,8 +24,9 @@ def run(tmp_path: Path, candidate: dict) -> subprocess.CompletedProcess:
     ref, cand = tmp_path / "reference.json", tmp_path / "candidate.json"
     ref.write_text(json.dumps(REFERENCE))
     cand.write_text(json.dumps(candidate))
-    return subprocess.run([sys.executable, str(SCRIPT), "--from-json", str(ref), str(cand)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--from-json", str(ref), str(cand)], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
 
 
 def test_identical_captions_agree_fully(tmp_path):
@@ -37,8 +38,11 @@ def test_identical_captions_agree_fully(tmp_path):
 
 
 def test_a_drifted_caption_shows_as_disagreement(tmp_path):
-    drifted = {**REFERENCE, "c": "A scanned page of an invoice with a table of item numbers, prices and "
-                                  "totals, and the words 'Payment due within 30 days' printed at the bottom."}
+    drifted = {
+        **REFERENCE,
+        "c": "A scanned page of an invoice with a table of item numbers, prices and "
+        "totals, and the words 'Payment due within 30 days' printed at the bottom.",
+    }
     proc = run(tmp_path, drifted)
     assert proc.returncode == 0, proc.stderr
     assert "label agreement   : 66.7%  confusions {'visual->text': 1}" in proc.stdout

@@ -5,46 +5,69 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
 import pytest
 
 from prx_data.core.reasons import reason_code
+from prx_data.core.schema import LABEL_COLUMNS, LABELS
 from prx_data.models.captioning.base import BackendUnavailable
 from prx_data.models.captioning.chat_http import ChatServerConfig
+from prx_data.models.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data.models.labeling.base import Classifier, LabelResult
-from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, label_results_table
 from prx_data.models.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.models.labeling.factory import make_classifier
+from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, label_results_table
 from prx_data.models.labeling.prompt import SYSTEM_PROMPT, label_prompt_version, parse_label
-from prx_data.models.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data.models.labeling.task import NO_THINKING, LabelTask
-from prx_data.core.schema import LABEL_COLUMNS, LABELS
 from prx_data_tests.models.fake_openai import FakeChatServer
 
 # A dozen hand-written captions whose label is obvious.
 OBVIOUS = [
-    ("A golden retriever lies on a green lawn in bright afternoon sunlight, its tongue out, "
-     "with a red ball between its front paws and a white picket fence in the background.", "visual"),
-    ("A narrow cobblestone street in an old European town at dusk, lined with pastel-coloured "
-     "houses, warm street lamps and a few people walking away from the camera.", "visual"),
-    ("A close-up studio photograph of a silver wristwatch with a black leather strap lying on a "
-     "grey slate surface, lit from the left with soft shadows.", "visual"),
-    ("An oil painting of a sailing ship on a stormy sea, with dark green waves, white foam and "
-     "heavy grey clouds across the sky.", "visual"),
-    ("A bowl of ramen with sliced pork, a soft-boiled egg, green onions and nori on a dark "
-     "wooden table, steam rising from the broth.", "visual"),
-    ("A screenshot of a web page with a navigation bar at the top, a search field, and several "
-     "paragraphs of black text on a white background under the heading \"Terms of Service\".", "text"),
-    ("A scanned page from a printed contract, filled edge to edge with dense paragraphs of small "
-     "black serif text, numbered clauses and a signature line at the bottom.", "text"),
-    ("A presentation slide with the title \"Quarterly Results\" in bold blue letters and five "
-     "bullet points of text listing revenue, costs and growth figures.", "text"),
-    ("A spreadsheet with rows and columns of numbers, column headers reading \"Date\", "
-     "\"Amount\" and \"Category\", and a highlighted total row at the bottom.", "text"),
+    (
+        "A golden retriever lies on a green lawn in bright afternoon sunlight, its tongue out, "
+        "with a red ball between its front paws and a white picket fence in the background.",
+        "visual",
+    ),
+    (
+        "A narrow cobblestone street in an old European town at dusk, lined with pastel-coloured "
+        "houses, warm street lamps and a few people walking away from the camera.",
+        "visual",
+    ),
+    (
+        "A close-up studio photograph of a silver wristwatch with a black leather strap lying on a "
+        "grey slate surface, lit from the left with soft shadows.",
+        "visual",
+    ),
+    (
+        "An oil painting of a sailing ship on a stormy sea, with dark green waves, white foam and heavy grey clouds across the sky.",
+        "visual",
+    ),
+    (
+        "A bowl of ramen with sliced pork, a soft-boiled egg, green onions and nori on a dark wooden table, steam rising from the broth.",
+        "visual",
+    ),
+    (
+        "A screenshot of a web page with a navigation bar at the top, a search field, and several "
+        'paragraphs of black text on a white background under the heading "Terms of Service".',
+        "text",
+    ),
+    (
+        "A scanned page from a printed contract, filled edge to edge with dense paragraphs of small "
+        "black serif text, numbered clauses and a signature line at the bottom.",
+        "text",
+    ),
+    (
+        'A presentation slide with the title "Quarterly Results" in bold blue letters and five '
+        "bullet points of text listing revenue, costs and growth figures.",
+        "text",
+    ),
+    (
+        'A spreadsheet with rows and columns of numbers, column headers reading "Date", '
+        '"Amount" and "Category", and a highlighted total row at the bottom.',
+        "text",
+    ),
     ("A nude woman lying on a bed, her breasts and genitals exposed, posing for the camera.", "nsfw"),
     ("Two naked people engaged in a sexual act on a couch, explicit.", "nsfw"),
-    ("A graphic scene of a man's body covered in blood with open wounds lying on a street "
-     "after an attack.", "nsfw"),
+    ("A graphic scene of a man's body covered in blood with open wounds lying on a street after an attack.", "nsfw"),
 ]
 
 
@@ -76,10 +99,8 @@ def test_minilm_flags_missing_captions_per_row(minilm):
 
 
 def test_parse_label_accepts_only_the_three_labels():
-    assert [parse_label(t) for t in ("visual", " Text.", "NSFW\n", "\"nsfw\"")] == [
-        "visual", "text", "nsfw", "nsfw"]
-    assert [parse_label(t) for t in (None, "", "photo", "visual text", "The label is text")] == [
-        None] * 5
+    assert [parse_label(t) for t in ("visual", " Text.", "NSFW\n", '"nsfw"')] == ["visual", "text", "nsfw", "nsfw"]
+    assert [parse_label(t) for t in (None, "", "photo", "visual text", "The label is text")] == [None] * 5
 
 
 def keyword_label(body: dict) -> tuple[str, str]:
@@ -89,8 +110,7 @@ def keyword_label(body: dict) -> tuple[str, str]:
 
 
 def make_openai(url: str, **kw):
-    server = ChatServerConfig(base_url=url, model="qwen3-8b", max_retries=2,
-                              backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=5)
+    server = ChatServerConfig(base_url=url, model="qwen3-8b", max_retries=2, backoff_initial_s=0.01, backoff_max_s=0.02, timeout_s=5)
     return make_classifier(OpenAIClassifierConfig(server=server, **kw))
 
 
@@ -119,9 +139,10 @@ def test_openai_backend_for_older_servers_uses_guided_choice():
 
 def test_openai_backend_errors_per_row_and_when_down():
     replies = iter([("I think it is a photo", "length")])
-    with FakeChatServer(reply=lambda b: next(replies),
-                        status_for=lambda b: 400 if "bad" in b["messages"][1]["content"] else None
-                        ) as server, make_openai(server.base_url, max_tokens=3) as clf:
+    with (
+        FakeChatServer(reply=lambda b: next(replies), status_for=lambda b: 400 if "bad" in b["messages"][1]["content"] else None) as server,
+        make_openai(server.base_url, max_tokens=3) as clf,
+    ):
         first, second = clf.label_batch(["A bad request.", "A dog."])
     assert reason_code(first.error) == "http_error"
     assert reason_code(second.error) == "invalid_label"
@@ -136,8 +157,7 @@ def test_vllm_label_preprocess_and_postprocess():
     assert row[PREP_ERROR] is None and row["caption"] is None  # the input does not travel on
     assert row["messages"][0]["content"] == SYSTEM_PROMPT
     assert "A dog." in row["messages"][1]["content"]
-    assert row["sampling_params"] == {
-        "temperature": 0.0, "max_tokens": 3, "structured_outputs": {"choice": ["visual", "text", "nsfw"]}}
+    assert row["sampling_params"] == {"temperature": 0.0, "max_tokens": 3, "structured_outputs": {"choice": ["visual", "text", "nsfw"]}}
     empty = preprocess({"sample_id": "b", "caption": None}, task=task)
     assert empty[PREP_ERROR] == "no_caption"
     # The placeholder keeps the request's shape (one Arrow type for the column).
@@ -147,8 +167,12 @@ def test_vllm_label_preprocess_and_postprocess():
         return postprocess(r, task=task, max_tokens=3)
 
     assert post(sample_id="a", generated_text="text") == {
-        "sample_id": "a", "label": "text", "label_model": "qwen3-8b",
-        "label_version": label_prompt_version(), "label_error": None}
+        "sample_id": "a",
+        "label": "text",
+        "label_model": "qwen3-8b",
+        "label_version": label_prompt_version(),
+        "label_error": None,
+    }
     assert reason_code(post(sample_id="a", generated_text="vis")["label_error"]) == "invalid_label"
     assert post(sample_id="b", generated_text="", prep_error="no_caption")["label_error"] == "no_caption"
     failed = finalize({"sample_id": "c", "__inference_error__": "OOM"}, task=task)
@@ -180,8 +204,7 @@ def test_vllm_label_engine_config():
 
 
 def test_builds_the_label_processor_and_lazy_dataset(ray_local, tmp_path):
-    (tmp_path / "config.json").write_text(
-        json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
     clf = make_classifier({"backend": "vllm", "model_source": str(tmp_path)})
     ds = ray_local.data.from_items([{"sample_id": "a", "caption": "A dog."}])
     plan = str(clf.label_dataset(ds))
@@ -194,8 +217,7 @@ def test_label_table():
         model_id, label_version = "m", "v1"
 
         def label_batch(self, captions):
-            return [LabelResult(label="visual") if c else LabelResult(error="no_caption")
-                    for c in captions]
+            return [LabelResult(label="visual") if c else LabelResult(error="no_caption") for c in captions]
 
     out = label_results_table(["a", "b"], Fixed().label_batch(["A dog.", None]), "m", "v1")
     assert out.schema == LABEL_TABLE_SCHEMA and out.schema.names[1:] == LABEL_COLUMNS.names

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC
 
 import pytest
 
@@ -25,11 +26,7 @@ BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=128 * 128)
 def make(base_url: str, **server) -> object:
     options = {"max_retries": 3, "backoff_initial_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 5}
     options.update(server)
-    return make_captioner(
-        OpenAICaptionerConfig(
-            server=ChatServerConfig(base_url=base_url, model="qwen3-vl", **options), image=BUDGET
-        )
-    )
+    return make_captioner(OpenAICaptionerConfig(server=ChatServerConfig(base_url=base_url, model="qwen3-vl", **options), image=BUDGET))
 
 
 def test_captions_images_through_the_protocol():
@@ -59,13 +56,15 @@ def test_flaky_server_is_retried_until_it_answers():
 
 
 def test_retry_after_as_an_http_date_is_honoured():
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
     from email.utils import format_datetime
 
-    when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=2), usegmt=True)
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=2), usegmt=True)
     started = time.monotonic()
-    with FakeChatServer(fail_first=1, fail_status=429, fail_headers={"Retry-After": when}) as server, \
-            make(server.base_url, max_concurrency=1, backoff_max_s=5.0) as c:
+    with (
+        FakeChatServer(fail_first=1, fail_status=429, fail_headers={"Retry-After": when}) as server,
+        make(server.base_url, max_concurrency=1, backoff_max_s=5.0) as c,
+    ):
         results = c.caption_images([image_bytes("red")])
     # Whole-second dates: "in 2 s" is 1 to 2 s away; the backoff alone is 10 ms.
     assert results[0].ok and server.responses == [429, 200]

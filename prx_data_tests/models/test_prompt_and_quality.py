@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from prx_data.models.captioning import prompt
 from prx_data.core.reasons import reason_code
+from prx_data.models.captioning import prompt
 from prx_data.models.captioning.base import CaptionResult
 from prx_data.models.captioning.quality import CaptionGuards, judge_caption, judge_source_caption
 from prx_data_tests.models.fake_openai import good_caption
@@ -13,8 +13,17 @@ GOOD = good_caption("red")  # 125 words, ends with a full stop
 
 def test_prompt_asks_for_what_the_recipe_needs():
     text = prompt.SYSTEM_PROMPT.lower()
-    for needle in ("one paragraph", "100 to 200 words", "descriptive", "metaphor", "verbatim",
-                   "overlay", "colours", "materials", "positions"):
+    for needle in (
+        "one paragraph",
+        "100 to 200 words",
+        "descriptive",
+        "metaphor",
+        "verbatim",
+        "overlay",
+        "colours",
+        "materials",
+        "positions",
+    ):
         assert needle in text, needle
 
 

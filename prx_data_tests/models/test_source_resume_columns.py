@@ -2,15 +2,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from pydantic import ValidationError
 
+from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
 from prx_data.models.captioning.base import Captioner
 from prx_data.models.captioning.caption_columns import CAPTION_TABLE_SCHEMA, caption_results_table
-from prx_data.models.captioning.factory import make_captioner, parse_captioner_config
 from prx_data.models.captioning.config import VLLMCaptionerConfig
+from prx_data.models.captioning.factory import make_captioner
 from prx_data.models.captioning.prompt import caption_prompt_version
 from prx_data.models.captioning.source import SourceCaptioner
-from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
 from prx_data.stages.caption_stage import caption_stage
 from prx_data.stages.column_stage import pending_rows
 
@@ -19,9 +18,7 @@ def test_source_backend_keeps_source_captions_and_flags_missing_ones():
     captioner = make_captioner({"backend": "source"})
     assert isinstance(captioner, SourceCaptioner) and isinstance(captioner, Captioner)
     assert captioner.model_id == "source"
-    results = captioner.caption_batch(
-        [{"source_caption": "A cat on a mat"}, {"source_caption": None}, {}, {"source_caption": "\t"}]
-    )
+    results = captioner.caption_batch([{"source_caption": "A cat on a mat"}, {"source_caption": None}, {}, {"source_caption": "\t"}])
     assert [r.caption for r in results] == ["A cat on a mat", None, None, None]
     assert [r.error for r in results] == [None, "no_source_caption", "no_source_caption", "empty"]
 
@@ -40,10 +37,20 @@ def test_caption_table_has_sample_ids_and_the_schema_columns():
     assert out.schema == CAPTION_TABLE_SCHEMA
     assert out.schema.names[1:] == CAPTION_COLUMNS.names
     assert out.to_pylist() == [
-        {"sample_id": "a", "caption": "short alt text", "caption_model": "source",
-         "caption_prompt_version": "source", "caption_error": None},
-        {"sample_id": "b", "caption": None, "caption_model": "source",
-         "caption_prompt_version": "source", "caption_error": "no_source_caption"},
+        {
+            "sample_id": "a",
+            "caption": "short alt text",
+            "caption_model": "source",
+            "caption_prompt_version": "source",
+            "caption_error": None,
+        },
+        {
+            "sample_id": "b",
+            "caption": None,
+            "caption_model": "source",
+            "caption_prompt_version": "source",
+            "caption_error": "no_source_caption",
+        },
     ]
 
 

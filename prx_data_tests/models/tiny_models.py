@@ -54,9 +54,9 @@ def _transformers_major() -> int:
 
 
 def _corpus() -> list[str]:
+    from prx_data.core.schema import LABELS
     from prx_data.models.captioning import prompt as caption_prompt
     from prx_data.models.labeling import prompt as label_prompt
-    from prx_data.core.schema import LABELS
 
     return [
         caption_prompt.SYSTEM_PROMPT,
@@ -86,9 +86,7 @@ def build_tokenizer():
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer)
-    return QwenTokenizer(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
-    )
+    return QwenTokenizer(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None)
 
 
 def _rope(mrope: list[int] | None) -> dict:

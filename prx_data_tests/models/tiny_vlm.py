@@ -65,9 +65,7 @@ def _tokenizer():
         show_progress=False,
     )
     tok.train_from_iterator([SYSTEM_PROMPT, USER_PROMPT, "A red cube on a wooden table."], trainer)
-    return Qwen2TokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
-    )
+    return Qwen2TokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None)
 
 
 def build_tiny_qwen3_vl(path: Path, seed: int = 0) -> Path:

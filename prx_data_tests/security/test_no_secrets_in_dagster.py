@@ -73,5 +73,7 @@ def test_pipeline_stores_no_secret(backend, data_root: Path, tmp_path: Path, s3_
 
         leaks += scan_postgres(libpq_url(dsn), secrets)
     captured = capfd.readouterr()
-    leaks += [f"{where}: {s!r}" for where, text in (("stdout", captured.out), ("stderr", captured.err)) for s in secrets if s.decode() in text]
+    leaks += [
+        f"{where}: {s!r}" for where, text in (("stdout", captured.out), ("stderr", captured.err)) for s in secrets if s.decode() in text
+    ]
     assert not leaks, "\n".join(leaks[:20])

@@ -37,7 +37,12 @@ def test_non_image_rows_keep_no_bytes(storage_root, tmp_path: Path):
     (meta / "ok.jpg").write_bytes(images.jpeg(320, 240, seed=5))
     (meta / "pic.gif").write_bytes(images.animated_gif())
     (meta / "big.jpg").write_bytes(images.jpeg(900, 900, seed=6))
-    records = [{"id": "ok", "p": "ok.jpg"}, {"id": "passwd", "p": str(secret)}, {"id": "gif", "p": "pic.gif"}, {"id": "big", "p": "big.jpg"}]
+    records = [
+        {"id": "ok", "p": "ok.jpg"},
+        {"id": "passwd", "p": str(secret)},
+        {"id": "gif", "p": "pic.gif"},
+        {"id": "big", "p": "big.jpg"},
+    ]
     pq.write_table(pa.Table.from_pylist(records), meta / "items.parquet")
     # root: / is the widest a spec can ask for; formats and max_bytes make the other statuses.
     (specs / "wide.yaml").write_text(

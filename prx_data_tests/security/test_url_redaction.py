@@ -7,15 +7,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-
-import pyarrow.compute as pc
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 
 from prx_data.core.urls import REDACTED, redact_text, redact_url, url_key
 from prx_data_tests import images
-from prx_data_tests.http_fixtures import LOCAL_NETWORKS, http_server  # noqa: F401 (fixture)
+from prx_data_tests.http_fixtures import LOCAL_NETWORKS
 
 SECRETS = ("S3cretPassw0rd", "SIGVALUEdeadbeef", "CREDVALUE4242", "TOKVALUE7777", "SESSIONTOKzz9")
 
@@ -60,7 +59,16 @@ def ingested(storage_root, http_server, tmp_path: Path, monkeypatch):  # noqa: F
         "fields: {key: id, image: u, image_kind: url}\n"
         f"download: {{allow_networks: {json.dumps(LOCAL_NETWORKS)}, retries: 0, timeout_s: 5}}\n"
     )
-    for name in ("PRX_LANCE_ROOT", "PRX_MDS_ROOT", "PRX_SOURCES_DIR", "PRX_OPTOUT_DIR", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "PRX_S3_ENDPOINT", "PRX_URL_HASH_KEY"):
+    for name in (
+        "PRX_LANCE_ROOT",
+        "PRX_MDS_ROOT",
+        "PRX_SOURCES_DIR",
+        "PRX_OPTOUT_DIR",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "PRX_S3_ENDPOINT",
+        "PRX_URL_HASH_KEY",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PRX_DATA_ROOT", str(data))
     monkeypatch.setenv("PRX_LANCE_ROOT", storage_root.uri("lance"))
@@ -98,7 +106,11 @@ def test_stored_urls_hold_no_credential(ingested, storage_root, http_server):  #
     from prx_data.ingest.ingest import ingest_source
     from prx_data.ingest.registry import load_registry
 
-    again = ingest_source(load_registry(settings.sources_dir).get("web"), f"{settings.lance_root}/sources/web.lance", storage_options=settings.storage_options or None)
+    again = ingest_source(
+        load_registry(settings.sources_dir).get("web"),
+        f"{settings.lance_root}/sources/web.lance",
+        storage_options=settings.storage_options or None,
+    )
     assert (again.new, again.updated, again.metadata_updated, again.unchanged) == (0, 0, 0, 3)
 
 

@@ -10,14 +10,14 @@ import dagster as dg
 import lance
 import pytest
 
-from prx_data.models.captioning.prompt import caption_prompt_version
-from prx_data.definitions import build_defs
-from prx_data.demo.corpus import build_demo_corpus
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import LABELS
 from prx_data.core.settings import get_settings
-from prx_data_tests.models.fake_openai import FakeChatServer
+from prx_data.definitions import build_defs
+from prx_data.demo.corpus import build_demo_corpus
+from prx_data.models.captioning.prompt import caption_prompt_version
 from prx_data_tests.conftest import materializations, run_source
+from prx_data_tests.models.fake_openai import FakeChatServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 RAW, CAP, LAB = dg.AssetKey("raw_samples"), dg.AssetKey("captions"), dg.AssetKey("caption_labels")
@@ -55,7 +55,10 @@ def test_captions_then_labels_then_a_vlm_switch(data_root, prx_defs, instance, m
     assert _meta(result, "caption_labels")["labelled"] == len(with_source)
 
     with FakeChatServer() as server:
-        defs = _reload(monkeypatch, {"backend": "openai", "server": {"base_url": server.base_url, "model": "fake-vl", "max_retries": 1, "backoff_initial_s": 0.01}})
+        defs = _reload(
+            monkeypatch,
+            {"backend": "openai", "server": {"base_url": server.base_url, "model": "fake-vl", "max_retries": 1, "backoff_initial_s": 0.01}},
+        )
         again = run_source(defs, instance, "web", selection=[CAP])
         assert again.success
         meta = _meta(again, "captions")
@@ -79,7 +82,13 @@ def test_captions_then_labels_then_a_vlm_switch(data_root, prx_defs, instance, m
 def test_dead_backend_fails_the_run_with_a_clear_message(data_root, prx_defs, instance, monkeypatch):
     build_demo_corpus(data_root)
     assert run_source(prx_defs, instance, "shards", selection=[RAW]).success
-    defs = _reload(monkeypatch, {"backend": "openai", "server": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "max_retries": 1, "backoff_initial_s": 0.01, "timeout_s": 1}})
+    defs = _reload(
+        monkeypatch,
+        {
+            "backend": "openai",
+            "server": {"base_url": "http://127.0.0.1:9/v1", "model": "m", "max_retries": 1, "backoff_initial_s": 0.01, "timeout_s": 1},
+        },
+    )
     result = run_source(defs, instance, "shards", selection=[CAP])
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)

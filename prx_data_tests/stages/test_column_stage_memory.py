@@ -20,11 +20,15 @@ def _hashes(ds, todo):
     """phash values made from nothing: only the driver's bookkeeping is measured."""
     for chunk in address_chunks(todo, 4096):
         n = chunk.num_rows
-        yield pa.table({
-            "sample_id": chunk.column("sample_id"), "phash": pa.array(np.arange(n, dtype=np.int64)),
-            "phash_degenerate": pa.array(np.zeros(n, dtype=bool)), "phash_version": pa.array([PHASH_VERSION] * n),
-            "phash_error": pa.nulls(n, pa.string()),
-        })
+        yield pa.table(
+            {
+                "sample_id": chunk.column("sample_id"),
+                "phash": pa.array(np.arange(n, dtype=np.int64)),
+                "phash_degenerate": pa.array(np.zeros(n, dtype=bool)),
+                "phash_version": pa.array([PHASH_VERSION] * n),
+                "phash_error": pa.nulls(n, pa.string()),
+            }
+        )
 
 
 def _first_run_peak(tmp_path, n: int) -> int:

@@ -39,7 +39,10 @@ def _world(storage_root, tmp_path: Path, monkeypatch) -> SourceCaptionWorld:
     for name, value in storage_root.streaming_env().items():
         monkeypatch.setenv(name, value)
     world = SourceCaptionWorld(
-        root=tmp_path / "data", lance_root=storage_root.uri("lance"), mds_root=storage_root.uri("mds"), options=storage_root.options,
+        root=tmp_path / "data",
+        lance_root=storage_root.uri("lance"),
+        mds_root=storage_root.uri("mds"),
+        options=storage_root.options,
     )
     world.sources["s1"] = {k: Item((i, "exact"), f"https://a.example.org/{k}.jpg") for i, k in enumerate(KEYS)}
     return world

@@ -43,4 +43,6 @@ def test_the_cap_is_configurable(tmp_path):
     from prx_data.stages.export_stage import export_source
 
     with pytest.raises(ValueError, match="max_caption_chars"):
-        export_source(str(tmp_path / "t.lance"), "s1", mds_root=str(tmp_path / "mds"), exports_uri=str(tmp_path / "e.lance"), max_caption_chars=0)
+        export_source(
+            str(tmp_path / "t.lance"), "s1", mds_root=str(tmp_path / "mds"), exports_uri=str(tmp_path / "e.lance"), max_caption_chars=0
+        )

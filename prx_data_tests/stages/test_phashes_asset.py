@@ -8,10 +8,10 @@ import lance
 import pyarrow as pa
 import pytest
 
-from prx_data.demo.corpus import build_demo_corpus
-from prx_data.imaging.phash import PHASH_VERSION
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
+from prx_data.demo.corpus import build_demo_corpus
+from prx_data.imaging.phash import PHASH_VERSION
 from prx_data.stages.column_stage import input_fingerprints, staging_uri
 from prx_data.stages.phash_stage import PHASH_STAGE, hash_rows
 from prx_data_tests.conftest import materializations, run_source
@@ -42,7 +42,9 @@ def test_phashes_on_ray_resume_and_duplicates(data_root, prx_defs, instance):
     runs = ds.to_table(columns=["ingest_run_id", "phash_run_id"], filter="status = 'ok'")
     assert set(runs.column("ingest_run_id").to_pylist()) == set(runs.column("phash_run_id").to_pylist()) == {results["web"].run_id}
     # Unusable rows are never touched.
-    assert ds.to_table(columns=["phash_version"], filter="status != 'ok'").column("phash_version").null_count == ds.count_rows(filter="status != 'ok'")
+    assert ds.to_table(columns=["phash_version"], filter="status != 'ok'").column("phash_version").null_count == ds.count_rows(
+        filter="status != 'ok'"
+    )
 
     hashes = {}
     for source in manifest.sources:
@@ -83,4 +85,6 @@ def test_killed_run_resumes_from_staging(data_root, prx_defs, instance):
     assert meta["rows_hashed"] == todo.num_rows - 5
     final = lance.dataset(uri).to_table(columns=["phash"], filter="status = 'ok'")
     assert final.column("phash").null_count == 0
-    assert lance.dataset(uri).count_rows() == sum(1 for (s, _k) in manifest.statuses if s == "photos") - len(manifest.sources["photos"].duplicate_keys)
+    assert lance.dataset(uri).count_rows() == sum(1 for (s, _k) in manifest.statuses if s == "photos") - len(
+        manifest.sources["photos"].duplicate_keys
+    )

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import gc
-import json
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +24,9 @@ def _skip_some(root: Path, lineage: pa.Table, share: float = 0.2, seed: int = 0)
     picks = sorted(rng.choice(n, int(n * share), replace=False).tolist())
     half = len(picks) // 2
     # overlapping reasons: some samples skipped twice
-    table = skip_table(lineage, {"dedup": picks[:half], "label:nsfw": picks[half - 3 :], "optout:r1": picks[:2]},
-                       kept={p: "kept" for p in picks})
+    table = skip_table(
+        lineage, {"dedup": picks[:half], "label:nsfw": picks[half - 3 :], "optout:r1": picks[:2]}, kept={p: "kept" for p in picks}
+    )
     build_skiplists(table, str(root))
     return {lineage["sample_id"][p].as_py() for p in picks}
 
@@ -137,8 +137,17 @@ def test_same_seed_same_order_other_seed_other_order(tree) -> None:
 )
 def test_no_skips_means_exactly_the_plain_order(tree, kwargs) -> None:
     root, _ = tree
-    build_skiplists(pa.table({"sample_id": pa.array([], pa.string()), "shard": pa.array([], pa.string()),
-                              "index_in_shard": pa.array([], pa.int64()), "reason": pa.array([], pa.string())}), str(root))
+    build_skiplists(
+        pa.table(
+            {
+                "sample_id": pa.array([], pa.string()),
+                "shard": pa.array([], pa.string()),
+                "index_in_shard": pa.array([], pa.int64()),
+                "reason": pa.array([], pa.string()),
+            }
+        ),
+        str(root),
+    )
     ours = _ds(root, **kwargs)
     got = _drain(ours)
     length = len(ours)
@@ -290,11 +299,9 @@ def test_project_loader_and_prx_style_reader_train_a_full_epoch(trainable_corpus
 def test_loader_leaves_out_streams_too_small_for_the_batch_with_one_warning(trainable_corpus, tmp_path) -> None:
     import shutil
 
-    from prx_data.export.corpus_index import merge_all
+    from prx_data.export.corpus_index import merge_all, merge_bucket_index
     from prx_data.training.loader import UntrainableStreamsWarning
     from prx_data_tests.export.trainable import loader_epoch
-
-    from prx_data.export.corpus_index import merge_bucket_index
 
     # Published with min_stream_samples=1, the sparse and rare buckets are streams too, and the
     # fully skipped one as well when it was indexed before its skip lists landed (an older

@@ -37,7 +37,9 @@ def test_loader_reads_every_sample_through_its_storage_options_alone(tmp_path: P
     root = f"s3://{s3_bucket}/mds"
     corpus = build_corpus(root, options)
     release()
-    loader = make_loader(root, batch_size=1, shuffle=False, num_workers=num_workers, cache_dir=str(tmp_path / "cache"), storage_options=options)
+    loader = make_loader(
+        root, batch_size=1, shuffle=False, num_workers=num_workers, cache_dir=str(tmp_path / "cache"), storage_options=options
+    )
     streams = loader.dataset.streams
     assert {s.remote.removeprefix(root + "/") for s in streams} == PUBLISHED
     assert all(isinstance(s._downloader, ConfiguredS3Downloader) for s in streams)
