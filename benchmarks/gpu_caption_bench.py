@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return weightless.caption_main(args, overrides(args))
     # Check before importing Ray: a missing vLLM or GPU should be one clear line, not a
     # traceback from inside a Ray actor minutes later.
-    from prx_data.models.captioning.gpu_env import gpu_environment_problems
+    from prx_data.models.inference.gpu_env import gpu_environment_problems
 
     problems = gpu_environment_problems() if args.worker_env == "none" else []
     if problems:
@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from prx_data.models.captioning.config import VLLMCaptionerConfig
-    from prx_data.models.captioning.gpu_env import WorkerEnv
     from prx_data.models.captioning.images import ImageBudget
     from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
+    from prx_data.models.inference.gpu_env import WorkerEnv
 
     replicas = args.replicas or max(1, torch.cuda.device_count())
     cfg = VLLMCaptionerConfig(

@@ -96,7 +96,7 @@ def configs(models: Path, device: str) -> tuple[dict, dict]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from prx_data.models.captioning.gpu_env import gpu_environment_problems
+    from prx_data.models.inference.gpu_env import gpu_environment_problems
 
     problems = gpu_environment_problems(require_gpu=args.device == "gpu")
     if problems:
@@ -107,8 +107,8 @@ def main(argv=None) -> int:
 
     from prx_data.core.schema import LABELS
     from prx_data.models.captioning.factory import parse_captioner_config
-    from prx_data.models.captioning.vllm_engine import engine_kwargs
     from prx_data.models.captioning.vllm_ray import caption_engine_kwargs
+    from prx_data.models.inference.vllm_engine import engine_kwargs
     from prx_data.models.labeling.factory import parse_classifier_config
     from prx_data.stages.caption_stage import compute_captions
     from prx_data.stages.label_stage import compute_labels

@@ -47,7 +47,7 @@ else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 fi
 echo "environment ready after $(( $(date +%s) - started ))s: $PY"
-"$PY" -m prx_data.models.captioning.gpu_env $([ "$DEVICE" = cpu ] && echo --cpu)
+"$PY" -m prx_data.models.inference.gpu_env $([ "$DEVICE" = cpu ] && echo --cpu)
 WORK=$(mktemp -d /tmp/prx-gpu-check.XXXXXX)
 "$PY" -m prx_data_tests.models.tiny_models "$WORK/models" >/dev/null
 "$PY" benchmarks/gpu_check.py --device "$DEVICE" --models "$WORK/models" --work "$WORK"

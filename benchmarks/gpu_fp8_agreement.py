@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from gpu_caption_bench import load_rows
 
-        from prx_data.models.captioning.gpu_env import gpu_environment_problems
+        from prx_data.models.inference.gpu_env import gpu_environment_problems
 
         if problems := gpu_environment_problems():
             print("gpu_fp8_agreement cannot run here:\n  - " + "\n  - ".join(problems), file=sys.stderr)

@@ -43,7 +43,7 @@ def timed(ds) -> tuple[list[dict], float, float]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from prx_data.models.captioning.gpu_env import gpu_environment_problems
+    from prx_data.models.inference.gpu_env import gpu_environment_problems
 
     problems = gpu_environment_problems() if args.worker_env == "none" else []
     if problems:
@@ -53,8 +53,8 @@ def main(argv=None) -> int:
     import torch
 
     from prx_data.models.captioning.config import VLLMCaptionerConfig
-    from prx_data.models.captioning.gpu_env import WorkerEnv
     from prx_data.models.captioning.vllm_ray import caption_dataset_vllm
+    from prx_data.models.inference.gpu_env import WorkerEnv
     from prx_data.models.labeling.config import VLLMClassifierConfig
     from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 

@@ -101,7 +101,7 @@ def steady_rate(stamps: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from prx_data.models.captioning.gpu_env import gpu_environment_problems
+    from prx_data.models.inference.gpu_env import gpu_environment_problems
 
     if args.weightless:
         # The published config, dummy weights, forced output length (benchmarks/weightless.py).
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
-    from prx_data.models.captioning.gpu_env import WorkerEnv
+    from prx_data.models.inference.gpu_env import WorkerEnv
     from prx_data.models.labeling.config import VLLMClassifierConfig
     from prx_data.models.labeling.vllm_ray import label_dataset_vllm
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_env=WorkerEnv(mode=args.worker_env),
         **overrides(args),
     )
-    from prx_data.models.captioning.vllm_engine import engine_kwargs
+    from prx_data.models.inference.vllm_engine import engine_kwargs
 
     print_profile(cfg, engine_kwargs(cfg))
     captions = load_captions(args)

@@ -108,7 +108,7 @@ def run(ds, task, cfg, *, engine: dict, multimodal: bool, chat_template_kwargs: 
     counts; returns one row per request with a completion time."""
     from ray.data.llm import build_processor
 
-    from prx_data.models.captioning.vllm_engine import preprocess, processor_config
+    from prx_data.models.inference.vllm_engine import preprocess, processor_config
 
     processor = build_processor(
         processor_config(cfg, engine=engine, multimodal=multimodal, chat_template_kwargs=chat_template_kwargs),
@@ -198,7 +198,7 @@ def label_main(args, extra_overrides: dict) -> int:
     from gpu_label_bench import synthetic_caption
     from gpu_profile_args import print_profile
 
-    from prx_data.models.captioning.vllm_engine import engine_kwargs
+    from prx_data.models.inference.vllm_engine import engine_kwargs
     from prx_data.models.labeling.config import VLLMClassifierConfig
     from prx_data.models.labeling.prompt import SYSTEM_PROMPT
     from prx_data.models.labeling.task import NO_THINKING, LabelTask

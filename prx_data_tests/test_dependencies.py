@@ -16,8 +16,8 @@ PACKAGE = REPO / "prx_data"
 
 # Imported only where an optional environment provides them; each is declared in the file named.
 OPTIONAL = {
-    # GPU workers only (models/captioning/gpu_env.py): vLLM needs CUDA and its own torch.
-    "vllm": ("vllm", "prx_data/models/captioning/gpu_worker/requirements.txt"),
+    # GPU workers only (models/inference/gpu_env.py): vLLM needs CUDA and its own torch.
+    "vllm": ("vllm", "prx_data/models/inference/gpu_worker/requirements.txt"),
     # The demo's sample images (demo/images.py): `pip install prx-data[demo]`.
     "skimage": ("scikit-image", "pyproject.toml"),
     # The cluster profile's startup check of PostgreSQL (defs/cluster.py), in the cluster image.
@@ -56,7 +56,7 @@ def declared() -> set[str]:
 
 def test_the_scan_sees_function_level_imports():
     found = imported_modules()
-    assert "prx_data/models/captioning/gpu_env.py" in found["vllm"]  # imported inside a function
+    assert "prx_data/models/inference/gpu_env.py" in found["vllm"]  # imported inside a function
     assert "torch" in found and "json" in found and "prx_data" in found
 
 

@@ -40,7 +40,7 @@ if [ ! -f "$ENV_DIR/.complete" ]; then
   install -r "$REQ/requirements-cpu.txt"
   install torch==2.14.1 torchvision==0.29.1
   "$ENV_DIR/bin/python" -m pip uninstall --quiet -y torchaudio torchcodec >&2 || true
-  PYTHONPATH=$PWD HF_HUB_OFFLINE=1 "$ENV_DIR/bin/python" -m prx_data.models.captioning.gpu_env --cpu >&2
+  PYTHONPATH=$PWD HF_HUB_OFFLINE=1 "$ENV_DIR/bin/python" -m prx_data.models.inference.gpu_env --cpu >&2
   touch "$ENV_DIR/.complete"
   echo "vllm_cpu_env: built in $(( $(date +%s) - started ))s" >&2
 fi

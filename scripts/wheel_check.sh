@@ -43,7 +43,7 @@ import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 needed = ["prx_data/app/resources/dagster.yaml", "prx_data/app/resources/workspace.yaml",
           "prx_data/explorer/templates/base.html", "prx_data/explorer/static/style.css",
-          "prx_data/models/captioning/gpu_worker/requirements.txt", "prx_data/definitions.py"]
+          "prx_data/models/inference/gpu_worker/requirements.txt", "prx_data/definitions.py"]
 missing = [n for n in needed if n not in names]
 assert not missing, f"the wheel lacks {missing}"
 assert not any(n.startswith(("prx_data_tests/", "benchmarks/")) for n in names), "tests or benchmarks shipped"

@@ -1,21 +1,9 @@
-"""The four columns a VLM stage writes, named once: value, model, version, error.
-
-Which rows a stage redoes is decided in one place for every stage, by
-:class:`prx_data.stages.column_stage.ColumnStage` (its pending filter, pushed down into the Lance
-scan): a row with no value, a value made by another model or version, or an error.
-"""
+"""The columns of the two model stages, named once: the caption stage's and the label stage's
+(the fused caption request writes both, so both sit below captioning and labeling)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-
-class DerivedColumns(NamedTuple):
-    value: str
-    model: str
-    version: str
-    error: str
-
+from prx_data.models.inference.columns import DerivedColumns
 
 CAPTION = DerivedColumns("caption", "caption_model", "caption_prompt_version", "caption_error")
 LABEL = DerivedColumns("label", "label_model", "label_version", "label_error")

@@ -36,8 +36,10 @@ RowFn = Callable[[list[str], list[bytes | None], pa.Table], pa.Table]
 
 
 def _run_chunk(uri: str, version: int, options: dict | None, chunk: pa.Table, fn: RowFn, columns: list[str], with_images: bool) -> pa.Table:
-    ds = lance.dataset(uri, version=version, storage_options=options)
     addresses = chunk.column("_rowaddr").to_pylist()
+    if not columns and not with_images:  # nothing to read (a stage that needs no model)
+        return fn(chunk.column("sample_id").to_pylist(), [None] * len(addresses), pa.table({}))
+    ds = lance.dataset(uri, version=version, storage_options=options)
     images: list[bytes | None] = read_images(ds, addresses) if with_images else [None] * len(addresses)
     rows = read_rows(ds, addresses, columns)
     return fn(chunk.column("sample_id").to_pylist(), images, rows)

@@ -423,12 +423,12 @@ def test_gpu_worker_image_matches_ray_and_python_of_the_code_location():
 def test_packaged_gpu_worker_requirements_equal_the_image_build_ones():
     """mode 'pip' reads the copy packaged with prx_data (an installed wheel has no deployments/);
     the image build reads deployments/gpu-worker/. Edit there and copy here."""
-    from prx_data.models.captioning.gpu_env import DEFAULT_REQUIREMENTS, read_requirements
+    from prx_data.models.inference.gpu_env import DEFAULT_REQUIREMENTS, read_requirements
 
     packaged = DEFAULT_REQUIREMENTS.parent
     for name in ("requirements.txt", "requirements-common.txt"):
         assert (packaged / name).read_text() == (DEPLOYMENTS / "gpu-worker" / name).read_text(), (
-            f"cp deployments/gpu-worker/{name} prx_data/models/captioning/gpu_worker/{name}"
+            f"cp deployments/gpu-worker/{name} prx_data/models/inference/gpu_worker/{name}"
         )
     assert read_requirements(DEFAULT_REQUIREMENTS) == read_requirements(DEPLOYMENTS / "gpu-worker" / "requirements.txt")
     assert "gpu_worker/*.txt" in PYPROJECT["tool"]["setuptools"]["package-data"]["prx_data.models.captioning"]

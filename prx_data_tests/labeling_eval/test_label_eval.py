@@ -88,11 +88,12 @@ def test_cue_counts_count_distinct_words() -> None:
 
 def test_label_stage_rows_carry_the_score(classifier) -> None:
     from prx_data.models.labeling.config import MiniLMClassifierConfig
-    from prx_data.stages.label_stage import label_rows
+    from prx_data.stages.label_stage import CAPTION_LABELS
 
     captions = [load("dev")[0]["caption"], None, "A scanned page of a document with paragraphs of printed text."]
     rows = pa.table({"caption": pa.array(captions, pa.string())})
-    out = label_rows(MiniLMClassifierConfig().model_dump_json(), ["a", "b", "c"], [], rows)
+    # What a worker runs per chunk: the label stage reads no image.
+    out = CAPTION_LABELS.chunk_fn(MiniLMClassifierConfig())(["a", "b", "c"], [None] * 3, rows)
     assert out.schema.equals(LABEL_TABLE_SCHEMA)
     assert "label_score" in {f.name for f in LABEL_COLUMNS}
     got = out.to_pylist()

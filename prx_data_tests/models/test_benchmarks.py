@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prx_data.models.captioning.gpu_env import gpu_environment_problems
+from prx_data.models.inference.gpu_env import gpu_environment_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 

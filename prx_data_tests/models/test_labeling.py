@@ -9,9 +9,9 @@ import pytest
 
 from prx_data.core.reasons import reason_code
 from prx_data.core.schema import LABEL_COLUMNS, LABELS
-from prx_data.models.captioning.base import BackendUnavailable
-from prx_data.models.captioning.chat_http import ChatServerConfig
-from prx_data.models.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
+from prx_data.models.inference.backend import BackendUnavailable
+from prx_data.models.inference.chat_http import ChatServerConfig
+from prx_data.models.inference.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data.models.labeling.base import Classifier, LabelResult
 from prx_data.models.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.models.labeling.factory import make_classifier
@@ -180,7 +180,7 @@ def test_vllm_label_preprocess_and_postprocess():
 
 
 def test_vllm_label_engine_config():
-    from prx_data.models.captioning.vllm_engine import engine_kwargs
+    from prx_data.models.inference.vllm_engine import engine_kwargs
 
     cfg = VLLMClassifierConfig(replicas=4, batch_size=512, cpu_stage_concurrency=6, text_stage_concurrency=3)
     pc = processor_config(cfg, engine=engine_kwargs(cfg), multimodal=False, chat_template_kwargs=NO_THINKING)
@@ -207,7 +207,7 @@ def test_builds_the_label_processor_and_lazy_dataset(ray_local, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
     clf = make_classifier({"backend": "vllm", "model_source": str(tmp_path)})
     ds = ray_local.data.from_items([{"sample_id": "a", "caption": "A dog."}])
-    plan = str(clf.label_dataset(ds))
+    plan = str(clf.run_dataset(ds))
     assert "vLLMEngineStageUDF" in plan and "PrepareMultimodalUDF" not in plan
     assert clf.model_id == "Qwen/Qwen3-8B"
 

@@ -6,12 +6,12 @@ from datetime import UTC
 import pytest
 
 from prx_data.core.reasons import reason_code
-from prx_data.models.captioning.base import BackendUnavailable
-from prx_data.models.captioning.chat_http import ChatServerConfig
 from prx_data.models.captioning.config import OpenAICaptionerConfig
 from prx_data.models.captioning.factory import make_captioner
 from prx_data.models.captioning.images import ImageBudget
 from prx_data.models.captioning.prompt import SYSTEM_PROMPT, caption_prompt_version
+from prx_data.models.inference.backend import BackendUnavailable
+from prx_data.models.inference.chat_http import ChatServerConfig
 from prx_data_tests.models.fake_openai import (
     FakeChatServer,
     dominant_colour,

@@ -14,8 +14,8 @@ import pytest
 
 from prx_data.models.captioning.config import VLLMCaptionerConfig
 from prx_data.models.captioning.fp8_vision import ONLINE_FP8, VISION_TOWER_IGNORE
-from prx_data.models.captioning.vllm_engine import engine_kwargs, processor_config
 from prx_data.models.captioning.vllm_ray import caption_engine_kwargs
+from prx_data.models.inference.vllm_engine import engine_kwargs, processor_config
 from prx_data.models.labeling.config import VLLMClassifierConfig
 from prx_data.models.labeling.task import NO_THINKING
 

@@ -34,7 +34,7 @@ import pytest
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import LABELS, raw_schema
 from prx_data.core.settings import get_settings
-from prx_data.models.captioning.stage_timings import TIMINGS_VAR
+from prx_data.models.inference.stage_timings import TIMINGS_VAR
 from prx_data_tests.conftest import materializations, run_source
 from prx_data_tests.images import jpeg, png
 

@@ -17,12 +17,12 @@ from PIL import Image
 from prx_data.core.reasons import reason_code as error_code
 from prx_data.models.captioning.config import CaptionSampling, VLLMCaptionerConfig
 from prx_data.models.captioning.factory import make_captioner
-from prx_data.models.captioning.gpu_env import DEFAULT_REQUIREMENTS, WorkerEnv, gpu_runtime_env
 from prx_data.models.captioning.images import ImageBudget
 from prx_data.models.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT, caption_prompt_version
 from prx_data.models.captioning.task import CaptionTask, FusedCaptionLabelTask, fused_label_version
-from prx_data.models.captioning.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data.models.captioning.vllm_ray import VLLMCaptioner, caption_engine_kwargs
+from prx_data.models.inference.gpu_env import DEFAULT_REQUIREMENTS, WorkerEnv, gpu_runtime_env
+from prx_data.models.inference.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
 from prx_data_tests.models.fake_openai import good_caption
 from prx_data_tests.models.images import NOT_AN_IMAGE, image_bytes
 
@@ -197,7 +197,7 @@ def test_builds_the_ray_data_llm_processor_and_the_lazy_dataset(ray_local, fake_
     assert isinstance(captioner, VLLMCaptioner)
     assert captioner.model_id == "Qwen/Qwen3-VL-8B-Instruct"  # the path is not the model name
     ds = ray_local.data.from_items([{"sample_id": "a", "image": image_bytes()}])
-    out = captioner.caption_dataset(ds)  # lazy: nothing runs, so no vLLM is needed
+    out = captioner.run_dataset(ds)  # lazy: nothing runs, so no vLLM is needed
     plan = str(out)
     for stage in ("_preprocess", "PrepareMultimodalUDF", "ChatTemplateUDF", "TokenizeUDF", "vLLMEngineStageUDF", "_postprocess"):
         assert stage in plan, plan

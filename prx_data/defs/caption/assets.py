@@ -14,7 +14,7 @@ from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, captions_pool, labels_pool
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import RayTasksResource, StorageResource
-from prx_data.models.captioning.base import BackendUnavailable
+from prx_data.models.inference.backend import BackendUnavailable
 
 
 @contextlib.contextmanager
@@ -34,6 +34,37 @@ class StageRunConfig(dg.Config):
     chunk_rows: int = 64
 
 
+def _compute(
+    context: dg.AssetExecutionContext,
+    run: tuple[StageRunConfig, StorageResource, RayTasksResource],
+    stage,
+    backend,
+    kind: str,
+    done: str,
+    chunk_rows: int,
+):
+    """Run a model stage (``stages.model_stage``) over the partition's table; ``done``: the
+    progress lines' verb."""
+    config, storage, ray_tasks = run
+    with _fail_clearly_when_down(kind, backend.backend):
+        return stage.compute(
+            storage.paths.raw_table(context.partition_key),
+            backend,
+            executor=config.executor,
+            chunk_rows=chunk_rows,
+            storage_options=storage.options,
+            progress=ProgressLogger(context.log, done),
+            run_id=context.run_id,
+            task_resources=ray_tasks.resources,
+            local_max_rows=ray_tasks.local_max_rows,
+        )
+
+
+def _made_by(stats, stage) -> dict:
+    """The identity the stage recorded in every row (its model and version columns)."""
+    return {name: stats.extra[name] for name in (stage.columns.model, stage.columns.version)}
+
+
 def captions(
     context: dg.AssetExecutionContext,
     config: StageRunConfig,
@@ -43,9 +74,8 @@ def captions(
     ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
     # lazy: the code location loads without lance (Dagster imports it in every process)
-    from prx_data.stages.caption_stage import caption_word_counts, compute_captions
+    from prx_data.stages.caption_stage import CAPTIONS, caption_word_counts
 
-    uri = storage.paths.raw_table(context.partition_key)
     backend = captioner.config()
     if backend.backend == "source":
         # Said once per source (its first captions run), not on every run of it.
@@ -55,19 +85,8 @@ def captions(
         (context.log.debug if earlier else context.log.warning)(
             "captioner backend 'source': keeping source captions (caption_model=source); configure vllm or openai for VLM captions"
         )
-    with _fail_clearly_when_down("captioner", backend.backend):
-        stats = compute_captions(
-            uri,
-            backend,
-            executor=config.executor,
-            chunk_rows=config.chunk_rows,
-            storage_options=storage.options,
-            progress=ProgressLogger(context.log, "captioned"),
-            run_id=context.run_id,
-            task_resources=ray_tasks.resources,
-            local_max_rows=ray_tasks.local_max_rows,
-        )
-    words = caption_word_counts(uri, storage.options)
+    stats = _compute(context, (config, storage, ray_tasks), CAPTIONS, backend, "captioner", "captioned", config.chunk_rows)
+    uri = storage.paths.raw_table(context.partition_key)
     return dg.MaterializeResult(
         metadata={
             "captioned": stats.processed - stats.failed,
@@ -75,9 +94,8 @@ def captions(
             "skipped_current": stats.skipped_current,
             "resumed_from_staging": stats.resumed,
             "images_per_s": round(stats.rows_per_s, 2),
-            "words_per_caption_median": median(words),
-            "caption_model": stats.extra["caption_model"],
-            "caption_prompt_version": stats.extra["caption_prompt_version"],
+            "words_per_caption_median": median(caption_word_counts(uri, storage.options)),
+            **_made_by(stats, CAPTIONS),
             "lance_version": stats.version,
             "table": dg.MetadataValue.path(uri),
         }
@@ -93,22 +111,11 @@ def caption_labels(
     ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
     # lazy: the code location loads without lance (Dagster imports it in every process)
-    from prx_data.stages.label_stage import compute_labels, label_counts
+    from prx_data.stages.label_stage import CAPTION_LABELS, label_counts
 
+    run = (config, storage, ray_tasks)
+    stats = _compute(context, run, CAPTION_LABELS, classifier.config(), "classifier", "labelled", max(config.chunk_rows, 256))
     uri = storage.paths.raw_table(context.partition_key)
-    backend = classifier.config()
-    with _fail_clearly_when_down("classifier", backend.backend):
-        stats = compute_labels(
-            uri,
-            backend,
-            executor=config.executor,
-            chunk_rows=max(config.chunk_rows, 256),
-            storage_options=storage.options,
-            progress=ProgressLogger(context.log, "labelled"),
-            run_id=context.run_id,
-            task_resources=ray_tasks.resources,
-            local_max_rows=ray_tasks.local_max_rows,
-        )
     return dg.MaterializeResult(
         metadata={
             "labelled": stats.processed - stats.failed,
@@ -116,12 +123,28 @@ def caption_labels(
             "skipped_current": stats.skipped_current,
             "captions_per_s": round(stats.rows_per_s, 1),
             "labels": dg.MetadataValue.json(label_counts(uri, storage.options)),
-            "label_model": stats.extra["label_model"],
-            "label_version": stats.extra["label_version"],
+            **_made_by(stats, CAPTION_LABELS),
             "lance_version": stats.version,
             "table": dg.MetadataValue.path(uri),
         }
     )
+
+
+def _model_asset(fn, *, name: str, deps: list[str], pool: str | None, code_version: str, description: str) -> dg.AssetsDefinition:
+    """A per-source model asset: one writer of the source table, automated with the chain."""
+    return dg.asset(
+        name=name,
+        partitions_def=sources_partitions,
+        deps=deps,
+        group_name="caption",
+        kinds={"lance", "ray"},
+        tags=PER_SOURCE_TAG,
+        pool=pool,
+        code_version=code_version,
+        automation_condition=PER_SOURCE,
+        op_tags=SOURCE_TABLE_WRITER_TAG,
+        description=description,
+    )(fn)
 
 
 @dg.definitions
@@ -129,31 +152,21 @@ def defs() -> dg.Definitions:
     """The two model assets, built when the Definitions are loaded: their pool and code version
     come from the configured backends, so a code location started with other settings gets them
     without re-importing this module."""
-    captions_asset = dg.asset(
+    captions_asset = _model_asset(
+        captions,
         name="captions",
-        partitions_def=sources_partitions,
         deps=["raw_samples"],
-        group_name="caption",
-        kinds={"lance", "ray"},
-        tags=PER_SOURCE_TAG,
         pool=captions_pool(),
         code_version=captions_code_version(),
-        automation_condition=PER_SOURCE,
-        op_tags=SOURCE_TABLE_WRITER_TAG,
         description="Adds caption, caption_model, caption_prompt_version, caption_error. Only rows "
         "with no caption, an error, or one made by another model/prompt version are captioned.",
-    )(captions)
-    labels_asset = dg.asset(
+    )
+    labels_asset = _model_asset(
+        caption_labels,
         name="caption_labels",
-        partitions_def=sources_partitions,
         deps=["captions"],
-        group_name="caption",
-        kinds={"lance", "ray"},
-        tags=PER_SOURCE_TAG,
         pool=labels_pool(),
         code_version=labels_code_version(),
-        automation_condition=PER_SOURCE,
-        op_tags=SOURCE_TABLE_WRITER_TAG,
         description="Labels each caption visual, text or nsfw from the caption alone.",
-    )(caption_labels)
+    )
     return dg.Definitions(assets=[captions_asset, labels_asset])

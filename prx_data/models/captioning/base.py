@@ -1,26 +1,25 @@
-"""The captioner interface every backend implements, and the error vocabulary it writes.
+"""The captioner: the model backend of the caption stage, its result and its reason codes.
 
 A captioner receives rows (mappings), not bare image bytes, because one backend (``source``)
-needs the row's ``source_caption`` and none of them should need a different call shape.
-
-Contract of a result: ``caption`` is not None exactly when the caption is usable. Anything a
-guard or a backend flags carries a reason code in ``error`` and no caption, so a downstream
-filter on ``caption IS NOT NULL`` can never pick up a truncated or refused caption.
+needs the row's ``source_caption`` and none of them should need a different call shape. A result
+holds a usable caption or a reason code (:class:`prx_data.models.inference.backend.ModelResult`).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from prx_data.models.inference.backend import ErrorCode, ModelBackend, ModelResult, Row
 
 # A row as the caption stage sees it: at least ``image`` (bytes) and, for the source backend,
 # ``source_caption``; ``sample_id`` is carried through by the callers, not by the backends.
-CaptionRow = Mapping[str, Any]
+CaptionRow = Row
 
 
-class CaptionErrorCode:
+class CaptionErrorCode(ErrorCode):
     """Reason codes written to ``caption_error`` (optionally ``"<code>: <detail>"``)."""
 
     EMPTY = "empty"
@@ -30,31 +29,24 @@ class CaptionErrorCode:
     TOO_LONG = "too_long"
     BAD_IMAGE = "bad_image"
     NO_SOURCE_CAPTION = "no_source_caption"
-    HTTP_ERROR = "http_error"  # a 4xx from the server for this row: retrying will not help
-    BAD_RESPONSE = "bad_response"  # 2xx, but not a chat completion we can read
-    INFERENCE_ERROR = "inference_error"  # the engine failed on this row
 
 
 @dataclass(frozen=True)
-class CaptionResult:
+class CaptionResult(ModelResult):
     caption: str | None = None
     error: str | None = None
+    value_name = "caption"
 
     def __post_init__(self) -> None:
-        if (self.caption is None) == (self.error is None):
-            raise ValueError("a CaptionResult has exactly one of caption and error")
+        self._check()
 
     @property
-    def ok(self) -> bool:
-        return self.error is None
+    def value(self) -> str | None:
+        return self.caption
 
-
-class BackendUnavailable(RuntimeError):
-    """The backend cannot be reached at all (as opposed to failing on one row).
-
-    Raised instead of writing an error into every row, so a dead server fails the run loudly
-    rather than producing a table full of errors that would all need redoing.
-    """
+    @classmethod
+    def of(cls, value: str | None = None, error: str | None = None) -> CaptionResult:
+        return cls(caption=value, error=error)
 
 
 @runtime_checkable
@@ -70,27 +62,20 @@ class Captioner(Protocol):
         ...
 
 
-class BaseCaptioner(ABC):
-    """Shared conveniences; a backend implements :meth:`caption_batch` only."""
-
-    model_id: str
+class BaseCaptioner(ModelBackend[CaptionResult]):
+    """A backend implements :meth:`run_batch` and names its ``prompt_version``."""
 
     @property
     @abstractmethod
     def prompt_version(self) -> str:
         """Version of the prompt the captions follow (a property or a class attribute)."""
 
-    @abstractmethod
-    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]: ...
+    @property
+    def version(self) -> str:
+        return self.prompt_version
+
+    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
+        return self.run_batch(rows)
 
     def caption_images(self, images: Sequence[bytes | None]) -> list[CaptionResult]:
         return self.caption_batch([{"image": image} for image in images])
-
-    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract: most backends hold nothing
-        """Release clients or models; the default holds nothing."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

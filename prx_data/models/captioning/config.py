@@ -8,21 +8,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from prx_data.models.captioning.chat_http import ChatServerConfig
 from prx_data.models.captioning.images import ImageBudget
 from prx_data.models.captioning.quality import CaptionGuards
-from prx_data.models.captioning.vllm_engine import VLLMStageConfig
+from prx_data.models.inference.chat_http import ChatServerConfig
+from prx_data.models.inference.factory import BackendConfig
+from prx_data.models.inference.vllm_engine import VLLMStageConfig
 
 QWEN3_VL_8B = "Qwen/Qwen3-VL-8B-Instruct"
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
-
-
-class CaptionSampling(_Config):
+class CaptionSampling(BackendConfig):
     # Qwen's published generation settings for the VL Instruct models.
     temperature: float = Field(0.7, ge=0)
     top_p: float = Field(0.8, gt=0, le=1)
@@ -52,13 +49,13 @@ class CaptionSampling(_Config):
         return params
 
 
-class SourceCaptionerConfig(_Config):
+class SourceCaptionerConfig(BackendConfig):
     """Keep the source's own caption. The CPU default: no model, no GPU."""
 
     backend: Literal["source"] = "source"
 
 
-class OpenAICaptionerConfig(_Config):
+class OpenAICaptionerConfig(BackendConfig):
     backend: Literal["openai"] = "openai"
     server: ChatServerConfig
     # Recorded in caption_model; defaults to the server's model name.
@@ -69,7 +66,7 @@ class OpenAICaptionerConfig(_Config):
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
 
-class TransformersCaptionerConfig(_Config):
+class TransformersCaptionerConfig(BackendConfig):
     backend: Literal["transformers"] = "transformers"
     model_path: str = Field(description="Local checkpoint directory (no hub downloads)")
     model_id: str | None = Field(None, description="Recorded in caption_model; default: path")
@@ -85,7 +82,6 @@ class TransformersCaptionerConfig(_Config):
 class VLLMCaptionerConfig(VLLMStageConfig):
     """Qwen3-VL in vLLM on Ray; the defaults are the H200 profile (docs/gpu.md)."""
 
-    backend: Literal["vllm"] = "vllm"
     # A local directory or object-storage URI in production; HF ids only resolve from a cache
     # because HF_HUB_OFFLINE=1 on the workers.
     model_source: str = QWEN3_VL_8B

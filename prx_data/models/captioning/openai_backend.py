@@ -1,55 +1,29 @@
-"""The ``openai`` backend: an OpenAI-compatible chat-completions server (``vllm serve``).
-
-The request and the judgement are the caption task's (:class:`CaptionTask`), the same as for
-the vLLM-on-Ray backend; only the transport differs."""
+"""The ``openai`` captioner: the caption task (:class:`CaptionTask`) on an OpenAI-compatible
+chat-completions server (``vllm serve``), the same requests and judgement as on vLLM-on-Ray."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow
-from prx_data.models.captioning.chat_http import LazyChatClient
+from prx_data.models.captioning.base import BaseCaptioner, CaptionResult
 from prx_data.models.captioning.config import OpenAICaptionerConfig
 from prx_data.models.captioning.prompt import caption_prompt_version
 from prx_data.models.captioning.task import CaptionTask
-from prx_data.models.captioning.vlm import PrepError
+from prx_data.models.inference.chat_backend import ChatTaskBackend
 
 
-class OpenAICaptioner(LazyChatClient, BaseCaptioner):
-    @property
-    def prompt_version(self) -> str:
-        return caption_prompt_version()
+class OpenAICaptioner(ChatTaskBackend[CaptionResult], BaseCaptioner):
+    result_type = CaptionResult
+    prepare_in_threads = True  # image decoding and resizing
 
     def __init__(self, config: OpenAICaptionerConfig) -> None:
         self.config = config
         self.model_id = config.model_id or config.server.model
         self.task = CaptionTask(self.model_id, sampling=config.sampling, image=config.image, guards=config.guards)
 
-    def _body(self, image: bytes | None) -> dict | CaptionResult:
-        cfg = self.config
-        try:
-            req = self.task.request({"image": image})
-        except PrepError as exc:  # undecodable bytes are this row's problem only
-            return CaptionResult(error=exc.code)
-        return {"messages": req.messages, **cfg.sampling.openai_params(), **cfg.extra_body}
+    @property
+    def prompt_version(self) -> str:
+        return caption_prompt_version()
 
-    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
-        # Decoding and resizing release the GIL, so threads keep a busy server fed.
-        workers = max(1, min(self.config.server.max_concurrency, len(rows)))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            prepared = list(pool.map(self._body, [row.get("image") for row in rows]))
-        bodies = [p if isinstance(p, dict) else None for p in prepared]
-        replies = self._client.complete_many(bodies)
-        results = []
-        for early, reply in zip(prepared, replies):
-            if isinstance(early, CaptionResult):
-                results.append(early)
-                continue
-            assert reply is not None, "complete_many answers every body"
-            if reply.error is not None:
-                results.append(CaptionResult(error=reply.error))
-            else:
-                judged = self.task.judge(reply.text, reply.finish_reason)
-                results.append(CaptionResult(caption=judged.value, error=judged.error))
-        return results
+    def body_params(self) -> dict[str, Any]:
+        return {**self.config.sampling.openai_params(), **self.config.extra_body}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow
+from prx_data.models.captioning.config import SourceCaptionerConfig
 from prx_data.models.captioning.quality import judge_source_caption
 
 SOURCE_MODEL_ID = "source"
@@ -19,5 +20,8 @@ class SourceCaptioner(BaseCaptioner):
     model_id = SOURCE_MODEL_ID
     prompt_version = SOURCE_PROMPT_VERSION
 
-    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
+    def __init__(self, config: SourceCaptionerConfig | None = None) -> None:
+        self.config = config or SourceCaptionerConfig()
+
+    def run_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
         return [judge_source_caption(row.get("source_caption")) for row in rows]

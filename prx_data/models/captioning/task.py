@@ -20,8 +20,8 @@ from prx_data.models.captioning.prompt import (
     fused_system_prompt,
 )
 from prx_data.models.captioning.quality import CaptionGuards, judge_caption
-from prx_data.models.captioning.vlm import Judged, PrepError, VLMRequest, VLMTask
 from prx_data.models.derived_columns import CAPTION, LABEL
+from prx_data.models.inference.vlm import Judged, PrepError, VLMRequest, VLMTask
 
 
 def fused_label_version() -> str:

@@ -46,6 +46,10 @@ class TransformersCaptioner(BaseCaptioner):
         # Ship the config, not the weights: each Ray worker loads the model once itself.
         return {**self.__dict__, "_model": None, "_processor": None}
 
+    def close(self) -> None:
+        """Release the model and its processor (loaded again on next use)."""
+        self._model = self._processor = None
+
     def _load(self) -> None:
         if self._model is not None:
             return
@@ -66,7 +70,7 @@ class TransformersCaptioner(BaseCaptioner):
         self._load()
         return self._processor.apply_chat_template(hf_messages(image), tokenize=False, add_generation_prompt=True)
 
-    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
+    def run_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
         results: list[CaptionResult | None] = [None] * len(rows)
         images = {}
         for i, row in enumerate(rows):

@@ -1,23 +1,22 @@
 """The ``vllm`` caption backend: Qwen3-VL in vLLM through Ray Data's LLM API.
 
 The caption (or fused caption + label) task of :mod:`prx_data.models.captioning.task` run by the shared
-vLLM path of :mod:`prx_data.models.captioning.vllm_engine`. Rows in: ``sample_id``, ``image`` (bytes)
+vLLM path of :mod:`prx_data.models.inference.vllm_engine`. Rows in: ``sample_id``, ``image`` (bytes)
 and optionally ``source`` (picks the image budget). Rows out: ``sample_id`` and the caption
 columns (plus the label columns when ``fused_label``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from prx_data.core.reasons import with_detail
-from prx_data.models.captioning import vllm_engine
-from prx_data.models.captioning.base import BaseCaptioner, CaptionResult, CaptionRow
-from prx_data.models.captioning.base import CaptionErrorCode as E
+from prx_data.models.captioning.base import BaseCaptioner, CaptionResult
 from prx_data.models.captioning.config import VLLMCaptionerConfig
 from prx_data.models.captioning.fp8_vision import keep_vision_bf16
 from prx_data.models.captioning.task import CaptionTask
+from prx_data.models.derived_columns import CAPTION
+from prx_data.models.inference import vllm_engine
+from prx_data.models.inference.vllm_backend import VLLMTaskBackend
 
 if TYPE_CHECKING:
     import ray.data
@@ -50,13 +49,12 @@ def caption_dataset_vllm(ds: ray.data.Dataset, cfg: VLLMCaptionerConfig) -> ray.
     )
 
 
-class VLLMCaptioner(BaseCaptioner):
-    """The vLLM backend behind the common interface.
+class VLLMCaptioner(VLLMTaskBackend[CaptionResult], BaseCaptioner):
+    """The caption task on vLLM (:class:`~prx_data.models.inference.vllm_backend.VLLMTaskBackend`)."""
 
-    :meth:`caption_dataset` is the way to use it. :meth:`caption_batch` works, but each call
-    runs a small Ray Data job that starts the engine replicas again (minutes for an 8B model):
-    only for tests and tiny batches.
-    """
+    result_type = CaptionResult
+    columns = CAPTION
+    dataset_inputs = ("image", "source")
 
     def __init__(self, config: VLLMCaptionerConfig) -> None:
         self.config = config
@@ -67,23 +65,5 @@ class VLLMCaptioner(BaseCaptioner):
     def prompt_version(self) -> str:
         return self._prompt_version
 
-    def caption_dataset(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+    def run_dataset(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         return caption_dataset_vllm(ds, self.config)
-
-    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
-        import ray.data
-
-        items = [{"sample_id": str(i), "image": row.get("image"), "source": row.get("source")} for i, row in enumerate(rows)]
-        if not items:
-            return []
-        out = {r["sample_id"]: r for r in self.caption_dataset(ray.data.from_items(items)).take_all()}
-        results = []
-        for item in items:
-            r = out.get(item["sample_id"])
-            if r is None:
-                results.append(CaptionResult(error=with_detail(E.INFERENCE_ERROR, "row lost")))
-            elif r["caption_error"] is not None:
-                results.append(CaptionResult(error=r["caption_error"]))
-            else:
-                results.append(CaptionResult(caption=r["caption"]))
-        return results

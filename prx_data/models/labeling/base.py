@@ -1,40 +1,49 @@
-"""The caption-label classifier interface and its error vocabulary.
+"""The caption-label classifier: the model backend of the label stage, its result and its
+reason codes.
 
 A classifier reads captions only, never images, and puts each in one of
-:data:`prx_data.core.schema.LABELS`. As for captions, ``label`` is not None exactly when it is usable;
-otherwise ``error`` holds a reason code (optionally ``"code: detail"``).
+:data:`prx_data.core.schema.LABELS`. As for captions, ``label`` is not None exactly when it is
+usable; otherwise ``error`` holds a reason code (optionally ``"code: detail"``).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from prx_data.core.schema import LABELS
+from prx_data.models.inference.backend import ErrorCode, ModelBackend, ModelResult
 
 
-class LabelErrorCode:
+class LabelErrorCode(ErrorCode):
     NO_CAPTION = "no_caption"  # nothing to classify (caption missing or blank)
     INVALID_LABEL = "invalid_label"  # the model answered something outside LABELS
-    HTTP_ERROR = "http_error"
-    BAD_RESPONSE = "bad_response"
-    INFERENCE_ERROR = "inference_error"
+    # Classifier "fused": a row captioned before the captioner wrote labels (re-caption it).
+    NO_FUSED_LABEL = "no_fused_label"
 
 
 @dataclass(frozen=True)
-class LabelResult:
+class LabelResult(ModelResult):
     label: str | None = None
     error: str | None = None
     # How sure the backend is of ``label`` (0..1), where it can say; stored as ``label_score``.
     score: float | None = field(default=None, compare=False)
+    value_name = "label"
 
     def __post_init__(self) -> None:
-        if (self.label is None) == (self.error is None):
-            raise ValueError("a LabelResult has exactly one of label and error")
+        self._check()
         if self.label is not None and self.label not in LABELS:
             raise ValueError(f"label {self.label!r} is not one of {LABELS}")
+
+    @property
+    def value(self) -> str | None:
+        return self.label
+
+    @classmethod
+    def of(cls, value: str | None = None, error: str | None = None) -> LabelResult:
+        return cls(label=value, error=error)
 
 
 @runtime_checkable
@@ -50,22 +59,18 @@ class Classifier(Protocol):
         ...
 
 
-class BaseClassifier(ABC):
-    model_id: str
+class BaseClassifier(ModelBackend[LabelResult]):
+    """A backend implements :meth:`run_batch` (rows holding ``caption``) and names its
+    ``label_version``."""
 
     @property
     @abstractmethod
     def label_version(self) -> str:
         """Version of the labelling (prompt or model) the labels follow."""
 
-    @abstractmethod
-    def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]: ...
+    @property
+    def version(self) -> str:
+        return self.label_version
 
-    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract: most backends hold nothing
-        """Release clients or models; the default holds nothing."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
+        return self.run_batch([{"caption": caption} for caption in captions])

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from prx_data.models.captioning.chat_http import ChatServerConfig
-from prx_data.models.captioning.vllm_engine import VLLMStageConfig
+from prx_data.models.inference.chat_http import ChatServerConfig
+from prx_data.models.inference.factory import BackendConfig
+from prx_data.models.inference.vllm_engine import VLLMStageConfig
 
 QWEN3_8B = "Qwen/Qwen3-8B"
 QWEN3_VL_8B = "Qwen/Qwen3-VL-8B-Instruct"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
-
-
-class MiniLMClassifierConfig(_Config):
+class MiniLMClassifierConfig(BackendConfig):
     """Zero-shot by embedding similarity: the CPU default."""
 
     backend: Literal["minilm"] = "minilm"
@@ -37,7 +34,7 @@ class MiniLMClassifierConfig(_Config):
         return self
 
 
-class OpenAIClassifierConfig(_Config):
+class OpenAIClassifierConfig(BackendConfig):
     backend: Literal["openai"] = "openai"
     server: ChatServerConfig
     model_id: str | None = Field(None, description="Recorded in label_model; default: server model")
@@ -53,7 +50,6 @@ class OpenAIClassifierConfig(_Config):
 class VLLMClassifierConfig(VLLMStageConfig):
     """Qwen3-8B in vLLM on Ray, text only; the defaults are the H200 profile (docs/gpu.md)."""
 
-    backend: Literal["vllm"] = "vllm"
     model_source: str = QWEN3_8B
     model_id: str = Field(QWEN3_8B, description="Recorded in label_model")
     batch_size: int = Field(512, ge=1)
@@ -67,7 +63,7 @@ class VLLMClassifierConfig(VLLMStageConfig):
     chunk_rows: int = Field(8192, ge=1)
 
 
-class FusedClassifierConfig(_Config):
+class FusedClassifierConfig(BackendConfig):
     """Labels come from the captioner (``VLLMCaptionerConfig.fused_label``): the label stage runs
     no model. It only marks captioned rows that have no fused label (captioned before the
     switch) with ``label_error='no_fused_label'``; re-caption them to label them."""

@@ -1,41 +1,31 @@
-"""Pick a label backend from its config (backends imported lazily; nothing imports vLLM)."""
+"""The classifier a config names (:class:`~prx_data.models.inference.factory.BackendFactory`).
+For ``vllm`` the classifier also streams a Ray Dataset (``run_dataset``), the path real runs take."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import TypeAdapter
-
+from prx_data.models.inference.factory import BackendFactory
 from prx_data.models.labeling.base import BaseClassifier
 from prx_data.models.labeling.config import (
     ClassifierConfig,
+    FusedClassifierConfig,
     MiniLMClassifierConfig,
     OpenAIClassifierConfig,
     VLLMClassifierConfig,
 )
-from prx_data.models.labeling.minilm import MiniLMClassifier
-from prx_data.models.labeling.openai_backend import OpenAIClassifier
-from prx_data.models.labeling.vllm_ray import VLLMClassifier
 
-_ADAPTER = TypeAdapter(ClassifierConfig)
-
-
-def parse_classifier_config(data: dict[str, Any] | ClassifierConfig) -> ClassifierConfig:
-    if isinstance(data, dict):
-        return _ADAPTER.validate_python(data)
-    return data
-
-
-def make_classifier(config: dict[str, Any] | ClassifierConfig) -> BaseClassifier:
-    """The classifier the config's ``backend`` names. For ``vllm`` the result also has
-    ``label_dataset(ds)``, the streaming path real runs should use."""
-    config = parse_classifier_config(config)
-    if isinstance(config, MiniLMClassifierConfig):
-        return MiniLMClassifier(config)
-    if isinstance(config, OpenAIClassifierConfig):
-        return OpenAIClassifier(config)
-    if isinstance(config, VLLMClassifierConfig):
-        return VLLMClassifier(config)
-    if getattr(config, "backend", None) == "fused":
-        raise TypeError("the 'fused' label backend runs no model: the captioner writes the labels (VLLMCaptionerConfig.fused_label)")
-    raise TypeError(f"unknown classifier config {type(config).__name__}")
+CLASSIFIERS: BackendFactory[ClassifierConfig, BaseClassifier] = BackendFactory(
+    "classifier",
+    ClassifierConfig,
+    __package__,
+    {
+        MiniLMClassifierConfig: ".minilm:MiniLMClassifier",
+        OpenAIClassifierConfig: ".openai_backend:OpenAIClassifier",
+        VLLMClassifierConfig: ".vllm_ray:VLLMClassifier",
+    },
+    # Built by the label stage, which knows the captioner's label version (labeling.fused).
+    refused={
+        FusedClassifierConfig: "the 'fused' label backend runs no model: the captioner writes the labels (VLLMCaptionerConfig.fused_label)"
+    },
+)
+parse_classifier_config = CLASSIFIERS.parse
+make_classifier = CLASSIFIERS.make

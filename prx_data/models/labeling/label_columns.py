@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from prx_data.core.schema import LABEL_COLUMNS
-from prx_data.models.captioning.caption_columns import results_table
 from prx_data.models.derived_columns import LABEL
+from prx_data.models.inference.columns import results_table
 from prx_data.models.labeling.base import LabelResult
 
 LABEL_TABLE_SCHEMA = pa.schema([pa.field("sample_id", pa.string(), nullable=False), *LABEL_COLUMNS])
@@ -18,7 +18,7 @@ _SCORE = "label_score"
 
 def label_results_table(sample_ids: Sequence[str], results: Sequence[LabelResult], model_id: str, label_version: str) -> pa.Table:
     base_schema = LABEL_TABLE_SCHEMA.remove(LABEL_TABLE_SCHEMA.get_field_index(_SCORE))
-    table = results_table(LABEL, base_schema, sample_ids, [r.label for r in results], [r.error for r in results], model_id, label_version)
+    table = results_table(LABEL, base_schema, sample_ids, results, model_id, label_version)
     return with_label_score(table, [r.score for r in results])
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from prx_data.core.reasons import with_detail
 from prx_data.core.schema import LABELS
-from prx_data.models.captioning.vlm import Judged, PrepError, VLMRequest, VLMTask
 from prx_data.models.derived_columns import LABEL
+from prx_data.models.inference.vlm import Judged, PrepError, VLMRequest, VLMTask
 from prx_data.models.labeling.base import LabelErrorCode
 from prx_data.models.labeling.prompt import label_messages, label_prompt_version, parse_label
 

@@ -1,19 +1,19 @@
 """The ``vllm`` label backend: Qwen3-8B in vLLM through Ray Data's LLM API, text only.
 
 The label task of :mod:`prx_data.models.labeling.task` run by the shared vLLM path of
-:mod:`prx_data.models.captioning.vllm_engine`: the answer is constrained to the three labels by
+:mod:`prx_data.models.inference.vllm_engine`: the answer is constrained to the three labels by
 structured output (``choice``) and thinking is off in the chat template. Rows in:
 ``sample_id``, ``caption``. Rows out: ``sample_id`` and :data:`prx_data.core.schema.LABEL_COLUMNS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from prx_data.core.reasons import with_detail
-from prx_data.models.captioning import vllm_engine
-from prx_data.models.labeling.base import BaseClassifier, LabelErrorCode, LabelResult
+from prx_data.models.derived_columns import LABEL
+from prx_data.models.inference import vllm_engine
+from prx_data.models.inference.vllm_backend import VLLMTaskBackend
+from prx_data.models.labeling.base import BaseClassifier, LabelResult
 from prx_data.models.labeling.config import VLLMClassifierConfig
 from prx_data.models.labeling.prompt import label_prompt_version
 from prx_data.models.labeling.task import NO_THINKING, LabelTask
@@ -35,35 +35,20 @@ def label_dataset_vllm(ds: ray.data.Dataset, cfg: VLLMClassifierConfig) -> ray.d
     )
 
 
-class VLLMClassifier(BaseClassifier):
-    """The vLLM backend behind the common interface; use :meth:`label_dataset` for real runs
-    (:meth:`label_batch` starts the engine for every call)."""
+class VLLMClassifier(VLLMTaskBackend[LabelResult], BaseClassifier):
+    """The label task on vLLM (:class:`~prx_data.models.inference.vllm_backend.VLLMTaskBackend`)."""
 
-    @property
-    def label_version(self) -> str:
-        return label_prompt_version()
+    result_type = LabelResult
+    columns = LABEL
+    dataset_inputs = ("caption",)
 
     def __init__(self, config: VLLMClassifierConfig) -> None:
         self.config = config
         self.model_id = config.model_id
 
-    def label_dataset(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+    @property
+    def label_version(self) -> str:
+        return label_prompt_version()
+
+    def run_dataset(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         return label_dataset_vllm(ds, self.config)
-
-    def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
-        import ray.data
-
-        items = [{"sample_id": str(i), "caption": c} for i, c in enumerate(captions)]
-        if not items:
-            return []
-        out = {r["sample_id"]: r for r in self.label_dataset(ray.data.from_items(items)).take_all()}
-        results = []
-        for item in items:
-            r = out.get(item["sample_id"])
-            if r is None:
-                results.append(LabelResult(error=with_detail(LabelErrorCode.INFERENCE_ERROR, "row lost")))
-            elif r["label_error"] is not None:
-                results.append(LabelResult(error=r["label_error"]))
-            else:
-                results.append(LabelResult(label=r["label"]))
-        return results

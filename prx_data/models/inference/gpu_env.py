@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # Packaged with prx_data (package data), so mode 'pip' works from an installed wheel. The source
 # of truth is deployments/gpu-worker/ (the image build reads it); a test keeps the copies equal.
-DEFAULT_REQUIREMENTS = resources.files("prx_data.models.captioning") / "gpu_worker" / "requirements.txt"
+DEFAULT_REQUIREMENTS = resources.files("prx_data.models.inference") / "gpu_worker" / "requirements.txt"
 
 # Propagated from the driver when set there; the defaults keep workers off the model hub, which
 # must never be reached at run time (models come from a local path or object storage).
@@ -149,7 +149,7 @@ def gpu_environment_problems(*, require_gpu: bool = True) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m prx_data.models.captioning.gpu_env [--cpu]``: print the problems, exit 1 if any."""
+    """``python -m prx_data.models.inference.gpu_env [--cpu]``: print the problems, exit 1 if any."""
     import sys
 
     argv = sys.argv[1:] if argv is None else argv

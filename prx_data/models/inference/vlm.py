@@ -1,4 +1,4 @@
-"""One VLM stage: what captioning and labelling share.
+"""A VLM task: what a model stage asks a model, whichever backend asks it.
 
 A :class:`VLMTask` says what a stage asks a model and how it reads the answer: the request for a
 row (chat messages + sampling parameters), the quality judgement of the generated text, and the
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prx_data.models.derived_columns import DerivedColumns
+from prx_data.models.inference.columns import DerivedColumns
 
 
 class PrepError(ValueError):

@@ -4,7 +4,7 @@ Ray Data streams rows through preprocess (CPU: the task's request) -> multimodal
 chat template -> tokenize -> vLLM engine -> postprocess (the task's judgement). vLLM already
 returns the generated text, so Ray's detokenize stage is switched off. ``ray.data.llm`` imports
 without vLLM; the stages that need it run in the vLLM worker environment
-(:mod:`prx_data.models.captioning.gpu_env`).
+(:mod:`prx_data.models.inference.gpu_env`).
 
 :class:`VLLMStageConfig` holds the engine and throughput settings both stages share; its
 defaults are the H200 profile (docs/gpu.md), the subclasses set the per-stage numbers.
@@ -15,22 +15,23 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from prx_data.core.reasons import with_detail
-from prx_data.models.captioning.gpu_env import WorkerEnv, gpu_runtime_env, stage_resources
-from prx_data.models.captioning.vlm import Judged, PrepError, VLMTask
+from prx_data.models.inference.backend import ErrorCode
+from prx_data.models.inference.factory import BackendConfig
+from prx_data.models.inference.gpu_env import WorkerEnv, gpu_runtime_env, stage_resources
+from prx_data.models.inference.vlm import Judged, PrepError, VLMTask
 
 if TYPE_CHECKING:
     import ray.data
 
 PREP_ERROR = "prep_error"
-INFERENCE_ERROR = "inference_error"
+INFERENCE_ERROR = ErrorCode.INFERENCE_ERROR
 
 
-class VLLMStageConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
-
+class VLLMStageConfig(BackendConfig):
+    backend: Literal["vllm"] = "vllm"
     model_source: str
     model_id: str
     replicas: int = Field(1, ge=1, description="vLLM engine replicas (one GPU each)")

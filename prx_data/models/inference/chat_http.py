@@ -1,6 +1,6 @@
 """A small client for OpenAI-compatible chat-completions servers (``vllm serve``).
 
-Shared by the captioner and the label classifier. Failure policy, per request:
+Shared by every model stage's ``openai`` backend (``chat_backend``). Failure policy, per request:
 - timeouts, connection errors, 5xx, 408 and 429 are retried under ``prx_data.core.retry``'s policy
   (exponential backoff with jitter, Retry-After honoured up to ``backoff_max_s``);
 - 401, 403 and 404 are the configuration's fault (key, URL, model name): every row would get
@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from prx_data.core.reasons import with_detail
 from prx_data.core.retry import Retryable, RetryPolicy, is_retryable_error, is_retryable_status
-from prx_data.models.captioning.base import BackendUnavailable
-from prx_data.models.captioning.base import CaptionErrorCode as E
+from prx_data.models.inference.backend import BackendUnavailable
+from prx_data.models.inference.backend import ErrorCode as E
 
 if TYPE_CHECKING:
     import httpx
