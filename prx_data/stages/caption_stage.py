@@ -7,7 +7,6 @@ backend streams the rows through a Ray Data LLM processor on GPU replicas (``sta
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from typing import Literal
 
 import lance
@@ -17,7 +16,7 @@ from prx_data.core.counts import word_histogram
 from prx_data.core.lance_io import scan_text
 from prx_data.core.ray_tasks import Executor
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS, input_fingerprint_field
-from prx_data.models.captioning.base import BaseCaptioner, CaptionResult
+from prx_data.models.captioning.base import BaseCaptioner
 from prx_data.models.captioning.caption_columns import caption_results_table
 from prx_data.models.captioning.config import CaptionerConfig, SourceCaptionerConfig, VLLMCaptionerConfig
 from prx_data.models.captioning.factory import CAPTIONERS
@@ -28,17 +27,11 @@ from prx_data.stages.versions import caption_identity
 
 
 class CaptionStage(ModelStage[CaptionerConfig, BaseCaptioner]):
-    name = "caption"
     columns = CAPTION
+    identity = staticmethod(caption_identity)
+    results_table = staticmethod(caption_results_table)
     backends = CAPTIONERS
-    noun = "captions"
     chunk_rows = 64
-
-    def identity(self, config: CaptionerConfig) -> tuple[str, str]:
-        return caption_identity(config)
-
-    def results_table(self, sample_ids: Sequence[str], results: Sequence[CaptionResult], model_id: str, version: str) -> pa.Table:
-        return caption_results_table(sample_ids, results, model_id, version)
 
     def reads(self, config: CaptionerConfig) -> Reads:
         if self.streams(config):

@@ -7,7 +7,6 @@ captions through a Ray Data LLM processor (``stages.model_stage``); ``fused`` ru
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 
 import lance
 import pyarrow as pa
@@ -18,7 +17,7 @@ from prx_data.core.lance_io import SCAN_ROWS
 from prx_data.core.ray_tasks import Executor
 from prx_data.core.schema import LABEL_COLUMNS
 from prx_data.models.derived_columns import CAPTION, LABEL
-from prx_data.models.labeling.base import BaseClassifier, LabelResult
+from prx_data.models.labeling.base import BaseClassifier
 from prx_data.models.labeling.config import ClassifierConfig, FusedClassifierConfig, VLLMClassifierConfig
 from prx_data.models.labeling.factory import CLASSIFIERS
 from prx_data.models.labeling.fused import FusedLabels
@@ -29,17 +28,10 @@ from prx_data.stages.versions import label_identity
 
 
 class LabelStage(ModelStage[ClassifierConfig, BaseClassifier]):
-    name = "label"
     columns = LABEL
+    identity = staticmethod(label_identity)
+    results_table = staticmethod(label_results_table)
     backends = CLASSIFIERS
-    noun = "labels"
-    chunk_rows = 256
-
-    def identity(self, config: ClassifierConfig) -> tuple[str, str]:
-        return label_identity(config)
-
-    def results_table(self, sample_ids: Sequence[str], results: Sequence[LabelResult], model_id: str, version: str) -> pa.Table:
-        return label_results_table(sample_ids, results, model_id, version)
 
     def reads(self, config: ClassifierConfig) -> Reads:
         return Reads() if isinstance(config, FusedClassifierConfig) else Reads((CAPTION.value,))

@@ -73,14 +73,16 @@ class Resources:
 
 
 class ModelStage(ABC, Generic[C, B]):
-    # Names the staging table, ``<name>_run_id`` and ``<name>_input_fp``.
-    name: ClassVar[str]
     columns: ClassVar[DerivedColumns]
     backends: ClassVar[BackendFactory]
-    # What a stream's Ray Data timings are labelled (PRX_STAGE_TIMINGS: "captions <model>").
-    noun: ClassVar[str]
     # Rows per chunk (one task each) when the caller names none.
     chunk_rows: ClassVar[int] = 256
+
+    @property
+    def name(self) -> str:
+        """The stage is named by its value column: the staging table, ``<name>_run_id``,
+        ``<name>_input_fp``, its Ray Data timings (PRX_STAGE_TIMINGS: ``captions <model>``)."""
+        return self.columns.value
 
     # -- what the stage is ----------------------------------------------------------------------
 
@@ -96,7 +98,7 @@ class ModelStage(ABC, Generic[C, B]):
     def reads(self, config: C) -> Reads: ...
 
     @abstractmethod
-    def results_table(self, sample_ids: Sequence[str], results: Sequence[Any], model_id: str, version: str) -> pa.Table:
+    def results_table(self, sample_ids: Sequence[str], results: Sequence[Any], model_id: str, version: str, /) -> pa.Table:
         """``sample_id`` and the stage's columns, one row per result."""
 
     def streams(self, config: C) -> bool:
@@ -222,7 +224,7 @@ class ModelStage(ABC, Generic[C, B]):
                 out = backend.run_dataset(rows)  # type: ignore[attr-defined]
                 for batch in out.iter_batches(batch_size=engine.staging_rows, batch_format="pyarrow"):
                     yield self.finish_batch(batch)
-                record_stage_timings(out, f"{self.noun} {engine.model_id}")
+                record_stage_timings(out, f"{self.name}s {engine.model_id}")
             finally:
                 self.teardown(backend)
 

@@ -12,7 +12,7 @@ from prx_data.core.schema import LABEL_COLUMNS, LABELS
 from prx_data.models.inference.backend import BackendUnavailable
 from prx_data.models.inference.chat_http import ChatServerConfig
 from prx_data.models.inference.vllm_engine import PREP_ERROR, finalize, postprocess, preprocess, processor_config
-from prx_data.models.labeling.base import Classifier, LabelResult
+from prx_data.models.labeling.base import BaseClassifier, LabelResult
 from prx_data.models.labeling.config import OpenAIClassifierConfig, VLLMClassifierConfig
 from prx_data.models.labeling.factory import make_classifier
 from prx_data.models.labeling.label_columns import LABEL_TABLE_SCHEMA, label_results_table
@@ -81,9 +81,9 @@ def minilm():
 
 
 def test_minilm_zero_shot_gets_obvious_captions_right(minilm):
-    assert isinstance(minilm, Classifier)
+    assert isinstance(minilm, BaseClassifier)
     assert minilm.model_id == "sentence-transformers/all-MiniLM-L6-v2"
-    assert minilm.label_version.startswith("minilm-")
+    assert minilm.version.startswith("minilm-")
     results = minilm.label_batch([caption for caption, _ in OBVIOUS])
     got = [r.label for r in results]
     correct = sum(g == want for g, (_, want) in zip(got, OBVIOUS))
@@ -120,7 +120,7 @@ def test_openai_backend_constrains_the_answer_and_parses_it():
         results = clf.label_batch(captions)
     assert [r.label for r in results] == ["nsfw", "text", "visual", None]
     assert results[3].error == "no_caption"
-    assert clf.label_version == label_prompt_version() and clf.model_id == "qwen3-8b"
+    assert clf.version == label_prompt_version() and clf.model_id == "qwen3-8b"
     body = server.requests[0]
     assert body["structured_outputs"] == {"choice": ["visual", "text", "nsfw"]}
     assert body["chat_template_kwargs"] == {"enable_thinking": False}

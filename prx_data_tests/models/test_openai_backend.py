@@ -34,7 +34,7 @@ def test_captions_images_through_the_protocol():
     with FakeChatServer() as server, make(server.base_url, max_concurrency=2) as captioner:
         results = captioner.caption_images([image_bytes(c, (300, 200)) for c in colours])
     assert captioner.model_id == "qwen3-vl"
-    assert captioner.prompt_version == caption_prompt_version()
+    assert captioner.version == caption_prompt_version()
     assert all(r.ok for r in results)
     # Each reply describes the image the server decoded from that row's data URL, in order.
     assert [r.caption.split()[2] for r in results] == colours

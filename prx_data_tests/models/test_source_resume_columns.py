@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from prx_data.core.schema import CAPTION_COLUMNS, LABEL_COLUMNS
-from prx_data.models.captioning.base import Captioner
+from prx_data.models.captioning.base import BaseCaptioner
 from prx_data.models.captioning.caption_columns import CAPTION_TABLE_SCHEMA, caption_results_table
 from prx_data.models.captioning.config import VLLMCaptionerConfig
 from prx_data.models.captioning.factory import make_captioner
@@ -16,7 +16,7 @@ from prx_data.stages.column_stage import pending_rows
 
 def test_source_backend_keeps_source_captions_and_flags_missing_ones():
     captioner = make_captioner({"backend": "source"})
-    assert isinstance(captioner, SourceCaptioner) and isinstance(captioner, Captioner)
+    assert isinstance(captioner, SourceCaptioner) and isinstance(captioner, BaseCaptioner)
     assert captioner.model_id == "source"
     results = captioner.caption_batch([{"source_caption": "A cat on a mat"}, {"source_caption": None}, {}, {"source_caption": "\t"}])
     assert [r.caption for r in results] == ["A cat on a mat", None, None, None]
@@ -33,7 +33,7 @@ def test_caption_table_has_sample_ids_and_the_schema_columns():
     )
     captioner = SourceCaptioner()
     results = captioner.caption_batch(batch.to_pylist())
-    out = caption_results_table(batch["sample_id"].to_pylist(), results, captioner.model_id, captioner.prompt_version)
+    out = caption_results_table(batch["sample_id"].to_pylist(), results, captioner.model_id, captioner.version)
     assert out.schema == CAPTION_TABLE_SCHEMA
     assert out.schema.names[1:] == CAPTION_COLUMNS.names
     assert out.to_pylist() == [

@@ -1,6 +1,8 @@
 """captions and caption_labels: per-source columns made by a VLM and a text classifier."""
 
 import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from dagster_ray import RayResource
@@ -15,6 +17,9 @@ from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, captions_pool, label
 from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import RayTasksResource, StorageResource
 from prx_data.models.inference.backend import BackendUnavailable
+
+if TYPE_CHECKING:
+    from prx_data.stages.column_stage import StageStats
 
 
 @contextlib.contextmanager
@@ -34,7 +39,7 @@ class StageRunConfig(dg.Config):
     chunk_rows: int = 64
 
 
-def _compute(
+def _materialize(
     context: dg.AssetExecutionContext,
     run: tuple[StageRunConfig, StorageResource, RayTasksResource],
     stage,
@@ -42,13 +47,15 @@ def _compute(
     kind: str,
     done: str,
     chunk_rows: int,
-):
-    """Run a model stage (``stages.model_stage``) over the partition's table; ``done``: the
-    progress lines' verb."""
+    own: Callable[["StageStats", str], dict],
+) -> dg.MaterializeResult:
+    """Run a model stage (``stages.model_stage``) over the partition's table. ``done``: what a
+    made row is called (progress lines, metadata); ``own(stats, table)``: the stage's own metadata."""
     config, storage, ray_tasks = run
+    uri = storage.paths.raw_table(context.partition_key)
     with _fail_clearly_when_down(kind, backend.backend):
-        return stage.compute(
-            storage.paths.raw_table(context.partition_key),
+        stats = stage.compute(
+            uri,
             backend,
             executor=config.executor,
             chunk_rows=chunk_rows,
@@ -58,11 +65,24 @@ def _compute(
             task_resources=ray_tasks.resources,
             local_max_rows=ray_tasks.local_max_rows,
         )
+    return dg.MaterializeResult(
+        metadata={
+            done: stats.processed - stats.failed,
+            "failed": stats.failed,
+            "skipped_current": stats.skipped_current,
+            **own(stats, uri),
+            # The identity the stage recorded in every row (its model and version columns).
+            **{name: stats.extra[name] for name in (stage.columns.model, stage.columns.version)},
+            "lance_version": stats.version,
+            "table": dg.MetadataValue.path(uri),
+        }
+    )
 
 
-def _made_by(stats, stage) -> dict:
-    """The identity the stage recorded in every row (its model and version columns)."""
-    return {name: stats.extra[name] for name in (stage.columns.model, stage.columns.version)}
+_CAPTIONS = (
+    "Adds caption, caption_model, caption_prompt_version, caption_error. Only rows "
+    "with no caption, an error, or one made by another model/prompt version are captioned."
+)
 
 
 def captions(
@@ -85,21 +105,18 @@ def captions(
         (context.log.debug if earlier else context.log.warning)(
             "captioner backend 'source': keeping source captions (caption_model=source); configure vllm or openai for VLM captions"
         )
-    stats = _compute(context, (config, storage, ray_tasks), CAPTIONS, backend, "captioner", "captioned", config.chunk_rows)
-    uri = storage.paths.raw_table(context.partition_key)
-    return dg.MaterializeResult(
-        metadata={
-            "captioned": stats.processed - stats.failed,
-            "failed": stats.failed,
-            "skipped_current": stats.skipped_current,
+
+    def own(stats: "StageStats", uri: str) -> dict:
+        return {
             "resumed_from_staging": stats.resumed,
             "images_per_s": round(stats.rows_per_s, 2),
             "words_per_caption_median": median(caption_word_counts(uri, storage.options)),
-            **_made_by(stats, CAPTIONS),
-            "lance_version": stats.version,
-            "table": dg.MetadataValue.path(uri),
         }
-    )
+
+    return _materialize(context, (config, storage, ray_tasks), CAPTIONS, backend, "captioner", "captioned", config.chunk_rows, own)
+
+
+_LABELS = "Labels each caption visual, text or nsfw from the caption alone."
 
 
 def caption_labels(
@@ -113,29 +130,20 @@ def caption_labels(
     # lazy: the code location loads without lance (Dagster imports it in every process)
     from prx_data.stages.label_stage import CAPTION_LABELS, label_counts
 
+    def own(stats: "StageStats", uri: str) -> dict:
+        return {"captions_per_s": round(stats.rows_per_s, 1), "labels": dg.MetadataValue.json(label_counts(uri, storage.options))}
+
     run = (config, storage, ray_tasks)
-    stats = _compute(context, run, CAPTION_LABELS, classifier.config(), "classifier", "labelled", max(config.chunk_rows, 256))
-    uri = storage.paths.raw_table(context.partition_key)
-    return dg.MaterializeResult(
-        metadata={
-            "labelled": stats.processed - stats.failed,
-            "failed": stats.failed,
-            "skipped_current": stats.skipped_current,
-            "captions_per_s": round(stats.rows_per_s, 1),
-            "labels": dg.MetadataValue.json(label_counts(uri, storage.options)),
-            **_made_by(stats, CAPTION_LABELS),
-            "lance_version": stats.version,
-            "table": dg.MetadataValue.path(uri),
-        }
-    )
+    return _materialize(context, run, CAPTION_LABELS, classifier.config(), "classifier", "labelled", max(config.chunk_rows, 256), own)
 
 
-def _model_asset(fn, *, name: str, deps: list[str], pool: str | None, code_version: str, description: str) -> dg.AssetsDefinition:
-    """A per-source model asset: one writer of the source table, automated with the chain."""
+def _model_asset(fn, *, after: str, pool: str | None, code_version: str, description: str) -> dg.AssetsDefinition:
+    """A per-source model asset named as its function: one writer of the source table, made
+    after ``after``, automated with the chain."""
     return dg.asset(
-        name=name,
+        name=fn.__name__,
         partitions_def=sources_partitions,
-        deps=deps,
+        deps=[after],
         group_name="caption",
         kinds={"lance", "ray"},
         tags=PER_SOURCE_TAG,
@@ -152,21 +160,9 @@ def defs() -> dg.Definitions:
     """The two model assets, built when the Definitions are loaded: their pool and code version
     come from the configured backends, so a code location started with other settings gets them
     without re-importing this module."""
-    captions_asset = _model_asset(
-        captions,
-        name="captions",
-        deps=["raw_samples"],
-        pool=captions_pool(),
-        code_version=captions_code_version(),
-        description="Adds caption, caption_model, caption_prompt_version, caption_error. Only rows "
-        "with no caption, an error, or one made by another model/prompt version are captioned.",
+    return dg.Definitions(
+        assets=[
+            _model_asset(captions, after="raw_samples", pool=captions_pool(), code_version=captions_code_version(), description=_CAPTIONS),
+            _model_asset(caption_labels, after="captions", pool=labels_pool(), code_version=labels_code_version(), description=_LABELS),
+        ]
     )
-    labels_asset = _model_asset(
-        caption_labels,
-        name="caption_labels",
-        deps=["captions"],
-        pool=labels_pool(),
-        code_version=labels_code_version(),
-        description="Labels each caption visual, text or nsfw from the caption alone.",
-    )
-    return dg.Definitions(assets=[captions_asset, labels_asset])

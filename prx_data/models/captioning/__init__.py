@@ -1,7 +1,7 @@
 """The caption stage's models, as plain modules (no Dagster): Ray workers import them. The
 engine pieces every model stage shares are in :mod:`prx_data.models.inference`.
 
-- ``base``: :class:`Captioner` protocol, :class:`CaptionResult`, reason codes
+- ``base``: :class:`BaseCaptioner`, :class:`CaptionResult`, reason codes
 - ``config``: one pydantic config per backend, discriminated by ``backend``; ``factory``: ``CAPTIONERS``
 - ``source`` / ``openai_backend`` / ``transformers_backend`` / ``vllm_ray``: the backends
 - ``prompt``: the prompt and ``caption_prompt_version()``; ``quality``: the guards

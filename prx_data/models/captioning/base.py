@@ -7,10 +7,8 @@ holds a usable caption or a reason code (:class:`prx_data.models.inference.backe
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from prx_data.models.inference.backend import ErrorCode, ModelBackend, ModelResult, Row
 
@@ -33,46 +31,13 @@ class CaptionErrorCode(ErrorCode):
 
 @dataclass(frozen=True)
 class CaptionResult(ModelResult):
+    value_field = "caption"
     caption: str | None = None
-    error: str | None = None
-    value_name = "caption"
-
-    def __post_init__(self) -> None:
-        self._check()
-
-    @property
-    def value(self) -> str | None:
-        return self.caption
-
-    @classmethod
-    def of(cls, value: str | None = None, error: str | None = None) -> CaptionResult:
-        return cls(caption=value, error=error)
-
-
-@runtime_checkable
-class Captioner(Protocol):
-    model_id: str
-
-    # Read-only: backends derive it from their prompt (a property) or fix it (an attribute).
-    @property
-    def prompt_version(self) -> str: ...
-
-    def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
-        """One result per row, in order. Per-row problems are results, never exceptions."""
-        ...
 
 
 class BaseCaptioner(ModelBackend[CaptionResult]):
-    """A backend implements :meth:`run_batch` and names its ``prompt_version``."""
-
-    @property
-    @abstractmethod
-    def prompt_version(self) -> str:
-        """Version of the prompt the captions follow (a property or a class attribute)."""
-
-    @property
-    def version(self) -> str:
-        return self.prompt_version
+    """A backend implements :meth:`run_batch`; its ``version`` is the prompt's
+    (``caption_prompt_version``)."""
 
     def caption_batch(self, rows: Sequence[CaptionRow]) -> list[CaptionResult]:
         return self.run_batch(rows)

@@ -86,10 +86,8 @@ class VLLMCaptionerConfig(VLLMStageConfig):
     # because HF_HUB_OFFLINE=1 on the workers.
     model_source: str = QWEN3_VL_8B
     model_id: str = Field(QWEN3_VL_8B, description="Recorded in caption_model")
-    batch_size: int = Field(64, ge=1)
-    max_num_batched_tokens: int = Field(16384, ge=256)
-    max_num_seqs: int = Field(512, ge=1)
-    # Image (<= 1024 tokens, 2560 for text-heavy sources) + prompt (~350) + caption (<= 512).
+    # Batch and step sizes are the engine's defaults (VLLMStageConfig). A sequence: the image
+    # (<= 1024 tokens, 2560 for text-heavy sources) + prompt (~350) + caption (<= 512).
     max_model_len: int = Field(4096, ge=256)
     sampling: CaptionSampling = CaptionSampling()
     image: ImageBudget = ImageBudget()

@@ -22,7 +22,7 @@ class OpenAICaptioner(ChatTaskBackend[CaptionResult], BaseCaptioner):
         self.task = CaptionTask(self.model_id, sampling=config.sampling, image=config.image, guards=config.guards)
 
     @property
-    def prompt_version(self) -> str:
+    def version(self) -> str:
         return caption_prompt_version()
 
     def body_params(self) -> dict[str, Any]:

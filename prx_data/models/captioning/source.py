@@ -18,7 +18,7 @@ SOURCE_PROMPT_VERSION = "source"
 
 class SourceCaptioner(BaseCaptioner):
     model_id = SOURCE_MODEL_ID
-    prompt_version = SOURCE_PROMPT_VERSION
+    version = SOURCE_PROMPT_VERSION
 
     def __init__(self, config: SourceCaptionerConfig | None = None) -> None:
         self.config = config or SourceCaptionerConfig()

@@ -32,7 +32,7 @@ def hf_messages(image: Any) -> list[dict]:
 
 class TransformersCaptioner(BaseCaptioner):
     @property
-    def prompt_version(self) -> str:
+    def version(self) -> str:
         return caption_prompt_version()
 
     def __init__(self, config: TransformersCaptionerConfig) -> None:

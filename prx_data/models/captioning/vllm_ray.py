@@ -59,11 +59,11 @@ class VLLMCaptioner(VLLMTaskBackend[CaptionResult], BaseCaptioner):
     def __init__(self, config: VLLMCaptionerConfig) -> None:
         self.config = config
         self.model_id = config.model_id
-        self._prompt_version = CaptionTask.from_config(config).version
+        self._version = CaptionTask.from_config(config).version
 
     @property
-    def prompt_version(self) -> str:
-        return self._prompt_version
+    def version(self) -> str:
+        return self._version
 
     def run_dataset(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         return caption_dataset_vllm(ds, self.config)

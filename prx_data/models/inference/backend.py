@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import ray.data
@@ -38,29 +39,30 @@ class BackendUnavailable(RuntimeError):
     """
 
 
-class ModelResult(ABC):
-    """One row's answer: exactly one of :attr:`value` and :attr:`error`."""
+@dataclass(frozen=True, kw_only=True)  # the value field comes first, as the subclasses name it
+class ModelResult:
+    """One row's answer: exactly one of its value and :attr:`error`. A stage's result is a
+    frozen dataclass that adds its value field, named by ``value_field`` (``caption``, ``label``)."""
 
-    error: str | None
-    # The value's name, for the messages (the field's own name: caption, label).
-    value_name: str = "value"
+    value_field: ClassVar[str]
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.value is None) == (self.error is None):
+            raise ValueError(f"a {type(self).__name__} has exactly one of {self.value_field} and error")
 
     @property
-    @abstractmethod
-    def value(self) -> Any: ...
+    def value(self) -> Any:
+        return getattr(self, self.value_field)
 
     @classmethod
-    @abstractmethod
     def of(cls, value: Any = None, error: str | None = None) -> Self:
-        """The result of this type holding ``value`` or ``error``."""
+        """The result holding ``value`` or ``error``, whatever the value field is called."""
+        return cls(**{cls.value_field: value, "error": error})
 
     @property
     def ok(self) -> bool:
         return self.error is None
-
-    def _check(self) -> None:
-        if (self.value is None) == (self.error is None):
-            raise ValueError(f"a {type(self).__name__} has exactly one of {self.value_name} and error")
 
 
 R = TypeVar("R", bound=ModelResult)

@@ -8,10 +8,8 @@ usable; otherwise ``error`` holds a reason code (optionally ``"code: detail"``).
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from prx_data.core.schema import LABELS
 from prx_data.models.inference.backend import ErrorCode, ModelBackend, ModelResult
@@ -26,51 +24,20 @@ class LabelErrorCode(ErrorCode):
 
 @dataclass(frozen=True)
 class LabelResult(ModelResult):
+    value_field = "label"
     label: str | None = None
-    error: str | None = None
     # How sure the backend is of ``label`` (0..1), where it can say; stored as ``label_score``.
     score: float | None = field(default=None, compare=False)
-    value_name = "label"
 
     def __post_init__(self) -> None:
-        self._check()
+        super().__post_init__()
         if self.label is not None and self.label not in LABELS:
             raise ValueError(f"label {self.label!r} is not one of {LABELS}")
 
-    @property
-    def value(self) -> str | None:
-        return self.label
-
-    @classmethod
-    def of(cls, value: str | None = None, error: str | None = None) -> LabelResult:
-        return cls(label=value, error=error)
-
-
-@runtime_checkable
-class Classifier(Protocol):
-    model_id: str
-
-    # Read-only: backends derive it from their prompt or model (a property) or fix it (an attribute).
-    @property
-    def label_version(self) -> str: ...
-
-    def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
-        """One result per caption, in order; per-caption problems are results, not raises."""
-        ...
-
 
 class BaseClassifier(ModelBackend[LabelResult]):
-    """A backend implements :meth:`run_batch` (rows holding ``caption``) and names its
-    ``label_version``."""
-
-    @property
-    @abstractmethod
-    def label_version(self) -> str:
-        """Version of the labelling (prompt or model) the labels follow."""
-
-    @property
-    def version(self) -> str:
-        return self.label_version
+    """A backend implements :meth:`run_batch` (rows holding ``caption``); its ``version`` is the
+    labelling's (prompt or model), recorded as ``label_version``."""
 
     def label_batch(self, captions: Sequence[str | None]) -> list[LabelResult]:
         return self.run_batch([{"caption": caption} for caption in captions])

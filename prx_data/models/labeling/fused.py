@@ -19,7 +19,7 @@ class FusedLabels(BaseClassifier):
         self._version = version
 
     @property
-    def label_version(self) -> str:
+    def version(self) -> str:
         return self._version
 
     def run_batch(self, rows: Sequence[Row]) -> list[LabelResult]:

@@ -283,7 +283,7 @@ class MiniLMClassifier(BaseClassifier):
     model_id = MINILM
 
     @property
-    def label_version(self) -> str:
+    def version(self) -> str:
         return minilm_label_version()
 
     def __init__(self, config: MiniLMClassifierConfig | None = None) -> None:

@@ -33,7 +33,7 @@ class OpenAIClassifier(ChatTaskBackend[LabelResult], BaseClassifier):
         self.task = LabelTask(self.model_id, config.max_tokens)
 
     @property
-    def label_version(self) -> str:
+    def version(self) -> str:
         return label_prompt_version()
 
     def body_params(self) -> dict[str, Any]:

@@ -47,7 +47,7 @@ class VLLMClassifier(VLLMTaskBackend[LabelResult], BaseClassifier):
         self.model_id = config.model_id
 
     @property
-    def label_version(self) -> str:
+    def version(self) -> str:
         return label_prompt_version()
 
     def run_dataset(self, ds: ray.data.Dataset) -> ray.data.Dataset:
