@@ -431,4 +431,4 @@ def test_packaged_gpu_worker_requirements_equal_the_image_build_ones():
             f"cp deployments/gpu-worker/{name} prx_data/models/inference/gpu_worker/{name}"
         )
     assert read_requirements(DEFAULT_REQUIREMENTS) == read_requirements(DEPLOYMENTS / "gpu-worker" / "requirements.txt")
-    assert "gpu_worker/*.txt" in PYPROJECT["tool"]["setuptools"]["package-data"]["prx_data.models.captioning"]
+    assert "gpu_worker/*.txt" in PYPROJECT["tool"]["setuptools"]["package-data"]["prx_data.models.inference"]
