@@ -24,6 +24,7 @@ lifecycle and every place its work runs:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import threading
@@ -73,6 +74,9 @@ class Resources:
 
 
 class ModelStage(ABC, Generic[C, B]):
+    """A model stage's declaration (one instance per stage, at module level: Ray tasks pickle it
+    by its class); the subclass names what is abstract here, the base runs it."""
+
     columns: ClassVar[DerivedColumns]
     backends: ClassVar[BackendFactory]
     # Rows per chunk (one task each) when the caller names none.
@@ -183,7 +187,7 @@ class ModelStage(ABC, Generic[C, B]):
                 task_resources=resources.custom,
                 local_max_rows=local_max_rows,
             )
-        try:
+        with WORKER_BACKENDS.run_here(self, config.model_dump_json()):
             stats = run_column_stage(
                 table_uri,
                 self.column_stage(config),
@@ -193,8 +197,6 @@ class ModelStage(ABC, Generic[C, B]):
                 run_id=run_id,
                 error_column=self.columns.error,
             )
-        finally:
-            WORKER_BACKENDS.release(self, config.model_dump_json())  # what chunks set up in this process
         stats.extra.update(zip((self.columns.model, self.columns.version), self.identity(config)))
         return stats
 
@@ -254,13 +256,15 @@ def _process_chunk(stage: ModelStage, config_json: str, sample_ids: list[str], i
 
 class WorkerBackends:
     """The backends set up in this process, by (stage, config): each set up once, torn down when
-    released, when a newer config of its stage displaces it (:attr:`PER_STAGE` per stage), or
-    when the process exits."""
+    the stage's runs here end (:meth:`run_here`), when a newer config of its stage displaces it
+    (:attr:`PER_STAGE` per stage: a Ray worker keeps its own across runs), or when the process
+    exits."""
 
     PER_STAGE = 2
 
     def __init__(self) -> None:
         self._held: OrderedDict[tuple[str, str], tuple[ModelStage, ModelBackend]] = OrderedDict()
+        self._runs: dict[tuple[str, str], int] = {}
         self._lock = threading.RLock()
         self._at_exit = False
 
@@ -285,6 +289,24 @@ class WorkerBackends:
     def held(self, stage: ModelStage) -> list[ModelBackend]:
         with self._lock:
             return [backend for (name, _), (_, backend) in self._held.items() if name == stage.name]
+
+    @contextlib.contextmanager
+    def run_here(self, stage: ModelStage, config_json: str) -> Iterator[None]:
+        """A run of the stage in this process: what its chunks set up here is torn down when the
+        last such run of (stage, config) ends, failed or not."""
+        key = (stage.name, config_json)
+        with self._lock:
+            self._runs[key] = self._runs.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._runs[key] -= 1
+                last = not self._runs[key]
+                if last:
+                    del self._runs[key]
+            if last:
+                self.release(stage, config_json)
 
     def release(self, stage: ModelStage, config_json: str) -> None:
         with self._lock:

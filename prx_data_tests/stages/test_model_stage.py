@@ -111,6 +111,16 @@ def test_a_worker_keeps_two_configs_per_stage_and_closes_the_one_displaced():
         assert backends.held(CAPTIONS) == backends.held(CAPTION_LABELS) == []
 
 
+def test_a_backend_outlives_a_run_while_another_run_of_it_lasts_here():
+    backends = WorkerBackends()
+    config = CAPTION_LABELS.parse({"backend": "fused"}).model_dump_json()
+    with backends.run_here(CAPTION_LABELS, config):
+        with backends.run_here(CAPTION_LABELS, config):
+            backend = backends.get(CAPTION_LABELS, config)
+        assert backends.held(CAPTION_LABELS) == [backend]
+    assert backends.held(CAPTION_LABELS) == []
+
+
 def test_the_fused_classifier_marks_rows_without_a_model_and_without_ray(tmp_path):
     """No model to run: the rows are marked in this process whatever the executor (a Ray task
     would set its backend up in a worker, not here)."""
