@@ -14,8 +14,8 @@ from prx_data.defs.code_versions import captions_code_version, labels_code_versi
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, captions_pool, labels_pool
-from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import RayTasksResource, StorageResource
+from prx_data.defs.stage_runs import stage_run
 from prx_data.models.inference.backend import BackendUnavailable
 
 if TYPE_CHECKING:
@@ -54,17 +54,7 @@ def _materialize(
     config, storage, ray_tasks = run
     uri = storage.paths.raw_table(context.partition_key)
     with _fail_clearly_when_down(kind, backend.backend):
-        stats = stage.compute(
-            uri,
-            backend,
-            executor=config.executor,
-            chunk_rows=chunk_rows,
-            storage_options=storage.options,
-            progress=ProgressLogger(context.log, done),
-            run_id=context.run_id,
-            task_resources=ray_tasks.resources,
-            local_max_rows=ray_tasks.local_max_rows,
-        )
+        stats = stage.compute(uri, backend, **stage_run(context, storage, ray_tasks, config.executor, chunk_rows, done))
     return dg.MaterializeResult(
         metadata={
             done: stats.processed - stats.failed,

@@ -8,8 +8,8 @@ from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
-from prx_data.defs.progress import ProgressLogger
 from prx_data.defs.resources import RayTasksResource, StorageResource
+from prx_data.defs.stage_runs import stage_run
 from prx_data.imaging.phash import PHASH_VERSION
 
 
@@ -38,16 +38,7 @@ def phashes(
     from prx_data.stages.phash_stage import compute_phashes
 
     uri = storage.paths.raw_table(context.partition_key)
-    stats = compute_phashes(
-        uri,
-        executor=config.executor,
-        chunk_rows=config.chunk_rows,
-        storage_options=storage.options,
-        progress=ProgressLogger(context.log, "hashed"),
-        run_id=context.run_id,
-        task_resources=ray_tasks.resources,
-        local_max_rows=ray_tasks.local_max_rows,
-    )
+    stats = compute_phashes(uri, **stage_run(context, storage, ray_tasks, config.executor, config.chunk_rows, "hashed"))
     return dg.MaterializeResult(
         metadata={
             "rows_hashed": stats.processed,
