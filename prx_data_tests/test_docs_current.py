@@ -153,3 +153,27 @@ def test_pages_name_files_that_exist():
             if not (REPO / cited).exists():
                 missing.append(f"{rel} names {cited}")
     assert not missing, "pages name files that are not in the repository:\n" + "\n".join(missing)
+
+
+LINK = re.compile(r"\]\(([\w./-]*\.md)?(?:#([\w-]+))?\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    # GitHub's heading ids: lower case, punctuation dropped, spaces to hyphens.
+    heads = re.findall(r"^#+ (.+)$", page.read_text(), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+def test_links_between_pages_resolve():
+    broken = []
+    for page in _docs():
+        rel = str(page.relative_to(REPO))
+        for target, anchor in LINK.findall(page.read_text()):
+            if not target and not anchor:
+                continue
+            linked = (page.parent / target).resolve() if target else page
+            if not linked.is_file():
+                broken.append(f"{rel} links to {target}, which does not exist")
+            elif anchor and anchor not in _anchors(linked):
+                broken.append(f"{rel} links to {target}#{anchor}, a heading {target or rel} does not have")
+    assert not broken, "\n".join(broken)
