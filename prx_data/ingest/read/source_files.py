@@ -15,6 +15,8 @@ from prx_data.ingest.registry import SourceSpec
 
 @dataclass(frozen=True)
 class ReadContext:
+    """What a reader reads with: the spec, the location, and the root every read stays inside."""
+
     spec: SourceSpec
     location: Path | PurePosixPath | str  # a local path, or on an object store its URI
     root: AnyRoot
