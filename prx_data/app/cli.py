@@ -288,8 +288,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def cmd_sources(args: argparse.Namespace) -> int:
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.core.settings import get_settings
-    from prx_data.ingest.registry import load_registry
-    from prx_data.ingest.root_check import wide_root_warning
+    from prx_data.ingest.registry import load_registry, wide_root_warning
 
     if args.root:
         _use_data_root(Path(args.root).resolve())

@@ -15,7 +15,7 @@ def join(root: str, *parts: str) -> str:
 
 def unit_manifest_uri(table_uri: str) -> str:
     """``.../sources/<source>.lance`` -> ``.../sources/<source>.units.lance``: which input
-    objects the table holds, by signature (``prx_data.ingest.unit_manifest``)."""
+    objects the table holds, by signature (``prx_data.ingest.plan.unit_manifest``)."""
     return f"{table_uri.rstrip('/').removesuffix('.lance')}.units.lance"
 
 

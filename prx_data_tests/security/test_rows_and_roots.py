@@ -26,7 +26,7 @@ def test_non_image_rows_keep_no_bytes(storage_root, tmp_path: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
 
     specs = _spec_dir(tmp_path)

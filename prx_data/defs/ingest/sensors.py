@@ -24,7 +24,7 @@ from prx_data.defs.ingest.retire_job import RETIRE_TAG, retire_source_job
 from prx_data.defs.jobs import source_pipeline_job
 from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, SOURCES_PARTITION, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.ingest.root_check import wide_root_warning
+from prx_data.ingest.registry import wide_root_warning
 
 RETIRE_JOB = "retire_source"
 

@@ -1,19 +1,31 @@
-"""The work of one input unit (a Ray task, or a call in the driver): read, probe, compare with
-the table, and write the new and changed rows as uncommitted Lance fragments.
+"""The unit tasks of one ingest: the work of one input unit (a Ray task, or a call in the
+driver), and running many of them.
 
-Memory stays flat: items are handled in chunks, and each chunk's stored rows are looked up in
-the table by a filtered scan on ``sample_id`` (index-backed, see ``ingest.py``), never loaded
-as a whole. Nothing is committed here; the driver commits every unit's fragments at once, so a
-killed run leaves the last version as it was (the orphaned files are unreferenced).
+One unit is read, probed, compared with the table, and its new and changed rows written as
+uncommitted Lance fragments. Memory stays flat: items are handled in chunks, and each chunk's
+stored rows are looked up in the table by a filtered scan on ``sample_id`` (index-backed, see
+``driver.py``), never loaded as a whole. Nothing is committed here; the driver commits every
+unit's fragments at once, so a killed run leaves the last version as it was (the orphaned
+files are unreferenced).
+
+Units run in this process (``workers: 1``), or as Ray tasks, ``workers`` at a time. The Ray used
+is the one the process has (a RayResource), else the command's shared head (``PRX_RAY_ADDRESS``,
+see ``prx_data.app.local_ray``), else a local Ray started for this ingest and stopped after it.
+Submission is bounded, so a source of a million units is never a million queued tasks, and
+results come back in completion order.
 
 Plain module: Ray workers import it without Dagster.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -22,17 +34,20 @@ from lance.fragment import FragmentMetadata, write_fragments
 from prx_data.core.filters import one_of
 from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
 from prx_data.core.lance_io import chunked
+from prx_data.core.quiet import quiet_ray_env
+from prx_data.core.ray_auth import in_process_ray_auth
+from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, ensure_ray, task_options
 from prx_data.core.schema import Status
 from prx_data.core.urls import redact_url
-from prx_data.ingest.items import RawItem
+from prx_data.ingest.plan.seen_ids import REPLACED_SCHEMA, SEEN_SCHEMA
+from prx_data.ingest.read.raw_item import RawItem
+from prx_data.ingest.read.units import Unit, read_unit
 from prx_data.ingest.registry import RegisteredSource
-from prx_data.ingest.rows import (
-    EXAMPLES,
+from prx_data.ingest.rows.ingest_stats import EXAMPLES, IngestStats, count_empty_fields
+from prx_data.ingest.rows.raw_row import (
     METADATA_COLUMNS,
-    IngestStats,
     OptOutMatcher,
     apply_download,
-    count_empty_fields,
     item_digest,
     item_row,
     metadata_digest,
@@ -41,7 +56,6 @@ from prx_data.ingest.rows import (
     probe_item,
     to_batch,
 )
-from prx_data.ingest.units import Unit, read_unit
 
 # Statuses whose URL was fetched: such a row's URL is not fetched again.
 _FETCHED = (Status.OK.value, Status.OPTED_OUT.value)
@@ -57,10 +71,6 @@ def undecodable_name(item: RawItem) -> RawItem:
         error_status=Status.INVALID_RECORD.value,
         file_level=item.file_level,
     )
-
-
-SEEN_SCHEMA = pa.schema([("sample_id", pa.string()), ("unit", pa.int64()), ("pos", pa.int64())])
-REPLACED_SCHEMA = pa.schema([("sample_id", pa.string()), ("_rowaddr", pa.uint64())])
 
 
 @dataclass(frozen=True)
@@ -245,7 +255,7 @@ def _downloaded(source, items):
             yield tag, None
             continue
         # lazy: the HTTP client and its thread pool, only for sources that download
-        from prx_data.ingest.download import shared_session
+        from prx_data.ingest.http.download_session import shared_session
 
         yield from shared_session(source.spec.download).stream(itertools.chain([(tag, key, url)], items), then=probed)
         return
@@ -262,3 +272,49 @@ def _write(job: UnitJob, batches) -> list[FragmentMetadata]:
 
     reader = pa.RecordBatchReader.from_batches(job.schema, all_batches())
     return write_fragments(reader, job.uri, schema=job.schema, max_rows_per_file=job.rows_per_fragment, storage_options=job.storage_options)
+
+
+UnitWork = tuple[Unit, frozenset[int]]
+
+
+def run_units(
+    job: UnitJob, units: Iterable[UnitWork], workers: int, task_resources: dict[str, float] | None = None
+) -> Iterator[UnitResult]:
+    """``task_resources``: custom Ray resources each unit task asks for (where it may run)."""
+    if workers <= 1:
+        for unit, skip in units:
+            yield process_unit(job, unit, skip)
+        return
+    with _ray(workers) as ray:
+        yield from _on_ray(ray, job, iter(units), workers, task_resources)
+
+
+def _on_ray(ray, job: UnitJob, units: Iterator[UnitWork], workers: int, task_resources: dict[str, float] | None) -> Iterator[UnitResult]:
+    # A retried task writes fresh fragments; the failed attempt's are never committed.
+    task = ray.remote(**task_options(num_cpus=1, max_retries=1, resources=task_resources))(process_unit)
+    job_ref = ray.put(job)
+    yield from bounded(ray, lambda work: task.remote(job_ref, *work), units, workers)
+
+
+@contextlib.contextmanager
+def _ray(workers: int):
+    import ray
+
+    # The run's own connection when it has one (joined now, on demand), else the command's head.
+    if ensure_ray(required=False) is not None:
+        yield ray
+        return
+    address = os.environ.get(ADDRESS_VAR) or None
+
+    os.environ.update({k: v for k, v in quiet_ray_env().items() if k not in os.environ})
+    options: dict[str, Any] = dict(ignore_reinit_error=True, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    with contextlib.ExitStack() as stack:
+        if address:
+            ray.init(address=address, **options)
+        else:
+            stack.enter_context(in_process_ray_auth())  # a Ray of its own: token auth, loopback
+            ray.init(num_cpus=workers, _node_ip_address="127.0.0.1", **options)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()  # only this process's connection (or the Ray it started)

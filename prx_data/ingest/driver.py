@@ -14,11 +14,11 @@ flat as a source grows. Re-running is idempotent and incremental:
   unreadable Parquet file, a corrupt tar) or found nothing at all where rows existed: a
   vanished mount must not delete a source (``allow_empty: true`` accepts an empty source).
 
-Scale-out: the driver lists the source's input units (``units.py``); each unit is read, probed
-and compared by a task (``changes.py``: in this process for ``workers: 1``, Ray tasks for
-more, ``parallel.py``) that writes its new and changed rows as uncommitted Lance fragments.
-The driver finds duplicate and removed ids with Arrow joins over partitioned id lists
-(``seen.py``) and commits everything at once: a killed run leaves the last version.
+Scale-out: the driver lists the source's input units (``plan/unit_listing.py``); each unit is
+read, probed and compared by a task (``unit_tasks.py``: in this process for ``workers: 1``, Ray
+tasks for more) that writes its new and changed rows as uncommitted Lance fragments. The driver
+finds duplicate and removed ids with Arrow joins over partitioned id lists
+(``plan/seen_ids.py``) and commits everything at once: a killed run leaves the last version.
 """
 
 from __future__ import annotations
@@ -39,21 +39,16 @@ from prx_data.core.paths import unit_manifest_uri
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, prefetch_ray
 from prx_data.core.schema import PHASH_COLUMNS, raw_schema
 from prx_data.core.urls import key_uri_for_table, load_url_key
-from prx_data.ingest.changes import REPLACED_SCHEMA, SEEN_SCHEMA, UnitJob, UnitResult
-from prx_data.ingest.object_source import source_storage_options as source_storage_options_of
-from prx_data.ingest.parallel import run_units
-from prx_data.ingest.readers import SourceUnavailable
+from prx_data.ingest.plan.seen_ids import REPLACED_SCHEMA, SEEN_SCHEMA, SeenIds
+from prx_data.ingest.plan.unit_listing import list_units
+from prx_data.ingest.plan.unit_manifest import PIECES, ChangePlan, Kept, KeptObjects, ManifestRows, kept_seen, load_plan, run_fingerprint
+from prx_data.ingest.read.object_store import source_storage_options as source_storage_options_of
+from prx_data.ingest.read.raw_item import SourceUnavailable
+from prx_data.ingest.read.units import Unit
 from prx_data.ingest.registry import RegisteredSource
-from prx_data.ingest.rows import (  # noqa: F401 - re-exported: callers import them from here
-    METADATA_COLUMNS,
-    IngestStats,
-    OptOutMatcher,
-    empty_field_warnings,
-    metadata_schema,
-)
-from prx_data.ingest.seen import SeenIds
-from prx_data.ingest.unit_manifest import PIECES, ChangePlan, Kept, KeptObjects, ManifestRows, kept_seen, load_plan, run_fingerprint
-from prx_data.ingest.units import Unit, list_units
+from prx_data.ingest.rows.ingest_stats import IngestStats, empty_field_warnings
+from prx_data.ingest.rows.raw_row import OptOutMatcher, metadata_schema
+from prx_data.ingest.unit_tasks import UnitJob, UnitResult, run_units
 
 
 class EmptySource(SourceUnavailable):
@@ -163,7 +158,7 @@ def ingest_source(
     An object-store source is reached with its spec's ``storage`` profile, else with
     ``source_storage_options``, else with ``storage_options`` (the roots' settings).
     ``task_resources``: custom Ray resources each unit task asks for (PRX_RAY_TASK_RESOURCES).
-    Objects whose signature matches the unit manifest (``unit_manifest.py``) are not opened;
+    Objects whose signature matches the unit manifest (``plan/unit_manifest.py``) are not opened;
     ``reread_unchanged`` (or the spec's) opens every object, and rewrites the manifest. Past
     ``local_max_rows`` new or changed rows, the later stages will run on Ray: Ray is told to
     start now (``core.ray_tasks.prefetch_ray``), while the rest is ingested."""

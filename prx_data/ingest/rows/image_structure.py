@@ -10,7 +10,7 @@ them is "truncated". The walk answers:
 - ``False``: the data ends inside the structure;
 - ``None``: the walk cannot tell (an odd but maybe valid layout).
 
-Only ``False`` and ``None`` cost a full decode (see ``probe``), which then decides: ordinary
+Only ``False`` and ``None`` cost a full decode (see ``image_probe``), which then decides: ordinary
 files never decode at ingest. Ordinary files do not even pay for the walk: a JPEG whose tail is
 its end-of-image marker (padding aside), or a PNG ending in IEND, is taken as complete from
 that look alone, as before (a cut file ends there only by a 1 in 65536 chance).

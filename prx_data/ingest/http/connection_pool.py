@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator
 from urllib.parse import quote, urlsplit
 
-from prx_data.ingest import netguard
+from prx_data.ingest.http import netguard
 
 __all__ = ["InvalidURL", "Pool"]
 

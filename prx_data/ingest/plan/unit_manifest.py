@@ -33,7 +33,7 @@ from prx_data.core.lance_io import open_table
 from prx_data.core.schema import Status
 from prx_data.core.sorted_keys import SortedKeys
 from prx_data.core.storage import SIGNATURES_SCHEMA, file_signature, object_signatures
-from prx_data.ingest.object_source import fixed_prefix
+from prx_data.ingest.read.object_store import fixed_prefix
 from prx_data.ingest.registry import RegisteredSource
 
 # Bump when what a re-read would produce from the same bytes changes (probe rules, row layout):
@@ -213,7 +213,7 @@ def load_plan(
 
 def kept_seen(manifest_uri: str, options: dict | None, kept: KeptObjects, seen_schema: pa.Schema) -> Iterable[pa.Table]:
     """(sample_id, unit, pos) of the kept objects' rows, as their last read found them, in
-    ``seen_schema`` (changes.SEEN_SCHEMA: passed in, as changes imports this module's users)."""
+    ``seen_schema`` (``seen_ids.SEEN_SCHEMA``)."""
     ds = open_table(manifest_uri, options)
     if ds is None or not len(kept):
         return

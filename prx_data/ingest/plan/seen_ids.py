@@ -25,7 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from prx_data.ingest.changes import REPLACED_SCHEMA, SEEN_SCHEMA
+# Every sample id a unit holds (first occurrences), with its unit and position in the unit.
+SEEN_SCHEMA = pa.schema([("sample_id", pa.string()), ("unit", pa.int64()), ("pos", pa.int64())])
+# Stored rows to delete: replaced by a unit's new rows, or gone from the source.
+REPLACED_SCHEMA = pa.schema([("sample_id", pa.string()), ("_rowaddr", pa.uint64())])
 
 PARTITIONS = 256
 SPILL_ROWS = 1_000_000

@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 
 from prx_data.core.schema import Status
 from prx_data.core.storage import Location, access_problem, locate, storage_options_from_env
-from prx_data.ingest.items import SourceUnavailable
+from prx_data.ingest.read.raw_item import SourceUnavailable
 from prx_data.ingest.registry import SourceSpec, StorageProfile
 
 # Sequential readers (tar headers, JSONL lines) read through this much buffer: one ranged GET

@@ -11,7 +11,7 @@ root, a hang, or a whole file held in memory. Every read here:
 4. refuses anything but a regular file, compares its size with the cap before reading, and
    reads at most ``cap + 1`` bytes, so a file that grows while read cannot pass the cap either.
 
-A source on an object store has an ``object_source.ObjectRoot`` instead: the same three calls
+A source on an object store has an ``object_store.ObjectRoot`` instead: the same three calls
 (``open_contained``, ``read_contained``, ``read_optional``) check containment on the prefix,
 compare the object's size with the cap before reading and read at most ``cap + 1`` bytes.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, BinaryIO
 
 from prx_data.core.schema import Status
-from prx_data.ingest.object_source import READ_CHUNK, ObjectRoot
+from prx_data.ingest.read.object_store import READ_CHUNK, ObjectRoot
 
 _CHUNK = 1024 * 1024
 _FD_DIR = "/proc/self/fd"

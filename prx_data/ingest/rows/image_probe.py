@@ -3,7 +3,7 @@
 Ingest must run near the speed of copying bytes, so ordinary files are never decoded here: the
 header gives format and size (through the one decode path, ``imaging.decode.read_header``,
 which reads EXIF without touching pixels), the pixel limit is applied to that header, and a
-walk over the file's structure (``structure``) confirms the picture data is all there. Only a
+walk over the file's structure (``image_structure``) confirms the picture data is all there. Only a
 file whose structure looks incomplete is decoded, and then the decode decides: an image is
 ``truncated`` only when its picture data really ends early.
 
@@ -29,7 +29,7 @@ from PIL import Image
 from prx_data.core.schema import Status
 from prx_data.imaging.decode import DecodeError, load_pixels, read_header
 from prx_data.ingest.registry import DEFAULT_FORMATS
-from prx_data.ingest.structure import complete
+from prx_data.ingest.rows.image_structure import complete
 
 # Magic numbers of formats people mistake for images, to name them in the error.
 _SNIFF = (

@@ -1,7 +1,7 @@
 """Fetch many URLs politely: bounded look-ahead, global and per-host limits, retries, size cap.
 
 A :class:`DownloadSession` is a thread pool of ``config.concurrency`` threads and one
-connection pool (``http_get.Pool``), kept for the life of a worker process (``shared_session``):
+connection pool (``connection_pool.Pool``), kept for the life of a worker process (``shared_session``):
 connections to a host are reused from one chunk and one unit to the next.
 ``DownloadSession.stream`` is a plain iterator pulled lazily, at most ``2 * concurrency`` items
 ahead of what has been yielded, so millions of URLs stream through in flat memory, and a slow
@@ -37,7 +37,7 @@ from urllib.parse import urljoin, urlsplit
 
 from prx_data.core.retry import Retryable, RetryPolicy, is_retryable_status
 from prx_data.core.schema import Status
-from prx_data.ingest import http_get, netguard
+from prx_data.ingest.http import connection_pool, netguard
 from prx_data.ingest.registry import DownloadConfig
 
 __all__ = ["DownloadResult", "DownloadSession", "download_many", "download_one", "robots_opt_out", "shared_session"]
@@ -253,7 +253,7 @@ class _Downloader:
     def __init__(
         self,
         config: DownloadConfig,
-        pool: http_get.Pool,
+        pool: connection_pool.Pool,
         max_retry_after_s: float,
     ) -> None:
         self.config = config
@@ -343,7 +343,7 @@ class _Downloader:
         except netguard.AddressRefused as refused:
             via = "" if current == url.strip() else f"redirect to {current!r}: "
             return DownloadResult(key, url, None, Status.REFUSED_ADDRESS, via + str(refused), None, None, attempt)
-        except http_get.InvalidURL as exc:
+        except connection_pool.InvalidURL as exc:
             return failed(f"invalid URL: {exc}", attempt)
         except zlib.error as exc:
             return failed(f"could not decode body: {exc}", attempt)
@@ -436,7 +436,7 @@ class DownloadSession:
 
     def __init__(self, config: DownloadConfig, *, max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S) -> None:
         self.config = config
-        self.connections = http_get.Pool(
+        self.connections = connection_pool.Pool(
             user_agent=config.user_agent,
             timeout_s=config.timeout_s,
             allow=netguard.parse_networks(config.allow_networks),

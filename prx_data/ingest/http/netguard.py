@@ -6,7 +6,7 @@ lookups) pointing at ``169.254.169.254``, ``127.0.0.1``, ``2130706433``, ``0x7f.
 URL: notations are endless and DNS answers change. It lives where the socket is made:
 :func:`connect` resolves the host itself, refuses the connection if any address is not public,
 and connects to the very address it checked, so DNS rebinding cannot slip another address in
-between. Every redirect hop opens its connection through it (``http_get``).
+between. Every redirect hop opens its connection through it (``connection_pool``).
 
 The same module holds the download's overall deadline: every socket read, write and connect
 gets at most the time left (:func:`remaining`), so a server trickling one byte per second
