@@ -22,6 +22,7 @@ from __future__ import annotations
 import dagster as dg
 
 from prx_data.core.settings import get_settings
+from prx_data.defs.compat.dagster_internals import show_auto_materialize_unpaused
 from prx_data.defs.partitions import per_source_selection
 
 # eager() plus code_version_changed in the trigger: a new captioner or prompt version must reach
@@ -96,6 +97,4 @@ def show_automation_on(instance: dg.DagsterInstance) -> None:
     """Clear the pre-sensor auto-materialize pause flag, which nothing here uses (automation runs
     as ``prx_automation``, an automation condition sensor) but which the UI's job pages read:
     left unset, they say "Auto-materialize off" while automation runs."""
-    from dagster._daemon.asset_daemon import set_auto_materialize_paused
-
-    set_auto_materialize_paused(instance, False)
+    show_auto_materialize_unpaused(instance)

@@ -12,10 +12,10 @@ from dagster_ray import LocalRay, RayResource
 from dagster_ray.configs import Lifecycle, RayDataExecutionOptions
 from pydantic import Field, PrivateAttr
 
+from prx_data.compat.ray_config import in_process_ray_auth
 from prx_data.core.locking import LockPolicy
 from prx_data.core.locking import configure as configure_locks
 from prx_data.core.paths import StoragePaths
-from prx_data.core.ray_auth import in_process_ray_auth
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS
 from prx_data.core.settings import Settings, get_settings
 from prx_data.core.storage import OPTION_ENV

@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from prx_data.compat.ray_config import in_process_ray_auth
 from prx_data.core.quiet import quiet_ray_env
-from prx_data.core.ray_auth import in_process_ray_auth
 from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, ensure_ray, task_options
 from prx_data.ingest.changes import UnitJob, UnitResult, process_unit
 from prx_data.ingest.units import Unit
