@@ -55,13 +55,12 @@ from prx_data.export._fs import sha256_bytes
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
 from prx_data.export.skiplist import RowsByBucket
-from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
+from prx_data.export.tree import FOLD_SUFFIX, INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
 from prx_data.imaging import transform  # called as transform.prepare (tests count its calls)
 from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, fold_target, shape_index, shapes_for_tier
 from prx_data.stages.column_stage import read_images
 
 FOLDED = "folded"  # skip reason of an original whose image is trained from its folded copy
-FOLD_SUFFIX = "--fold"
 
 FOLDS_SCHEMA = pa.schema(
     [
@@ -87,11 +86,6 @@ def fold_folder(source: str) -> str:
     if not SOURCE_RE.fullmatch(name):
         raise ValueError(f"source {source!r} is too long for a fold folder ({name!r}); shorten the source name")
     return name
-
-
-def folds_table(paths: StoragePaths, source: str) -> str:
-    """``.../exports/<source>.lance`` -> ``.../exports/<source>.folds.lance``."""
-    return f"{paths.exports_table(source).rstrip('/').removesuffix('.lance')}.folds.lance"
 
 
 @dataclass(frozen=True)
@@ -302,7 +296,7 @@ def fold_source(
 ) -> pa.Table:
     """Bring ``source``'s fold partition to ``wanted`` (plan rows of this source); returns its
     folds table (``FOLDS_SCHEMA``) as committed."""
-    uri = folds_table(paths, source)
+    uri = paths.folds_table(source)
     if not wanted.num_rows and not current and open_table(uri, options) is None:
         return FOLDS_SCHEMA.empty_table()  # never folded: no lock, no table, nothing to do
     with table_lock(uri, options, purpose=f"fold of {source}") as check:
@@ -612,7 +606,7 @@ def read_folds(paths: StoragePaths, sources: Iterable[str], options: dict | None
     """Every source's folds table (what the data card and lineage show)."""
     tables = []
     for source in sorted(set(sources)):
-        ds = open_table(folds_table(paths, source), options)
+        ds = open_table(paths.folds_table(source), options)
         if ds is not None:
             tables.append(ds.to_table().cast(FOLDS_SCHEMA))
     return pa.concat_tables(tables) if tables else FOLDS_SCHEMA.empty_table()
@@ -638,7 +632,6 @@ __all__ = [
     "fold_folder",
     "fold_summary",
     "folded_skip_rows",
-    "folds_table",
     "plan_folds",
     "read_folds",
 ]

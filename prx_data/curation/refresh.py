@@ -115,7 +115,7 @@ def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labe
     from prx_data.curation.report import build_data_card
 
     card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options)
-    return card, card.write(paths.report_dir(), options)
+    return card, card.write(paths.mds_root, options)
 
 
 @dataclass

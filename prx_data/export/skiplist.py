@@ -45,14 +45,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 from prx_data.export._fs import dumps_stable, sha256_bytes
-from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
+from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SKIP_INFIX, SOURCE_RE, TIER_RE, list_buckets, list_sources
+from prx_data.export.tree import SKIPLIST_MANIFEST_BASENAME as MANIFEST_BASENAME
 
 SIDECAR_FORMAT: Final = "prx-skiplist"
 SIDECAR_VERSION: Final = 1
 MANIFEST_FORMAT: Final = "prx-skiplist-manifest"
 MANIFEST_VERSION: Final = 1
-MANIFEST_BASENAME = "skiplists.json"
-SKIP_INFIX = ".skip."
 SIDECAR_GLOB = "*" + SKIP_INFIX + "*.json"
 REWRITE_SHARE = 0.10  # above this skipped share a stream should be rewritten (docs/bucketing.md)
 _MAX_TOKEN = 160  # keeps '<shard>.skip.<token>.json' well under 255 bytes

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.lance_io import ensure_columns, fragment_of, open_table, update_fragments
 from prx_data.core.locking import locks_table
+from prx_data.core.paths import staging_uri
 from prx_data.core.spill import PartitionFiles, key_runs
 from prx_data.core.storage import delete_tree, locate
 from prx_data.stages.column_spec import FINGERPRINT, ColumnStage, input_fingerprints
@@ -62,10 +63,6 @@ class StageStats:
     @property
     def rows_per_s(self) -> float:
         return self.processed / self.seconds if self.seconds else 0.0
-
-
-def staging_uri(table_uri: str, stage: str) -> str:
-    return f"{table_uri.rstrip('/').removesuffix('.lance')}.staging-{stage}.lance"
 
 
 def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance.LanceDataset | None:

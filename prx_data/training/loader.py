@@ -47,7 +47,7 @@ from prx_data.compat.streaming_internals import reset_weights as _reset_weights
 from prx_data.core.storage import local_path, locate, try_read_bytes
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
-from prx_data.export.tree import INDEX_BASENAME, list_buckets
+from prx_data.export.tree import INDEX_BASENAME, UNPUBLISHED_BASENAME, list_buckets
 
 Weights = None | Mapping[str, float] | Literal["by_count"]
 
@@ -337,7 +337,9 @@ def make_loader(
             unknown = sorted(set(weights) - in_tree)
             if unknown:
                 raise ValueError(f"weights name buckets that are not in {mds_root}: {unknown}")
-            left_out.update({rel: "not published for training (see its unpublished.json)" for rel in sorted(set(weights) - published)})
+            left_out.update(
+                {rel: f"not published for training (see its {UNPUBLISHED_BASENAME})" for rel in sorted(set(weights) - published)}
+            )
             buckets = [b for b in buckets if b.rel in weights]
         trainable = []
         for bucket in buckets:

@@ -15,9 +15,9 @@ import json
 import dagster as dg
 import pytest
 
-from prx_data.core.paths import StoragePaths, join
+from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
-from prx_data.core.storage import exists, glob_files, is_file, locate, read_bytes, write_bytes
+from prx_data.core.storage import exists, glob_files, is_file, join, locate, read_bytes, write_bytes
 from prx_data.defs.ingest.registry_status import CHECK_NAME, SOURCE_REGISTRY
 from prx_data.defs.ingest.retire import RETIRED_MDS, archive_source, receipts
 from prx_data.defs.partitions import sources_partitions

@@ -126,7 +126,7 @@ def corpus_report(
     if retired:
         # The receipt of every retired source (defs/ingest/retire.py) belongs on the card.
         card = dataclasses.replace(card, markdown=card.markdown + receipts_markdown(retired))
-        path = card.write(storage.paths.report_dir(), storage.options)
+        path = card.write(storage.mds_root, storage.options)
     return dg.MaterializeResult(
         metadata={
             "data_card": dg.MetadataValue.md(card.markdown),

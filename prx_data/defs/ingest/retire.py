@@ -26,13 +26,12 @@ from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
 
-from prx_data.core.paths import StoragePaths, join
-from prx_data.core.storage import Location, delete_tree, exists, is_file, list_dir, locate, read_bytes, write_bytes
-from prx_data.export.tree import list_buckets
-
-RETIRED_MDS = "_retired"
-RETIRED_LANCE = "retired"
-RECEIPT = "receipt.json"
+from prx_data.core.paths import RETIRED_DIR as RETIRED_LANCE
+from prx_data.core.paths import StoragePaths
+from prx_data.core.storage import Location, delete_tree, exists, is_file, join, list_dir, locate, read_bytes, write_bytes
+from prx_data.export.tree import INDEX_BASENAME, list_buckets, retired_source_dir
+from prx_data.export.tree import RETIRE_RECEIPT_BASENAME as RECEIPT
+from prx_data.export.tree import RETIRED_DIR as RETIRED_MDS
 
 
 @dataclass
@@ -61,7 +60,7 @@ def _move(src: Location, dst: Location) -> None:
 
 
 def _samples(source_dir: Location) -> int:
-    index = source_dir.child("index.json")
+    index = source_dir.child(INDEX_BASENAME)
     if not is_file(index):
         return 0
     try:
@@ -74,7 +73,7 @@ def archive_source(paths: StoragePaths, source: str, *, reason: str, options: di
     """Move ``source``'s export out of the training tree (see the module docstring)."""
     when = stamp(now)
     receipt = Receipt(source=source, retired_at=when, reason=reason)
-    mds_archive = locate(join(paths.mds_root, RETIRED_MDS, source, when), options)
+    mds_archive = locate(retired_source_dir(paths.mds_root, source, when), options)
     for ref in list_buckets(paths.mds_root, options):
         src = locate(ref.source_dir(paths.mds_root, source), options)
         if not exists(src):
@@ -83,7 +82,7 @@ def archive_source(paths: StoragePaths, source: str, *, reason: str, options: di
         dst = mds_archive.child(ref.rel)
         _move(src, dst)
         receipt.moved[src.uri] = dst.uri
-    lance_archive = locate(join(paths.lance_root, RETIRED_LANCE, source, when), options)
+    lance_archive = locate(paths.retired_dir(source, when), options)
     for uri in (paths.exports_table(source), paths.superseded_table(source)):
         src = locate(uri, options)
         if exists(src):
