@@ -14,6 +14,7 @@ Policy (docs/ui.md#retiring-a-source):
   card lists every receipt.
 
 ``_retired`` is not a tier (tiers are numbers), so no bucket listing, merge or trainer sees it.
+The ``retire_source`` job (``defs/ingest/retire_job.py``) runs ``archive_source``.
 """
 
 from __future__ import annotations
@@ -29,9 +30,7 @@ import pyarrow.fs as pafs
 from prx_data.core.paths import RETIRED_DIR as RETIRED_LANCE
 from prx_data.core.paths import StoragePaths
 from prx_data.core.storage import Location, delete_tree, exists, is_file, join, list_dir, locate, read_bytes, write_bytes
-from prx_data.export.tree import INDEX_BASENAME, list_buckets, retired_source_dir
-from prx_data.export.tree import RETIRE_RECEIPT_BASENAME as RECEIPT
-from prx_data.export.tree import RETIRED_DIR as RETIRED_MDS
+from prx_data.export.tree import INDEX_BASENAME, RETIRE_RECEIPT_BASENAME, RETIRED_DIR, list_buckets, retired_source_dir
 
 
 @dataclass
@@ -92,19 +91,19 @@ def archive_source(paths: StoragePaths, source: str, *, reason: str, options: di
     raw = locate(paths.raw_table(source), options)
     if exists(raw):
         receipt.kept.append(raw.uri)
-    write_bytes(mds_archive.child(RECEIPT), json.dumps(asdict(receipt), indent=2).encode())
+    write_bytes(mds_archive.child(RETIRE_RECEIPT_BASENAME), json.dumps(asdict(receipt), indent=2).encode())
     return receipt
 
 
 def receipts(mds_root: str, options: dict | None = None, source: str | None = None) -> list[Receipt]:
     """Every retirement recorded under ``mds_root``, oldest first (of ``source`` only, if given)."""
-    base = locate(join(mds_root, RETIRED_MDS), options)
+    base = locate(join(mds_root, RETIRED_DIR), options)
     out = []
     for entry in list_dir(base):
         if not entry.is_dir or (source is not None and entry.name != source):
             continue
         for run in list_dir(base.child(entry.name)):
-            loc = base.child(entry.name, run.name, RECEIPT)
+            loc = base.child(entry.name, run.name, RETIRE_RECEIPT_BASENAME)
             if run.is_dir and is_file(loc):
                 out.append(Receipt(**json.loads(read_bytes(loc))))
     return sorted(out, key=lambda r: (r.retired_at, r.source))
@@ -118,6 +117,6 @@ def receipts_markdown(items: list[Receipt]) -> str:
     lines += [f"| {r.source} | {r.retired_at} | {r.samples_moved} | {r.reason} |" for r in items]
     lines.append("")
     lines.append(
-        f"Their shards and exports tables are kept under `{RETIRED_MDS}/` and `{RETIRED_LANCE}/` (see docs/ui.md#retiring-a-source)."
+        f"Their shards and exports tables are kept under `{RETIRED_DIR}/` and `{RETIRED_LANCE}/` (see docs/ui.md#retiring-a-source)."
     )
     return "\n".join(lines) + "\n"
