@@ -54,13 +54,12 @@ def rebuild_skip_lists(
 ) -> SkipListsRebuilt:
     """``fold`` is a ``curation.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
     call's, so folding and publication agree on what is sparse. The skip rows (and, with the
-    fold policy on, the placements) are spilled under ``scratch_dir`` (``curation.skip_spill``,
-    ``curation.placement_spill``) and read a bucket or a sample-id range at a time."""
+    fold policy on, the placements) are spilled under ``scratch_dir`` (``export.skiplist.SpilledSkips``,
+    ``curation.exclusion.SpilledPlacements``) and read a bucket or a sample-id range at a time."""
     # lazy: fold pulls in streaming (torch) through export.mds_writer; exclusion pulls in lance
-    from prx_data.curation.exclusion import PLACEMENT_SCHEMA, exported_row_count, scan_skips, write_skip_lists
+    from prx_data.curation.exclusion import PLACEMENT_SCHEMA, SpilledPlacements, exported_row_count, scan_skips, write_skip_lists
     from prx_data.curation.fold import FoldPolicy, fold_sparse_buckets
-    from prx_data.curation.placement_spill import SpilledPlacements
-    from prx_data.curation.skip_spill import SpilledSkips
+    from prx_data.export.skiplist import SpilledSkips
 
     policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
     folding = policy.enabled and policy.min_stream_samples > 1

@@ -16,11 +16,11 @@ from prx_data.core.counts import reason_codes, value_counter, word_histogram
 from prx_data.core.histogram import summary_row
 from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
 from prx_data.core.paths import StoragePaths
+from prx_data.core.spill import SpilledPartitions, partition_count, range_bounds
 from prx_data.core.storage import Entry, locate, write_bytes
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import iter_root_sidecars, root_sidecar_entries
 from prx_data.export.tree import INDEX_BASENAME, data_card_path
-from prx_data.stages.export_spill import SpilledPartitions, partition_count, range_bounds
 
 
 @dataclass

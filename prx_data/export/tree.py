@@ -17,6 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from prx_data.core.storage import is_file, join, list_dir, locate
 
 SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
@@ -75,6 +78,24 @@ def parse_bucket(bucket: str) -> tuple[int, int]:
     if not match:
         raise ValueError(f"invalid bucket {bucket!r}, expected '<height>x<width>'")
     return int(match.group(1)), int(match.group(2))
+
+
+def shard_buckets(shards: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The bucket (``<tier>/<HxW>``: a shard path's first two parts) of each shard path; null
+    where the path has fewer parts."""
+    return pc.struct_field(pc.extract_regex(shards, r"^(?P<bucket>[^/]+/[^/]+)/"), "bucket")
+
+
+def bucket_rels(placements: pa.Table) -> pa.Array:
+    """``<tier>/<bucket>`` of every placement (its ``tier`` and ``bucket`` columns): the bucket's
+    path in the tree."""
+    rel = pc.binary_join_element_wise(pc.cast(placements["tier"], pa.string()), placements["bucket"], "/")
+    return rel.combine_chunks() if isinstance(rel, pa.ChunkedArray) else rel
+
+
+def placed_buckets(placements: pa.Table) -> pa.Array:
+    """``bucket_rels`` of the placements that have a shard; null for one never placed (in no bucket)."""
+    return pc.if_else(pc.is_valid(placements["shard"]), bucket_rels(placements), pa.scalar(None, pa.string()))
 
 
 @dataclass(frozen=True, order=True)

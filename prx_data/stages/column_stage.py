@@ -82,7 +82,7 @@ def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance
 # A processor receives the sample ids and row addresses of a chunk and yields result tables
 # (sample_id + the stage's columns); it decides where the work runs.
 class Chunked(Protocol):
-    """Rows to do that read themselves back in slices (``export_spill.ScanOrdered``)."""
+    """Rows to do that read themselves back in slices (``core.spill.ScanOrdered``)."""
 
     @property
     def num_rows(self) -> int: ...
@@ -310,7 +310,7 @@ def pending_rows(ds: lance.LanceDataset, stage: ColumnStage, exclude: Iterable[s
 
 def address_chunks(todo: pa.Table | Chunked, size: int) -> Iterator[pa.Table]:
     """Slices of at most ``size`` rows of the rows to do: a table, or rows spilled to disk that
-    read themselves back in order (``export_spill.ScanOrdered``)."""
+    read themselves back in order (``core.spill.ScanOrdered``)."""
     if not isinstance(todo, pa.Table):
         yield from todo.chunks(size)
         return
