@@ -172,3 +172,28 @@ def test_no_file_is_looked_up_relative_to_the_source_tree():
     modules = _modules()
     stale = [rel for rel in FILE_USES if rel not in modules or not file_uses(modules[rel])]
     assert not stale, f"no longer use __file__: drop them from FILE_USES: {stale}"
+
+
+def label_set_literals(tree: ast.Module, labels: frozenset[str]) -> list[int]:
+    """Lines of tuple/list/set literals that spell exactly ``labels``."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+        and node.elts
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts)
+        and frozenset(e.value for e in node.elts if isinstance(e, ast.Constant)) == labels
+    ]
+
+
+def test_a_settings_default_is_written_once():
+    """The labels excluded by default are spelled in core/settings.py only; every other default
+    (the export resource, the CLI, the skip-list functions) names EXCLUDE_LABELS."""
+    from prx_data.core.settings import EXCLUDE_LABELS
+
+    labels = frozenset(EXCLUDE_LABELS)
+    assert label_set_literals(ast.parse('a = ("nsfw", "text")\nb = ["text", "nsfw"]\nc = ("nsfw",)\n'), labels) == [1, 2]
+    # The same two labels for another reason: the classifier's precedence (nsfw before text).
+    other_meaning = {"models/labeling/minilm.py"}
+    found = {rel: lines for rel, tree in _modules().items() if rel not in other_meaning and (lines := label_set_literals(tree, labels))}
+    assert set(found) == {"core/settings.py"} and len(found["core/settings.py"]) == 1, found

@@ -27,6 +27,11 @@ from prx_data.core.storage import is_remote, storage_options_from_env, uri_probl
 
 EnvName = Literal["local", "cluster"]
 
+# Caption labels whose samples the skip lists leave out of training unless told otherwise: the
+# default of the export resource's ``exclude_labels``, of ``prx-data optout apply --exclude-label``
+# and of the plain functions that build skip lists.
+EXCLUDE_LABELS: tuple[str, ...] = ("nsfw", "text")
+
 ENV_PREFIX = "PRX_"
 # Values never echoed in an error message: they can hold a password.
 _SECRET_FIELDS = frozenset({"postgres_url", "storage_options"})

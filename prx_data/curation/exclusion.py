@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from prx_data.core.filters import one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import EXCLUDE_LABELS
 from prx_data.core.spill import SpilledByKey
 from prx_data.curation.dedup import DEFAULT_PARTITION_ROWS, DedupConfig, find_duplicates, spilled_duplicates
 from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
@@ -326,7 +327,7 @@ def scan_skips(
     priorities: Mapping[str, int],
     *,
     bucket_cfg: BucketConfig,
-    exclude_labels: Iterable[str] = ("nsfw", "text"),
+    exclude_labels: Iterable[str] = EXCLUDE_LABELS,
     options: dict | None = None,
     dedup_radius: int = DEFAULT_DEDUP_RADIUS,
     max_partition_rows: int = DEFAULT_PARTITION_ROWS,
@@ -381,7 +382,7 @@ def compute_skips(
     priorities: Mapping[str, int],
     *,
     bucket_cfg: BucketConfig,
-    exclude_labels: Iterable[str] = ("nsfw", "text"),
+    exclude_labels: Iterable[str] = EXCLUDE_LABELS,
     options: dict | None = None,
     dedup_radius: int = DEFAULT_DEDUP_RADIUS,
     max_partition_rows: int = DEFAULT_PARTITION_ROWS,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import EXCLUDE_LABELS
 from prx_data.curation.optout.requests import OptOutReport, apply_requests
 from prx_data.export.corpus_index import merge_all
 from prx_data.export.skiplist import SkiplistReport
@@ -135,7 +136,7 @@ def refresh(
     priorities: dict[str, int],
     *,
     bucket_cfg=None,
-    exclude_labels=("nsfw", "text"),
+    exclude_labels=EXCLUDE_LABELS,
     options: dict | None = None,
     write_card: bool = True,
     min_stream_samples: int = 1,
