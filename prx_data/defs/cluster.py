@@ -65,13 +65,17 @@ class ConnectOnDemand:
     (``core.ray_tasks.ensure_ray``), not when the run starts, when built with
     ``Lifecycle(connect=False)``: a run with little to do never pays for the connection."""
 
+    def connect_now(self, context: dg.InitResourceContext) -> Any:
+        """Join Ray now, on the run's first Ray work: the lifecycle's connect step, at that moment."""
+        return connect(self, context)  # type: ignore[arg-type]  # mixed into a RayResource
+
     @contextlib.contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[Any]:
         with super().yield_for_execution(context) as resource:  # type: ignore[misc]
             if resource.lifecycle.connect:
                 yield resource
             else:
-                with ray_provider("connect", lambda: connect(resource, context)), warming(start_stage_workers):
+                with ray_provider("connect", lambda: resource.connect_now(context)), warming(start_stage_workers):
                     yield resource
 
 
