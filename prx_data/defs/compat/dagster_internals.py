@@ -24,7 +24,6 @@ from dagster._core.origin import JobPythonOrigin
 from dagster._core.remote_origin import CodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.tags import MAX_RETRIES_TAG
 from dagster._core.workspace.load_target import WorkspaceFileTarget
-from dagster._daemon.asset_daemon import set_auto_materialize_paused
 
 WRITTEN_FOR = "1.13.28"
 
@@ -68,6 +67,10 @@ def execute_in_this_process(job: dg.JobDefinition, run: dg.DagsterRun, instance:
 
 
 def show_auto_materialize_unpaused(instance: dg.DagsterInstance) -> None:
+    # lazy: the daemon package loads ~400 modules (rich, pygments among them) the code location
+    # never needs; only `prx-data ui` calls this
+    from dagster._daemon.asset_daemon import set_auto_materialize_paused
+
     set_auto_materialize_paused(instance, False)
 
 
