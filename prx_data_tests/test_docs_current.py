@@ -31,12 +31,6 @@ PROSE_HISTORY = {
 # link to the external thread over an entry here.
 ALLOWED: dict[tuple[str, str], str] = {}
 
-# Pages another part of the work owns; each must pass once its owner has rewritten it (strict:
-# then this entry must go).
-OWNED_ELSEWHERE = {
-    "docs/architecture.md": "rewritten by its own owner (layout and rules); still names the re-layout's issue",
-}
-
 
 def _docs() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -78,16 +72,7 @@ def test_the_readme_keeps_the_ci_sentence():
 
 @pytest.mark.parametrize(
     "page",
-    [
-        pytest.param(
-            p,
-            id=str(p.relative_to(REPO)),
-            marks=[pytest.mark.xfail(strict=True, reason=OWNED_ELSEWHERE[str(p.relative_to(REPO))])]
-            if str(p.relative_to(REPO)) in OWNED_ELSEWHERE
-            else [],
-        )
-        for p in _docs()
-    ],
+    [pytest.param(p, id=str(p.relative_to(REPO))) for p in _docs()],
 )
 def test_page_has_no_development_history(page: Path):
     hits = _prose_history(page)
@@ -124,11 +109,6 @@ def test_the_history_patterns_catch_what_they_are_for():
         assert not any(p.search(text) for p in history.values()), text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="comments in prx_data/ still cite issues (core/settings.py, ingest/download.py, ingest/early_downloads.py, "
-    "ingest/http_get.py); fixed after the code moves are merged, then this mark goes",
-)
 def test_package_comments_have_no_development_history():
     hits = []
     for path in sorted((REPO / "prx_data").rglob("*.py")):
@@ -146,8 +126,6 @@ def test_pages_name_files_that_exist():
     missing = []
     for page in _docs():
         rel = str(page.relative_to(REPO))
-        if rel in OWNED_ELSEWHERE:
-            continue
         for match in CITED_PATH.finditer(page.read_text()):
             cited = match.group(1).split("::")[0]
             if not (REPO / cited).exists():

@@ -5,8 +5,8 @@ step itself began 1.5-2.5 s later, after Dagster's imports, storage and definiti
 that is ingested in this process (``workers: 1``) the first unit's first URLs are sent to the
 process's download session (``download_session.shared_session``) at once, so the requests are on the
 wire during that start-up; the step's stream then takes those downloads over instead of
-fetching the URLs again (``DownloadSession.start_early``). Issue #24: the first request within
-2 s of the command's start.
+fetching the URLs again (``DownloadSession.start_early``), so the first request leaves within
+about a second of the command's start (docs/downloads.md).
 
 Only a source without a table yet: every URL of it is new, so nothing is fetched that the
 step would not fetch. For an ingested source the step's change detection decides, and nothing

@@ -31,11 +31,11 @@ import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
+from prx_data.compat.ray_config import in_process_ray_auth
 from prx_data.core.filters import one_of
 from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
 from prx_data.core.lance_io import chunked
 from prx_data.core.quiet import quiet_ray_env
-from prx_data.core.ray_auth import in_process_ray_auth
 from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, ensure_ray, task_options
 from prx_data.core.schema import Status
 from prx_data.core.urls import redact_url

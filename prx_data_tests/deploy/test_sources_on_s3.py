@@ -37,7 +37,7 @@ def ray_two_cpus():
     """One Ray for the module's `workers: 2` runs (ingest reuses a Ray the process has)."""
     import ray
 
-    from prx_data.core.ray_auth import in_process_ray_auth
+    from prx_data.compat.ray_config import in_process_ray_auth
 
     with in_process_ray_auth():
         ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, configure_logging=False, log_to_driver=False)

@@ -3,7 +3,7 @@
 The download step's HTTP client, on the standard library's ``http.client``. httpx cost
 1.5-1.8 ms of CPU per 125-200 KB image against 0.3-0.4 ms here (most of it h11's parsing in
 pure Python; ``benchmarks/bench_url_ingest.py --breakdown``, rows "client alone"), and that
-CPU held the GIL the step's probe and writer wait for (#24).
+CPU held the GIL the step's probe and writer wait for.
 
 - Every connection is made by :func:`netguard.connect` (public addresses only, the checked
   address is the one connected to) and is reused only for the same scheme, host and port.

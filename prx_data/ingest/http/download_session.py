@@ -469,7 +469,7 @@ class DownloadSession:
         ``stream`` asks for them; returns how many were started.
 
         For a caller that knows a source's first URLs before the code that ingests them has
-        started (the CLI, while Dagster starts up: #24). ``stream`` hands over such a download
+        started (the CLI, while Dagster starts up). ``stream`` hands over such a download
         instead of fetching the URL again; one nobody claims is dropped when the session
         closes. The same per-host limits and guards apply; at most ``limit`` results wait here.
         """
@@ -527,7 +527,7 @@ class DownloadSession:
         ``then``: work on each result in the download thread that fetched it; the stream yields
         what it returns. CPU work on the bytes (validating an image) then runs beside the
         downloads and the consumer instead of queueing on the consumer's one thread, which
-        measured as the step's bottleneck (#24). An exception in it costs only its item: it is
+        measured as the step's bottleneck. An exception in it costs only its item: it is
         called again with a failed result (no bytes) naming the exception, and must not raise
         on that.
 

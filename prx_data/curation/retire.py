@@ -14,6 +14,7 @@ Policy (docs/ui.md#retiring-a-source):
   card lists every receipt.
 
 ``_retired`` is not a tier (tiers are numbers), so no bucket listing, merge or trainer sees it.
+The ``retire_source`` job (``defs/ingest/retire_job.py``) runs ``archive_source``.
 """
 
 from __future__ import annotations
@@ -26,13 +27,10 @@ from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
 
-from prx_data.core.paths import StoragePaths, join
-from prx_data.core.storage import Location, delete_tree, exists, is_file, list_dir, locate, read_bytes, write_bytes
-from prx_data.export.tree import list_buckets
-
-RETIRED_MDS = "_retired"
-RETIRED_LANCE = "retired"
-RECEIPT = "receipt.json"
+from prx_data.core.paths import RETIRED_DIR as RETIRED_LANCE
+from prx_data.core.paths import StoragePaths
+from prx_data.core.storage import Location, delete_tree, exists, is_file, join, list_dir, locate, read_bytes, write_bytes
+from prx_data.export.tree import INDEX_BASENAME, RETIRE_RECEIPT_BASENAME, RETIRED_DIR, list_buckets, retired_source_dir
 
 
 @dataclass
@@ -61,7 +59,7 @@ def _move(src: Location, dst: Location) -> None:
 
 
 def _samples(source_dir: Location) -> int:
-    index = source_dir.child("index.json")
+    index = source_dir.child(INDEX_BASENAME)
     if not is_file(index):
         return 0
     try:
@@ -74,7 +72,7 @@ def archive_source(paths: StoragePaths, source: str, *, reason: str, options: di
     """Move ``source``'s export out of the training tree (see the module docstring)."""
     when = stamp(now)
     receipt = Receipt(source=source, retired_at=when, reason=reason)
-    mds_archive = locate(join(paths.mds_root, RETIRED_MDS, source, when), options)
+    mds_archive = locate(retired_source_dir(paths.mds_root, source, when), options)
     for ref in list_buckets(paths.mds_root, options):
         src = locate(ref.source_dir(paths.mds_root, source), options)
         if not exists(src):
@@ -83,7 +81,7 @@ def archive_source(paths: StoragePaths, source: str, *, reason: str, options: di
         dst = mds_archive.child(ref.rel)
         _move(src, dst)
         receipt.moved[src.uri] = dst.uri
-    lance_archive = locate(join(paths.lance_root, RETIRED_LANCE, source, when), options)
+    lance_archive = locate(paths.retired_dir(source, when), options)
     for uri in (paths.exports_table(source), paths.superseded_table(source)):
         src = locate(uri, options)
         if exists(src):
@@ -93,19 +91,19 @@ def archive_source(paths: StoragePaths, source: str, *, reason: str, options: di
     raw = locate(paths.raw_table(source), options)
     if exists(raw):
         receipt.kept.append(raw.uri)
-    write_bytes(mds_archive.child(RECEIPT), json.dumps(asdict(receipt), indent=2).encode())
+    write_bytes(mds_archive.child(RETIRE_RECEIPT_BASENAME), json.dumps(asdict(receipt), indent=2).encode())
     return receipt
 
 
 def receipts(mds_root: str, options: dict | None = None, source: str | None = None) -> list[Receipt]:
     """Every retirement recorded under ``mds_root``, oldest first (of ``source`` only, if given)."""
-    base = locate(join(mds_root, RETIRED_MDS), options)
+    base = locate(join(mds_root, RETIRED_DIR), options)
     out = []
     for entry in list_dir(base):
         if not entry.is_dir or (source is not None and entry.name != source):
             continue
         for run in list_dir(base.child(entry.name)):
-            loc = base.child(entry.name, run.name, RECEIPT)
+            loc = base.child(entry.name, run.name, RETIRE_RECEIPT_BASENAME)
             if run.is_dir and is_file(loc):
                 out.append(Receipt(**json.loads(read_bytes(loc))))
     return sorted(out, key=lambda r: (r.retired_at, r.source))
@@ -119,6 +117,6 @@ def receipts_markdown(items: list[Receipt]) -> str:
     lines += [f"| {r.source} | {r.retired_at} | {r.samples_moved} | {r.reason} |" for r in items]
     lines.append("")
     lines.append(
-        f"Their shards and exports tables are kept under `{RETIRED_MDS}/` and `{RETIRED_LANCE}/` (see docs/ui.md#retiring-a-source)."
+        f"Their shards and exports tables are kept under `{RETIRED_DIR}/` and `{RETIRED_LANCE}/` (see docs/ui.md#retiring-a-source)."
     )
     return "\n".join(lines) + "\n"
