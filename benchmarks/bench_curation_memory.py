@@ -11,11 +11,11 @@ files only: the skip-list builder never opens shards). A subprocess then runs, o
 * ``streamed``: ``scan_skips`` (one Lance scan in batches: dedup spilled to partitions on local
   disk, labels joined per buffer), the skip rows returned as one table, or
 * ``spilled``: the same scan with every skip row spilled as it is found
-  (``curation.skip_spill.SpilledSkips``, what ``rebuild_skip_lists`` does), read back a bucket
+  (``export.skiplist.SpilledSkips``, what ``rebuild_skip_lists`` does), read back a bucket
   at a time by the builder,
 * ``fold-tables`` / ``fold-spilled``: ``spilled`` plus the fold policy's plan (on by default),
   from the placements and skip rows as two whole tables (before 2026-12-02) or spilled by bucket
-  and read a bucket at a time (``curation.placement_spill``); run both on one tree:
+  and read a bucket at a time (``curation.exclusion.SpilledPlacements``); run both on one tree:
   ``--old-tree . --new-tree . --modes fold-tables fold-spilled``,
 
 followed by ``build_skiplists`` on the skip rows (~5 % duplicates, ~2 % 'label:nsfw'), and
@@ -127,8 +127,8 @@ if mode.startswith("fold"):
     # The fold policy's plan after the scan: the placements and skip rows as two tables (as
     # rebuild_skip_lists held them up to 2026-12-01), or spilled by bucket and read a bucket at a time.
     import tempfile
-    from prx_data.curation.placement_spill import SpilledPlacements
-    from prx_data.curation.skip_spill import SpilledSkips
+    from prx_data.curation.exclusion import SpilledPlacements
+    from prx_data.export.skiplist import SpilledSkips
     skips = SpilledSkips(tempfile.mkdtemp(dir=root), expected_rows=exclusion.exported_row_count(paths, prios))
     placed = SpilledPlacements(tempfile.mkdtemp(dir=root), exclusion.PLACEMENT_SCHEMA) if mode == "fold-spilled" else None
     scan = exclusion.scan_skips(paths, prios, max_partition_rows=partition_rows, scratch_dir=root, into=skips,
@@ -141,7 +141,7 @@ if mode.startswith("fold"):
         plan = fold.plan_folds(placed.close(), skips, BucketConfig(), policy)
 elif mode == "spilled":
     import tempfile
-    from prx_data.curation.skip_spill import SpilledSkips
+    from prx_data.export.skiplist import SpilledSkips
     folder = tempfile.mkdtemp(dir=root)
     skips = SpilledSkips(folder, expected_rows=exclusion.exported_row_count(paths, prios))
     exclusion.scan_skips(paths, prios, max_partition_rows=partition_rows, scratch_dir=root, into=skips, **common)

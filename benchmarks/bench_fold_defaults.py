@@ -27,7 +27,7 @@ from prx_data.curation.fold import FoldPolicy, plan_folds
 from prx_data.demo.corpus import build_demo_corpus
 from prx_data.export.tree import parse_bucket
 from prx_data.imaging.buckets import Assignment, BucketConfig, assign, fold_kept_share, shape_index
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
 from prx_data.ingest.registry import load_registry
 
 

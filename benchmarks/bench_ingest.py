@@ -49,7 +49,7 @@ def baseline(paths: list[Path], uri: str, blob: bool = True) -> float:
 
 
 def ours(folder: Path, uri: str) -> float:
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import RegisteredSource, SourceSpec
 
     spec = SourceSpec(name="bench", shape="image_folder", location=str(folder))

@@ -31,11 +31,11 @@ from benchmarks.photos import make_photo_jpegs
 
 
 def ingest(folder: Path, uri: str, workers: int, batch: int) -> float:
-    from prx_data.ingest import units
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
+    from prx_data.ingest.plan import unit_listing
     from prx_data.ingest.registry import RegisteredSource, SourceSpec
 
-    units.FOLDER_BATCH = batch
+    unit_listing.FOLDER_BATCH = batch
     spec = SourceSpec(name="bench", shape="image_folder", location=str(folder))
     shutil.rmtree(uri, ignore_errors=True)
     start = time.perf_counter()

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from prx_data.ingest import object_source
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
+from prx_data.ingest.read import object_store
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 
@@ -54,13 +54,13 @@ def main() -> None:
         "allow_http": "true",
     }
     opened = {"n": 0}
-    real_open = object_source.ObjectRoot.open
+    real_open = object_store.ObjectRoot.open
 
     def counting_open(self, path, **kw):
         opened["n"] += 1
         return real_open(self, path, **kw)
 
-    object_source.ObjectRoot.open = counting_open
+    object_store.ObjectRoot.open = counting_open
     try:
         client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1")
         client.create_bucket(Bucket="bench")
@@ -93,7 +93,7 @@ def main() -> None:
             )
         print(f"ratio read all / signatures: {old_s / new_s:.1f}x (medians of {args.repeats})")
     finally:
-        object_source.ObjectRoot.open = real_open
+        object_store.ObjectRoot.open = real_open
         server.stop()
 
 

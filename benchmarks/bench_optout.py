@@ -61,7 +61,7 @@ def process_demo(root: Path) -> None:
     from prx_data.demo.corpus import build_demo_corpus
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
     from prx_data.stages.caption_stage import compute_captions
     from prx_data.stages.export_stage import export_source

@@ -1,7 +1,7 @@
 """Reading WebDataset tars and JSONL from an S3 endpoint: buffered reads vs the raw object file.
 
 tarfile reads 512-byte headers and seeks between members; on a raw pyarrow S3 file each read
-is a ranged GET. ``object_source`` wraps sequential readers in an 8 MiB buffer. This prints the
+is a ranged GET. ``object_store`` wraps sequential readers in an 8 MiB buffer. This prints the
 median seconds (and GET requests, counted by the local S3 server) to read the same tar and JSONL
 both ways, and the ratio raw / buffered. The endpoint is moto's S3 server on loopback, so
 request latency is far below a real store's: the ratio here is a floor.
@@ -21,7 +21,9 @@ import tarfile
 import time
 from unittest import mock
 
-from prx_data.ingest import object_source, readers
+from prx_data.ingest.read import object_store
+from prx_data.ingest.read.jsonl import read_jsonl
+from prx_data.ingest.read.webdataset import read_webdataset
 from prx_data.ingest.registry import SourceSpec
 from prx_data_tests import images
 
@@ -79,10 +81,10 @@ def main() -> None:
         client.put_object(Bucket="bench", Key="src/shard.tar", Body=_tar(args.members))
         client.put_object(Bucket="bench", Key="src/rows.jsonl", Body=_jsonl(args.members))
         cases = {
-            "webdataset": (SourceSpec(name="b", shape="webdataset", location="s3://bench/src/shard.tar"), readers.read_webdataset),
+            "webdataset": (SourceSpec(name="b", shape="webdataset", location="s3://bench/src/shard.tar"), read_webdataset),
             "jsonl": (
                 SourceSpec(name="b", shape="jsonl", location="s3://bench/src/rows.jsonl", fields={"key": "id", "image": "img"}),
-                readers.read_jsonl,
+                read_jsonl,
             ),
         }
         for name, (spec, reader) in cases.items():
@@ -90,7 +92,7 @@ def main() -> None:
             reads: dict[str, int] = {}
             for _ in range(args.repeats):
                 for mode in ("buffered", "raw"):
-                    with mock.patch.object(object_source.ObjectRoot, "open", _opener(reads, mode)):
+                    with mock.patch.object(object_store.ObjectRoot, "open", _opener(reads, mode)):
                         started = time.perf_counter()
                         items = list(reader(spec, spec.location, None, options))
                         timings[mode].append(time.perf_counter() - started)
@@ -112,7 +114,7 @@ def _opener(counts: dict[str, int], mode: str):
         counted = _Counted(self.loc.fs.open_input_file(path), counts, mode)
         if random_access or mode == "raw":
             return counted
-        return io.BufferedReader(counted, object_source.STREAM_BUFFER)
+        return io.BufferedReader(counted, object_store.STREAM_BUFFER)
 
     return open_
 

@@ -229,15 +229,15 @@ def _measure(served: Served, n: int, started: float, wall: float, cpu: float) ->
 def raw_samples(served: Served, urls: list[str], tmp: Path, workers: int = 1, per_host: int | None = None) -> Measure:
     """The step in this process, modules already imported (``main`` reports that cost), with a
     fresh download session as a step's own process would have."""
-    from prx_data.ingest import download
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
+    from prx_data.ingest.http import download_session
     from prx_data.ingest.registry import load_registry
 
     root = tmp / "step"
     shutil.rmtree(root, ignore_errors=True)
     write_spec(root, urls, workers, per_host)
     source = load_registry(root / "sources").sources["urls"]
-    download._close_shared()
+    download_session._close_shared()
     served.reset()
     cpu = _tree_cpu()
     started = time.monotonic()
@@ -246,7 +246,7 @@ def raw_samples(served: Served, urls: list[str], tmp: Path, workers: int = 1, pe
     cpu = _tree_cpu() - cpu
     assert stats.rows_by_status.get("ok") == len(urls), stats.rows_by_status
     # workers > 1 only helps if the list became several units (list_units: URL_UNIT_ITEMS).
-    from prx_data.ingest.units import URL_UNIT_ITEMS
+    from prx_data.ingest.plan.unit_listing import URL_UNIT_ITEMS
 
     if workers > 1 and len(urls) > URL_UNIT_ITEMS:
         assert stats.units > 1, f"{len(urls)} URLs were {stats.units} unit(s) with workers {workers}"
@@ -317,9 +317,9 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
     """CPU per image of the step's parts, one process, one host: the download session alone
     (at three concurrencies), with the probe in its threads (as the step runs it), and the whole
     step at workers 1. The differences say where a worker's CPU goes."""
-    from prx_data.ingest.download import DownloadSession
-    from prx_data.ingest.probe import probe_image
+    from prx_data.ingest.http.download_session import DownloadSession
     from prx_data.ingest.registry import DownloadConfig
+    from prx_data.ingest.rows.image_probe import probe_image
 
     def session(concurrency: int, probe: bool):
         def run(served: Served, urls: list[str], _tmp: Path) -> None:
@@ -332,7 +332,7 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
 
     def client_alone(kind: str):
         """Bare GETs from 64 threads: the HTTP client's own cost, with httpx (the client the step
-        used before) as the baseline of ``http_get.Pool`` (the one it uses now)."""
+        used before) as the baseline of ``connection_pool.Pool`` (the one it uses now)."""
 
         def run(served: Served, urls: list[str], _tmp: Path) -> None:
             import ssl
@@ -348,8 +348,8 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
                     with client.stream("GET", url) as resp:
                         return sum(len(c) for c in resp.iter_raw())
             else:
-                from prx_data.ingest.http_get import Pool
-                from prx_data.ingest.netguard import parse_networks
+                from prx_data.ingest.http.connection_pool import Pool
+                from prx_data.ingest.http.netguard import parse_networks
 
                 client = Pool(user_agent="bench", timeout_s=30, allow=parse_networks(["127.0.0.0/8"]), max_idle=64, tls=trust)
 
@@ -366,11 +366,11 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
     # Over HTTPS too (most real lists): a server of its own with a CA made for the bench.
     https = [
         ("client alone, HTTPS, httpx.Client", client_alone("httpx")),
-        ("client alone, HTTPS, http_get.Pool", client_alone("http_get")),
+        ("client alone, HTTPS, connection_pool.Pool", client_alone("connection_pool")),
     ]
     parts = [
         ("client alone, httpx.Client, 64 threads", client_alone("httpx")),
-        ("client alone, http_get.Pool, 64 threads", client_alone("http_get")),
+        ("client alone, connection_pool.Pool, 64 threads", client_alone("connection_pool")),
         *((f"download only, concurrency {c}", session(c, False)) for c in (32, 64, 128)),
         ("download + probe, concurrency 128", session(128, True)),
         ("raw_samples step, workers 1", raw_samples),
@@ -420,8 +420,8 @@ def main() -> None:
     print(f"{args.n} URLs per list, JPEGs of {sum(map(len, images)) / len(images) / 1000:.0f} KB on average, 50-150 ms per request")
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     started = time.monotonic()
-    import prx_data.ingest.download  # noqa: F401
-    import prx_data.ingest.ingest  # noqa: F401
+    import prx_data.ingest.driver  # noqa: F401
+    import prx_data.ingest.http.download_session  # noqa: F401
 
     print(f"importing the ingest path (paid once per step process, before the first request): {time.monotonic() - started:.2f}s")
     tmp = Path(tempfile.mkdtemp(prefix="bench-url-"))
@@ -442,10 +442,10 @@ def main() -> None:
         tools.append(("prx-data run", prx_run))
     held = contextlib.ExitStack()
     if max(args.workers) > 1:
-        from prx_data.ingest import parallel
+        from prx_data.ingest import unit_tasks
 
         started = time.monotonic()
-        held.enter_context(parallel._ray(max(args.workers)))
+        held.enter_context(unit_tasks._ray(max(args.workers)))
         print(f"local Ray for workers > 1 (started once, as a run's Ray resource is): {time.monotonic() - started:.2f}s")
         with Served(1, images) as warm:
             started = time.monotonic()

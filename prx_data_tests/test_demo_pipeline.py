@@ -63,7 +63,6 @@ def test_demo_export_streams_and_skips(demo):
     from streaming.base.util import clean_stale_shared_memory
 
     from prx_data.core import lance_io
-    from prx_data.curation.fold import folds_table
     from prx_data.export.tree import list_buckets
     from prx_data.training.loader import PrxStreamingDataset
 
@@ -78,7 +77,7 @@ def test_demo_export_streams_and_skips(demo):
         t = lance.dataset(paths.exports_table(source)).to_table(columns=["sample_id", "tier", "bucket"], filter="shard IS NOT NULL")
         for sid, tier, bucket in zip(*(t.column(c).to_pylist() for c in ("sample_id", "tier", "bucket"))):
             exported[sid] = f"{tier}/{bucket}"
-        folds = lance_io.open_table(folds_table(paths, source))
+        folds = lance_io.open_table(paths.folds_table(source))
         if folds is not None:  # the default fold policy re-exports sparse buckets' images
             f = folds.to_table(columns=["sample_id", "tier", "bucket"], filter="shard IS NOT NULL")
             for sid, tier, bucket in zip(*(f.column(c).to_pylist() for c in ("sample_id", "tier", "bucket"))):

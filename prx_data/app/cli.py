@@ -288,8 +288,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def cmd_sources(args: argparse.Namespace) -> int:
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.core.settings import get_settings
-    from prx_data.ingest.registry import load_registry
-    from prx_data.ingest.root_check import wide_root_warning
+    from prx_data.ingest.registry import load_registry, wide_root_warning
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
@@ -465,7 +464,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
     """Requests, skip lists and the data card only: nothing is re-exported."""
     # lazy: pulls in streaming (torch)
     from prx_data.core.paths import StoragePaths
-    from prx_data.core.settings import get_settings
+    from prx_data.core.settings import EXCLUDE_LABELS, get_settings
     from prx_data.curation.fold import FoldPolicy
     from prx_data.curation.refresh import refresh
 
@@ -495,7 +494,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         StoragePaths.from_settings(settings),
         settings.optout_dir,
         _registry_priorities(settings),
-        exclude_labels=tuple(args.exclude_label) if args.exclude_label is not None else ("nsfw", "text"),
+        exclude_labels=tuple(args.exclude_label) if args.exclude_label is not None else EXCLUDE_LABELS,
         options=settings.storage_options,
         min_stream_samples=settings.min_stream_samples,
         dedup_radius=settings.dedup_radius,

@@ -30,7 +30,7 @@ from prx_data.core.storage import (
     try_read_bytes,
     write_bytes,
 )
-from prx_data.ingest.readers import WDS_IMAGE_EXTENSIONS
+from prx_data.ingest.read.webdataset import WDS_IMAGE_EXTENSIONS
 
 RECORDS = "_run_inputs"
 CORPUS = "_corpus"

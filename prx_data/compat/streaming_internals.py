@@ -16,6 +16,10 @@
   to the ``storage_options`` it was built with instead (``Stream._downloader``, set in
   ``Stream.__init__`` and pickled into DataLoader workers with the stream), so index, shard and
   skip-list downloads reach the given endpoint with the given keys, and never AWS's default.
+- ``shard_basename``, ``epoch_size_value``, ``world_ranks``, ``dataset_ranks``: what the
+  loader reads of streaming's internals (``streaming.base``'s shard readers, its epoch-size
+  parser, the detected world, the dataset's rank world) to size an epoch over kept samples as
+  ``StreamingDataset.__init__`` sizes it over all samples.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ import numpy as np
 import streaming
 from numpy.typing import NDArray
 from streaming import Stream, StreamingDataset
+from streaming.base.format.base.reader import JointReader, Reader
 from streaming.base.sampling import get_sampling
 from streaming.base.storage import CloudDownloader
 from streaming.base.storage.download import S3Downloader
+from streaming.base.util import number_abbrev_to_int
+from streaming.base.world import World
 
 from prx_data.core.storage import s3_credentials
 
@@ -181,6 +188,29 @@ def resample_kept(
     return units, ids
 
 
+def shard_basename(shard: Reader) -> str:
+    """The one raw file of an MDS shard (what skip lists name). Exports are MDS, whose shards
+    are JointReaders; any other shard type is refused."""
+    if not isinstance(shard, JointReader):
+        raise TypeError(f"skip lists cover MDS shards only, got a {type(shard).__name__}")
+    return shard.raw_data.basename
+
+
+def epoch_size_value(epoch_size: int | str | None) -> int | None:
+    """``epoch_size`` as StreamingDataset reads it (``"10k"`` -> 10000); None when not given."""
+    return number_abbrev_to_int(epoch_size) if epoch_size else None
+
+
+def world_ranks() -> int:
+    """Ranks of the distributed job this process is in (1 outside one), as streaming detects it."""
+    return int(World.detect().num_ranks)
+
+
+def dataset_ranks(dataset: StreamingDataset) -> int:
+    """Ranks ``dataset`` divides its epoch between (its replicated rank world)."""
+    return int(dataset._parallel_rank_world.num_ranks)
+
+
 def version_mismatch() -> str | None:
     """Why the installed streaming may not be the one these adapters were written for, or None."""
     if streaming.__version__ == WRITTEN_FOR:
@@ -189,5 +219,6 @@ def version_mismatch() -> str | None:
         f"mosaicml-streaming is {streaming.__version__}, prx_data.compat.streaming_internals was "
         f"written for {WRITTEN_FOR}: re-check StreamingDataset.resample_streams (resample_kept "
         "re-states it), the MDS writer/reader (export.mds_format re-states them), Stream.__init__/apply_weights "
-        "(reset_weights) and CloudDownloader's not-found errors, then update WRITTEN_FOR"
+        "(reset_weights), CloudDownloader's not-found errors, JointReader.raw_data, number_abbrev_to_int, "
+        "World.detect and StreamingDataset._parallel_rank_world, then update WRITTEN_FOR"
     )

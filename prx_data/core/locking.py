@@ -41,6 +41,7 @@ from urllib.parse import urlparse
 
 import filelock
 
+from prx_data.core.paths import lock_uri
 from prx_data.core.storage import is_remote, s3_credentials
 
 logger = logging.getLogger(__name__)
@@ -54,11 +55,6 @@ class TableLocked(RuntimeError):
 
 class LeaseLost(RuntimeError):
     """This run's lease expired and another run took it: stop before committing anything."""
-
-
-def lock_uri(table_uri: str) -> str:
-    """``.../sources/alpha.lance`` -> ``.../sources/alpha.lock`` (beside the table)."""
-    return f"{table_uri.rstrip('/').removesuffix('.lance')}.lock"
 
 
 def _owner(purpose: str) -> dict[str, Any]:

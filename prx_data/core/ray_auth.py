@@ -4,22 +4,19 @@ Ray 2.60 (measured; docs/security.md, "Local Ray on loopback"):
 - ``_node_ip_address="127.0.0.1"`` alone is rewritten to the machine's external address unless
   ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, which Ray reads into ``ray_constants`` when it is
   first imported;
-- with ``RAY_AUTH_MODE=disabled`` anyone who reaches a port runs code as the user; the auth mode
-  is read by Ray's C++ config when ``ray._raylet`` loads, and re-read on ``Config.initialize``.
+- with ``RAY_AUTH_MODE=disabled`` anyone who reaches a port runs code as the user.
 
-So a Ray started from inside a process (``ray.init()`` with no address) gets a random token of
-its own, and both switches are applied whether or not ``ray`` was imported before.
+So every head gets a random token of its own and the loopback switch. A Ray started from inside
+a process (``ray.init()`` with no address) gets them through ``compat.ray_config``, which also
+makes an already imported Ray see them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
-import sys
 import tempfile
-from collections.abc import Iterator
 
 from prx_data.core.quiet import quiet_ray_env
 
@@ -53,38 +50,3 @@ def head_env(token_path: str) -> dict[str, str]:
         "RAY_AUTH_TOKEN_PATH": token_path,
         LOOPBACK_SWITCH: "0",
     }
-
-
-def _refresh_loaded_ray() -> None:
-    """Make an already imported Ray see the current environment (its own tests do the same)."""
-    if "ray._raylet" in sys.modules:
-        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
-
-        Config.initialize("")
-        AuthenticationTokenLoader.instance().reset_cache()
-    if "ray._private.ray_constants" in sys.modules:
-        constants = sys.modules["ray._private.ray_constants"]
-        constants.ENABLE_RAY_CLUSTER = os.environ.get(LOOPBACK_SWITCH, "1").lower() not in ("0", "false")  # type: ignore[attr-defined]
-
-
-@contextlib.contextmanager
-def in_process_ray_auth() -> Iterator[dict[str, str]]:
-    """For a ``ray.init()`` that starts Ray inside this process: token auth and loopback while
-    it lives; the previous environment (and Ray's view of it) is restored afterwards, so a later
-    connection to another cluster from the same process uses its own settings."""
-    token_path = write_token()
-    env = head_env(token_path)
-    saved = {name: os.environ.get(name) for name in (*env, "RAY_AUTH_TOKEN")}
-    os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the path
-    os.environ.update(env)
-    _refresh_loaded_ray()
-    try:
-        yield env
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        _refresh_loaded_ray()
-        remove_token(token_path)

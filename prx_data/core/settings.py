@@ -27,6 +27,11 @@ from prx_data.core.storage import is_remote, storage_options_from_env, uri_probl
 
 EnvName = Literal["local", "cluster"]
 
+# Caption labels whose samples the skip lists leave out of training unless told otherwise: the
+# default of the export resource's ``exclude_labels``, of ``prx-data optout apply --exclude-label``
+# and of the plain functions that build skip lists.
+EXCLUDE_LABELS: tuple[str, ...] = ("nsfw", "text")
+
 ENV_PREFIX = "PRX_"
 # Values never echoed in an error message: they can hold a password.
 _SECRET_FIELDS = frozenset({"postgres_url", "storage_options"})
@@ -90,9 +95,9 @@ class Settings(BaseSettings):
     # size (per-device batch x devices), since a trainer batches per stream and a stream that
     # cannot fill one batch makes streaming raise. Smaller buckets stay in the tree, unpublished.
     # 32 by default: PRX's device_per_stream reader at per-device batches up to 32 never meets a
-    # stream it cannot fill (issue 22); raise it to your global batch size.
+    # stream it cannot fill; raise it to your global batch size.
     min_stream_samples: int = Field(32, ge=1)
-    # On by default (issue 22): re-export the unskipped images of a sparse bucket (fewer than
+    # On by default: re-export the unskipped images of a sparse bucket (fewer than
     # min_stream_samples) into the nearest bucket of the same tier that is published on its own,
     # at most fold_max_steps aspect-grid steps away (each step crops about 11 % more of the long
     # side; docs/trainable_export.md), so the default min_stream_samples loses none of them.

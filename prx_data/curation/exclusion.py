@@ -17,15 +17,15 @@ import pyarrow.compute as pc
 from prx_data.core.filters import one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
-from prx_data.curation.dedup import DedupConfig, find_duplicates
-from prx_data.curation.dedup_spill import DEFAULT_PARTITION_ROWS, spilled_duplicates
+from prx_data.core.settings import EXCLUDE_LABELS
+from prx_data.core.spill import SpilledByKey
+from prx_data.curation.dedup import DEFAULT_PARTITION_ROWS, DedupConfig, find_duplicates, spilled_duplicates
 from prx_data.curation.optout.match import hashed_candidates, keyed_candidates, match_fingerprints, raw_rows
 from prx_data.curation.optout.receipt import record_build
 from prx_data.curation.optout.requests import read_fingerprints
-from prx_data.curation.placement_spill import SpilledPlacements
 from prx_data.curation.skip_reasons import MIN_BUFFER_ROWS, ReasonCollector, reason_lookup
-from prx_data.curation.skip_spill import SKIP_COLUMNS, SKIP_SCHEMA, SpilledSkips, as_skip_rows
-from prx_data.export.skiplist import SkiplistReport, build_skiplists
+from prx_data.export.skiplist import SKIP_COLUMNS, SKIP_SCHEMA, SkiplistReport, SpilledSkips, as_skip_rows, build_skiplists
+from prx_data.export.tree import placed_buckets
 from prx_data.imaging.buckets import BucketConfig
 
 # PRX_DEDUP_RADIUS's default (core/settings.py); callers that run under settings pass theirs.
@@ -144,7 +144,7 @@ def spilled_dedup_rows(
     sink: Callable[[pa.Table], None] | None = None,
 ) -> pa.Table:
     """``dedup_rows(exported_samples(...))`` without holding the corpus: the exports stream from
-    Lance into partitions spilled under ``scratch_dir`` (see curation.dedup_spill). ``on_batch``
+    Lance into partitions spilled under ``scratch_dir`` (see curation.dedup.spilled_duplicates). ``on_batch``
     sees every export batch (``EXPORTED_SCHEMA``) of that one scan. With ``sink``, the rows go to
     it partition by partition (SKIP_SCHEMA) and an empty table is returned."""
     total, batches = exported_batches(paths, priorities, options)
@@ -303,6 +303,15 @@ PLACEMENT_SCHEMA = pa.schema(
 )
 
 
+class SpilledPlacements(SpilledByKey):
+    """The corpus's placements on local disk by bucket, for the fold policy's plan: it reads one
+    bucket's placements and skip rows at a time instead of every placement of the corpus
+    (``curation.fold``). A placement without a shard is in no bucket and is not kept."""
+
+    def __init__(self, folder: str, schema: pa.Schema = PLACEMENT_SCHEMA):
+        super().__init__(folder, schema, placed_buckets)
+
+
 @dataclass
 class SkipScan:
     """What one scan of the exports gives: the skip rows, how many placements were scanned and,
@@ -318,7 +327,7 @@ def scan_skips(
     priorities: Mapping[str, int],
     *,
     bucket_cfg: BucketConfig,
-    exclude_labels: Iterable[str] = ("nsfw", "text"),
+    exclude_labels: Iterable[str] = EXCLUDE_LABELS,
     options: dict | None = None,
     dedup_radius: int = DEFAULT_DEDUP_RADIUS,
     max_partition_rows: int = DEFAULT_PARTITION_ROWS,
@@ -373,7 +382,7 @@ def compute_skips(
     priorities: Mapping[str, int],
     *,
     bucket_cfg: BucketConfig,
-    exclude_labels: Iterable[str] = ("nsfw", "text"),
+    exclude_labels: Iterable[str] = EXCLUDE_LABELS,
     options: dict | None = None,
     dedup_radius: int = DEFAULT_DEDUP_RADIUS,
     max_partition_rows: int = DEFAULT_PARTITION_ROWS,

@@ -48,20 +48,28 @@ from prx_data.core.filters import STATUS_OK, all_of, one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.locking import table_lock
 from prx_data.core.paths import StoragePaths
+from prx_data.core.spill import RowsByKey, TableByKey
 from prx_data.core.storage import locate, try_read_bytes
-from prx_data.curation.placement_spill import bucket_rels
-from prx_data.curation.skip_spill import SKIP_SCHEMA, shard_buckets
 from prx_data.export._fs import sha256_bytes
 from prx_data.export.mds_writer import MdsWriterConfig, write_partition
 from prx_data.export.reuse import ShardReader
-from prx_data.export.skiplist import RowsByBucket
-from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, BucketRef, list_buckets, list_sources, parse_bucket
+from prx_data.export.skiplist import SKIP_SCHEMA
+from prx_data.export.tree import (
+    FOLD_SUFFIX,
+    INDEX_BASENAME,
+    SOURCE_RE,
+    BucketRef,
+    bucket_rels,
+    list_buckets,
+    list_sources,
+    parse_bucket,
+    shard_buckets,
+)
 from prx_data.imaging import transform  # called as transform.prepare (tests count its calls)
 from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, fold_target, shape_index, shapes_for_tier
 from prx_data.stages.column_stage import read_images
 
 FOLDED = "folded"  # skip reason of an original whose image is trained from its folded copy
-FOLD_SUFFIX = "--fold"
 
 FOLDS_SCHEMA = pa.schema(
     [
@@ -87,11 +95,6 @@ def fold_folder(source: str) -> str:
     if not SOURCE_RE.fullmatch(name):
         raise ValueError(f"source {source!r} is too long for a fold folder ({name!r}); shorten the source name")
     return name
-
-
-def folds_table(paths: StoragePaths, source: str) -> str:
-    """``.../exports/<source>.lance`` -> ``.../exports/<source>.folds.lance``."""
-    return f"{paths.exports_table(source).rstrip('/').removesuffix('.lance')}.folds.lance"
 
 
 @dataclass(frozen=True)
@@ -182,34 +185,20 @@ def _pooled_targets(
     return assigned
 
 
-class _TableByBucket:
-    """A table of placements or skip rows seen a bucket at a time; buckets in first-seen order."""
-
-    def __init__(self, table: pa.Table, rels: pa.Array) -> None:
-        self.table, self.rels = table, rels
-        self.names = [rel for rel in pc.unique(rels).to_pylist() if rel is not None]
-
-    def bucket_names(self) -> list[str]:
-        return self.names
-
-    def bucket(self, name: str) -> pa.Table:
-        return self.table.filter(pc.equal(self.rels, name))
-
-
-def _placements_by_bucket(exports: pa.Table | RowsByBucket) -> RowsByBucket:
+def _placements_by_bucket(exports: pa.Table | RowsByKey) -> RowsByKey:
     if not isinstance(exports, pa.Table):
         return exports
     placed = exports.filter(pc.is_valid(exports["shard"]))
-    return _TableByBucket(placed, bucket_rels(placed))
+    return TableByKey(placed, bucket_rels(placed))
 
 
-def _skips_by_bucket(skips: pa.Table | RowsByBucket) -> RowsByBucket:
+def _skips_by_bucket(skips: pa.Table | RowsByKey) -> RowsByKey:
     if not isinstance(skips, pa.Table):
         return skips
-    return _TableByBucket(skips, shard_buckets(skips["shard"]))
+    return TableByKey(skips, shard_buckets(skips["shard"]))
 
 
-def plan_folds(exports: pa.Table | RowsByBucket, skips: pa.Table | RowsByBucket, bucket_cfg: BucketConfig, policy: FoldPolicy) -> FoldPlan:
+def plan_folds(exports: pa.Table | RowsByKey, skips: pa.Table | RowsByKey, bucket_cfg: BucketConfig, policy: FoldPolicy) -> FoldPlan:
     """Which sparse buckets fold into which published bucket, and the samples that move.
 
     ``exports`` (placements) and ``skips`` are tables or rows spilled by bucket: either way one
@@ -302,7 +291,7 @@ def fold_source(
 ) -> pa.Table:
     """Bring ``source``'s fold partition to ``wanted`` (plan rows of this source); returns its
     folds table (``FOLDS_SCHEMA``) as committed."""
-    uri = folds_table(paths, source)
+    uri = paths.folds_table(source)
     if not wanted.num_rows and not current and open_table(uri, options) is None:
         return FOLDS_SCHEMA.empty_table()  # never folded: no lock, no table, nothing to do
     with table_lock(uri, options, purpose=f"fold of {source}") as check:
@@ -498,7 +487,7 @@ def _json(data: bytes) -> dict:
     return json.loads(data)
 
 
-def folded_skip_rows(exports: pa.Table | RowsByBucket, folds: pa.Table, schema: pa.Schema) -> pa.Table:
+def folded_skip_rows(exports: pa.Table | RowsByKey, folds: pa.Table, schema: pa.Schema) -> pa.Table:
     """A ``folded`` skip for the original placement of every sample that has a folded copy
     (``exports``: placements, a table or spilled by bucket, read a bucket at a time)."""
     if not folds.num_rows:
@@ -557,8 +546,8 @@ def apply_fold_policy(
 
 def fold_sparse_buckets(
     paths: StoragePaths,
-    exports: pa.Table | RowsByBucket,
-    skips: pa.Table | RowsByBucket,
+    exports: pa.Table | RowsByKey,
+    skips: pa.Table | RowsByKey,
     *,
     sources: Iterable[str],
     bucket_cfg: BucketConfig,
@@ -612,7 +601,7 @@ def read_folds(paths: StoragePaths, sources: Iterable[str], options: dict | None
     """Every source's folds table (what the data card and lineage show)."""
     tables = []
     for source in sorted(set(sources)):
-        ds = open_table(folds_table(paths, source), options)
+        ds = open_table(paths.folds_table(source), options)
         if ds is not None:
             tables.append(ds.to_table().cast(FOLDS_SCHEMA))
     return pa.concat_tables(tables) if tables else FOLDS_SCHEMA.empty_table()
@@ -638,7 +627,6 @@ __all__ = [
     "fold_folder",
     "fold_summary",
     "folded_skip_rows",
-    "folds_table",
     "plan_folds",
     "read_folds",
 ]

@@ -142,11 +142,8 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
         return []
 
     out = []
-    # lazy: pulls in streaming (torch)
-    from prx_data.curation.fold import folds_table
-
     rows = ds.to_table(filter=equals("sample_id", sid)).to_pylist()
-    folds = open_table(folds_table(paths, source), options)
+    folds = open_table(paths.folds_table(source), options)
     if folds is not None:
         rows += [
             {**r, "drop_reason": None, "export_version": None, "export_run_id": r["fold_run_id"]}

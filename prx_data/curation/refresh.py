@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import EXCLUDE_LABELS
 from prx_data.curation.optout.requests import OptOutReport, apply_requests
 from prx_data.export.corpus_index import merge_all
 from prx_data.export.skiplist import SkiplistReport
@@ -54,13 +55,12 @@ def rebuild_skip_lists(
 ) -> SkipListsRebuilt:
     """``fold`` is a ``curation.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
     call's, so folding and publication agree on what is sparse. The skip rows (and, with the
-    fold policy on, the placements) are spilled under ``scratch_dir`` (``curation.skip_spill``,
-    ``curation.placement_spill``) and read a bucket or a sample-id range at a time."""
+    fold policy on, the placements) are spilled under ``scratch_dir`` (``export.skiplist.SpilledSkips``,
+    ``curation.exclusion.SpilledPlacements``) and read a bucket or a sample-id range at a time."""
     # lazy: fold pulls in streaming (torch) through export.mds_writer; exclusion pulls in lance
-    from prx_data.curation.exclusion import PLACEMENT_SCHEMA, exported_row_count, scan_skips, write_skip_lists
+    from prx_data.curation.exclusion import PLACEMENT_SCHEMA, SpilledPlacements, exported_row_count, scan_skips, write_skip_lists
     from prx_data.curation.fold import FoldPolicy, fold_sparse_buckets
-    from prx_data.curation.placement_spill import SpilledPlacements
-    from prx_data.curation.skip_spill import SpilledSkips
+    from prx_data.export.skiplist import SpilledSkips
 
     policy = replace(fold or FoldPolicy(), min_stream_samples=min_stream_samples)
     folding = policy.enabled and policy.min_stream_samples > 1
@@ -115,7 +115,7 @@ def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labe
     from prx_data.curation.report import build_data_card
 
     card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options)
-    return card, card.write(paths.report_dir(), options)
+    return card, card.write(paths.mds_root, options)
 
 
 @dataclass
@@ -136,7 +136,7 @@ def refresh(
     priorities: dict[str, int],
     *,
     bucket_cfg=None,
-    exclude_labels=("nsfw", "text"),
+    exclude_labels=EXCLUDE_LABELS,
     options: dict | None = None,
     write_card: bool = True,
     min_stream_samples: int = 1,

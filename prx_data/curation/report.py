@@ -15,11 +15,12 @@ import pyarrow.compute as pc
 from prx_data.core.counts import reason_codes, value_counter, word_histogram
 from prx_data.core.histogram import summary_row
 from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
-from prx_data.core.paths import StoragePaths, join
+from prx_data.core.paths import StoragePaths
+from prx_data.core.spill import SpilledPartitions, partition_count, range_bounds
 from prx_data.core.storage import Entry, locate, write_bytes
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import iter_root_sidecars, root_sidecar_entries
-from prx_data.stages.export_spill import SpilledPartitions, partition_count, range_bounds
+from prx_data.export.tree import INDEX_BASENAME, data_card_path
 
 
 @dataclass
@@ -27,10 +28,10 @@ class DataCard:
     markdown: str
     totals: dict[str, int] = field(default_factory=dict)
 
-    def write(self, folder: str, options: dict | None = None) -> str:
-        """Write ``<folder>/data_card.md`` (a folder or an object-store prefix, via ``options``)."""
-
-        path = join(folder, "data_card.md")
+    def write(self, mds_root: str, options: dict | None = None) -> str:
+        """Write the data card into the tree at ``mds_root`` (a folder or an object-store root,
+        via ``options``); returns its path."""
+        path = data_card_path(mds_root)
         write_bytes(locate(path, options), self.markdown.encode())
         return path
 
@@ -65,7 +66,7 @@ def _unpublished(paths: StoragePaths, options: dict | None) -> list[str]:
     rows = [(rel, n.get("samples"), n.get("unskipped"), n.get("reason")) for rel, n in sorted(notes.items())]
     return [
         f"Buckets with fewer unskipped samples than `min_stream_samples` ({minimum}) stay in the tree "
-        "without a bucket index.json, so no trainer streams them.",
+        f"without a bucket {INDEX_BASENAME}, so no trainer streams them.",
         "",
         *_table(("bucket", "samples", "unskipped", "reason"), rows),
     ]

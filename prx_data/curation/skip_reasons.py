@@ -10,7 +10,7 @@ them: each join costs about the buffer's size, so the whole pass costs about the
 Labels: a sample id belongs to one source, so a source's placements need only that source's raw
 rows with an excluded label. Both can be as large as the source (a tenth of a 50 M-image source
 labelled ``text`` is 5 M rows), so neither is held: while a source's exports stream by, their
-placements are spilled by sample-id range (``stages.export_spill``) under the scan's scratch
+placements are spilled by sample-id range (``core.spill``) under the scan's scratch
 folder; when the source ends, its labelled rows are scanned into the same ranges, and the two are
 joined range by range (a sample's placements and its label always meet in one range). Memory is
 one range of each (~``RANGE_ROWS``) plus one buffer, never a source or the corpus.
@@ -30,10 +30,10 @@ import pyarrow.compute as pc
 from prx_data.core.filters import one_of
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
+from prx_data.core.spill import SpilledPartitions, partition_count, range_bounds
 from prx_data.curation.optout.match import match_fingerprints
 from prx_data.curation.optout.requests import read_fingerprints
 from prx_data.imaging.fingerprints import DEGENERATE_COLUMN
-from prx_data.stages.export_spill import SpilledPartitions, partition_count, range_bounds
 
 PLACEMENT_COLUMNS = ["sample_id", "source", "shard", "index_in_shard"]
 MIN_BUFFER_ROWS = 1 << 18  # a join's fixed cost is paid per buffer: keep buffers large

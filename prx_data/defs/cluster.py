@@ -32,6 +32,7 @@ from dagster_ray.configs import Lifecycle
 from prx_data.core.ray_tasks import connection_is_held, ray_provider, warming
 from prx_data.core.settings import Settings
 from prx_data.core.storage import ObjectStoreError, check_access
+from prx_data.defs.compat.dagster_ray_internals import connect, forget_connection
 
 # Ray options for a code location talking to a remote cluster: never start a local one.
 _REMOTE_RAY_INIT = {"ignore_reinit_error": True, "log_to_driver": True}
@@ -64,13 +65,17 @@ class ConnectOnDemand:
     (``core.ray_tasks.ensure_ray``), not when the run starts, when built with
     ``Lifecycle(connect=False)``: a run with little to do never pays for the connection."""
 
+    def connect_now(self, context: dg.InitResourceContext) -> Any:
+        """Join Ray now, on the run's first Ray work: the lifecycle's connect step, at that moment."""
+        return connect(self, context)  # type: ignore[arg-type]  # mixed into a RayResource
+
     @contextlib.contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[Any]:
         with super().yield_for_execution(context) as resource:  # type: ignore[misc]
             if resource.lifecycle.connect:
                 yield resource
             else:
-                with ray_provider("connect", lambda: resource._connect(context)), warming(start_stage_workers):
+                with ray_provider("connect", lambda: resource.connect_now(context)), warming(start_stage_workers):
                     yield resource
 
 
@@ -86,7 +91,7 @@ class RayClusterAddress(ConnectOnDemand, LocalRay):
 
     def cleanup(self, context, exception):
         if connection_is_held():
-            self._context = None  # not ours to disconnect any more: the command closes it
+            forget_connection(self)  # not ours to disconnect any more: the command closes it
         super().cleanup(context, exception)
 
     @property

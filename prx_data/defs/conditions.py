@@ -22,6 +22,7 @@ from __future__ import annotations
 import dagster as dg
 
 from prx_data.core.settings import get_settings
+from prx_data.defs.compat.dagster_internals import show_auto_materialize_unpaused
 from prx_data.defs.partitions import per_source_selection
 
 # eager() plus code_version_changed in the trigger: a new captioner or prompt version must reach
@@ -74,28 +75,34 @@ CORPUS_SETTLED = (
 ).with_label("corpus_settled")
 
 
-automation_sensor = dg.AutomationConditionSensorDefinition(
-    "prx_automation",
-    target=dg.AssetSelection.all(),
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=get_settings().sensor_interval_s,
-    # One run per source partition holding its whole chain, listed per source in the runs
-    # view, rather than a backfill whenever a tick requests more than one partition.
-    emit_backfills=False,
-    # Dagster 1.13 launches asset-level automation as the implicit asset job (`__ASSET_JOB`,
-    # "Jobless asset materializations" in the UI); only job-level conditions launch a named
-    # job, and those run the whole job, not the stale part of a chain (docs/ui.md). The tag
-    # says how these runs started, beside the CLI's and the sensor's.
-    run_tags={"prx/launched_by": "automation"},
-    description="Runs each source's chain when it is new, its upstream changed or its code "
-    "version changed, and the corpus-wide assets once the per-source work has settled.",
-)
+def automation_sensor(interval_s: int) -> dg.AutomationConditionSensorDefinition:
+    """The automation sensor, ticking at most every ``interval_s`` seconds (PRX_SENSOR_INTERVAL_S)."""
+    return dg.AutomationConditionSensorDefinition(
+        "prx_automation",
+        target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=interval_s,
+        # One run per source partition holding its whole chain, listed per source in the runs
+        # view, rather than a backfill whenever a tick requests more than one partition.
+        emit_backfills=False,
+        # Dagster 1.13 launches asset-level automation as the implicit asset job (`__ASSET_JOB`,
+        # "Jobless asset materializations" in the UI); only job-level conditions launch a named
+        # job, and those run the whole job, not the stale part of a chain (docs/ui.md). The tag
+        # says how these runs started, beside the CLI's and the sensor's.
+        run_tags={"prx/launched_by": "automation"},
+        description="Runs each source's chain when it is new, its upstream changed or its code "
+        "version changed, and the corpus-wide assets once the per-source work has settled.",
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """Built when the Definitions load, so the tick interval follows the settings of that load."""
+    return dg.Definitions(sensors=[automation_sensor(get_settings().sensor_interval_s)])
 
 
 def show_automation_on(instance: dg.DagsterInstance) -> None:
     """Clear the pre-sensor auto-materialize pause flag, which nothing here uses (automation runs
     as ``prx_automation``, an automation condition sensor) but which the UI's job pages read:
     left unset, they say "Auto-materialize off" while automation runs."""
-    from dagster._daemon.asset_daemon import set_auto_materialize_paused
-
-    set_auto_materialize_paused(instance, False)
+    show_auto_materialize_unpaused(instance)

@@ -24,7 +24,7 @@ import dagster as dg
 
 from prx_data.core.locking import LeaseLost, TableLocked
 from prx_data.core.retry import Retryable, is_retryable_error
-from prx_data.ingest.readers import SourceUnavailable
+from prx_data.ingest.read.raw_item import SourceUnavailable
 
 # Run tag read by Dagster's run-retry daemon (dagster._core.execution.retries): "false" on a run
 # that failed on a permanent error, so dagster.yaml's run_retries do not re-launch it.

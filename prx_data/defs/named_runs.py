@@ -15,13 +15,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.definitions.job_base import InMemoryJob
-from dagster._core.definitions.partitions.context import partition_loading_context
-from dagster._core.definitions.reconstruct import ReconstructableRepository
-from dagster._core.execution.api import execute_run
-from dagster._core.remote_origin import RemoteJobOrigin, RemoteRepositoryOrigin
-from dagster._core.storage.tags import MAX_RETRIES_TAG
-from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+from prx_data.defs.compat.dagster_internals import (
+    MAX_RETRIES_TAG,
+    RemoteRepositoryOrigin,
+    execute_in_this_process,
+    job_origin,
+    module_job_code_origin,
+    workspace_location_origins,
+)
+from prx_data.defs.compat.dagster_internals import repository_origin as _repository_origin
 
 # The module the workspace loads; the code origin names it so a run can be reconstructed from it.
 DEFINITIONS_MODULE = "prx_data.definitions"
@@ -30,7 +33,7 @@ DEFINITIONS_MODULE = "prx_data.definitions"
 def repository_origin(workspace: Path, defs: dg.Definitions, location_name: str | None = None) -> RemoteRepositoryOrigin:
     """The origin of ``defs``' repository in the code location ``workspace`` declares (its only
     one, or ``location_name``)."""
-    origins = WorkspaceFileTarget(paths=[str(workspace)]).create_origins()
+    origins = list(workspace_location_origins(workspace))
     if location_name is not None:
         origins = [o for o in origins if o.location_name == location_name]
     if len(origins) != 1:
@@ -38,7 +41,7 @@ def repository_origin(workspace: Path, defs: dg.Definitions, location_name: str 
         raise ValueError(
             f"{workspace} must declare exactly one code location{f' named {location_name!r}' if location_name else ''}; found: {names}"
         )
-    return RemoteRepositoryOrigin(code_location_origin=origins[0], repository_name=defs.get_repository_def().name)
+    return _repository_origin(origins[0], defs.get_repository_def().name)
 
 
 def execute_named_job(
@@ -59,21 +62,14 @@ def execute_named_job(
     job = defs.resolve_job_def(job_name)
     run_tags = {**job.run_tags, **(tags or {}), MAX_RETRIES_TAG: "0"}
     if partition_key is not None:
-        with partition_loading_context(dynamic_partitions_store=instance) as context:
+        with dg.partition_loading_context(dynamic_partitions_store=instance) as context:
             job.validate_partition_key(partition_key, selected_asset_keys=None, context=context)
         run_tags.update(job.get_tags_for_partition_key(partition_key, selected_asset_keys=None))
     run = instance.create_run_for_job(
         job_def=job,
         run_config=dict(run_config or {}),
         tags=run_tags,
-        remote_job_origin=RemoteJobOrigin(repository_origin=origin, job_name=job_name),
-        job_code_origin=_job_code_origin(job_name),
+        remote_job_origin=job_origin(origin, job_name),
+        job_code_origin=module_job_code_origin(DEFINITIONS_MODULE, "defs", job_name),
     )
-    return execute_run(InMemoryJob(job), run, instance, raise_on_error=False)
-
-
-def _job_code_origin(job_name: str):
-    """Where a run worker would load the job from (the workspace's module, this Python); nothing
-    is loaded to build it."""
-    repository = ReconstructableRepository.for_module(DEFINITIONS_MODULE, "defs")
-    return repository.get_reconstructable_job(job_name).get_python_origin()
+    return execute_in_this_process(job, run, instance)

@@ -1,4 +1,5 @@
-"""Typed resources, built in one place from the chosen environment (``prx_data.core.settings``)."""
+"""Typed resources of the code location; ``defs/resource_set.py`` builds one of each from the
+chosen environment (``prx_data.core.settings``)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
-from dagster_ray import LocalRay, RayResource
-from dagster_ray.configs import Lifecycle, RayDataExecutionOptions
+from dagster_ray import LocalRay
 from pydantic import Field, PrivateAttr
 
+from prx_data.compat.ray_config import in_process_ray_auth
 from prx_data.core.locking import LockPolicy
 from prx_data.core.locking import configure as configure_locks
 from prx_data.core.paths import StoragePaths
-from prx_data.core.ray_auth import in_process_ray_auth
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS
-from prx_data.core.settings import Settings, get_settings
 from prx_data.core.storage import OPTION_ENV
 from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
-from prx_data.defs.cluster import ConnectOnDemand, RayClusterAddress, build_cluster_ray
+from prx_data.defs.cluster import ConnectOnDemand
 from prx_data.ingest.registry import Registry, load_registry
 
 # storage_options keys that are secrets, and the environment variable each comes from. Dagster
@@ -108,75 +107,22 @@ class RayTasksResource(dg.ConfigurableResource):
 class RunLocalRay(ConnectOnDemand, LocalRay):
     """Ray started inside the run's process (when a stage first needs it) and stopped when the
     run ends, shared by the run's steps. Used only when no Ray address is set (plain ``dagster dev``); ``prx-data run``,
-    ``demo`` and ``ui`` keep one local Ray for all their runs and connect to it instead."""
+    ``demo`` and ``ui`` keep one local Ray for all their runs and connect to it instead. Built
+    with ``Lifecycle(connect=False)``: Ray starts through ``connect_now``, under its own auth."""
 
     _auth: contextlib.ExitStack | None = PrivateAttr(default=None)
 
-    def connect(self, context):
-        # A token of its own and loopback only, as for the command's head (core.ray_auth).
-        self._auth = contextlib.ExitStack()
-        self._auth.enter_context(in_process_ray_auth())
-        return super().connect(context)
+    def connect_now(self, context: dg.InitResourceContext) -> Any:
+        if not self.connected:
+            # A token of its own and loopback only, as for the command's head (core.ray_auth).
+            self._auth = contextlib.ExitStack()
+            self._auth.enter_context(in_process_ray_auth())
+        return super().connect_now(context)
 
-    def cleanup(self, context, exception):
+    def cleanup(self, context: Any, exception: BaseException | None) -> None:
         try:
             super().cleanup(context, exception)
         finally:
             if self._auth is not None:
                 self._auth.close()
                 self._auth = None
-
-
-_LOCAL_RAY_INIT = {
-    "ignore_reinit_error": True,
-    "include_dashboard": False,
-    "configure_logging": False,
-    "log_to_driver": False,
-}
-
-
-def build_resources(settings: Settings | None = None) -> dict[str, object]:
-    settings = settings or get_settings()
-    ray: RayResource
-    if settings.env == "cluster":
-        ray = build_cluster_ray(settings)
-    elif settings.ray_address:
-        # A cluster this run did not create: connect (on demand) and disconnect, never "delete" it
-        # (dagster-ray would log that it deleted it, though deleting does nothing here).
-        ray = RayClusterAddress(
-            address=settings.ray_address,
-            ray_init_options=_LOCAL_RAY_INIT,
-            lifecycle=Lifecycle(connect=False, cleanup="never"),
-            data_execution_options=RayDataExecutionOptions(verbose_progress=False),
-        )
-    else:
-        ray = RunLocalRay(
-            ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"},
-            lifecycle=Lifecycle(connect=False),
-            data_execution_options=RayDataExecutionOptions(verbose_progress=False),
-        )
-    # lazy: pulls in streaming (torch)
-    from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
-    from prx_data.defs.export.resources import ExportResource
-
-    return {
-        "export": ExportResource(),
-        "captioner": CaptionerResource.from_dict(settings.captioner),
-        "classifier": ClassifierResource.from_dict(settings.classifier),
-        "storage": StorageResource(
-            lance_root=settings.lance_root,
-            mds_root=settings.mds_root,
-            **storage_config(settings.storage_options),
-            rows_per_fragment=settings.rows_per_fragment,
-            lock_wait_s=settings.lock_wait_s,
-            lock_ttl_s=settings.lock_ttl_s,
-        ),
-        "registry": SourceRegistryResource(sources_dir=settings.sources_dir, optout_dir=settings.optout_dir),
-        "ray": ray,
-        "ray_tasks": RayTasksResource(task_resources=settings.ray_task_resources, local_max_rows=settings.local_max_rows),
-    }
-
-
-@dg.definitions
-def resources() -> dg.Definitions:
-    return dg.Definitions(resources=build_resources())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -15,8 +16,8 @@ def dagster_runs_lookup():
         return None
     assets = ("raw_samples", "phashes", "captions", "caption_labels", "mds_shards")
 
-    def lookup(source: str, _sample_id: str, row: dict | None = None) -> dict[str, dict]:
-        runs = {}
+    def lookup(source: str, _sample_id: str, row: dict | None = None) -> dict[str, dict[str, Any]]:
+        runs: dict[str, dict[str, Any]] = {}
         for asset in assets:
             result = instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[source]), limit=1
@@ -33,8 +34,12 @@ def dagster_runs_lookup():
         for asset, column in (("phashes", "phash_run_id"), ("captions", "caption_run_id"), ("caption_labels", "label_run_id")):
             run_id = (row or {}).get(column)
             if run_id:
-                record = instance.get_run_record_by_id(run_id)
-                when = record.create_timestamp.isoformat(timespec="seconds") if record is not None else "run not in this Dagster instance"
+                run_record = instance.get_run_record_by_id(run_id)
+                when = (
+                    run_record.create_timestamp.isoformat(timespec="seconds")
+                    if run_record is not None
+                    else "run not in this Dagster instance"
+                )
                 runs[asset] = {"run_id": run_id, "timestamp": when, "wrote_this_row": True}
         for asset in ("optout_requests", "skip_lists"):
             event = instance.get_latest_materialization_event(dg.AssetKey(asset))

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import lance
 
 from prx_data.core.lance_io import open_table
-from prx_data.core.paths import StoragePaths, join
+from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import Settings
-from prx_data.core.storage import list_dir, locate
+from prx_data.core.storage import join, list_dir, locate
 from prx_data.explorer import validate
 from prx_data.export.tree import SOURCE_RE
 

@@ -11,9 +11,8 @@ import os
 import re
 import unicodedata
 
-from prx_data.core.paths import join
 from prx_data.core.schema import Status
-from prx_data.core.storage import local_path
+from prx_data.core.storage import join, local_path
 
 SAMPLE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 BUCKET_RE = re.compile(r"^[0-9]{1,5}x[0-9]{1,5}$")

@@ -39,16 +39,26 @@ import pyarrow.compute as pc
 
 from prx_data.core.storage import Location, delete_file, exists, list_dir, locate, try_read_bytes, write_bytes
 from prx_data.export._fs import dumps_stable
-from prx_data.export.tree import INDEX_BASENAME, SHARD_KEYS, BucketRef, check_source, list_buckets
+from prx_data.export.tree import (
+    COMMITS_DIR,
+    INDEX_BASENAME,
+    RUNNING_SUFFIX,
+    SHARD_KEYS,
+    SKIP_INFIX,
+    BucketRef,
+    check_source,
+    journal_name,
+    list_buckets,
+    running_marker_name,
+    staged_index_name,
+)
 
 if TYPE_CHECKING:  # the commit reads only what the writers returned
     from prx_data.export.shard_writer import WrittenShards
 
 logger = logging.getLogger(__name__)
 
-COMMITS_DIR = "_commits"
 RUN_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{8}$")
-SKIP_INFIX = ".skip."
 
 
 def new_run_id() -> str:
@@ -60,18 +70,6 @@ def run_of_object(name: str) -> str | None:
     """The run id an object name starts with, or None for index.json, sidecars' owners etc."""
     head = name.split(".", 1)[0]
     return head if RUN_ID_RE.match(head) else None
-
-
-def running_marker_name(source: str, run_id: str) -> str:
-    return f"{source}.{run_id}.running"
-
-
-def staged_index_name(run_id: str) -> str:
-    return f"{run_id}.{INDEX_BASENAME}"
-
-
-def journal_name(source: str) -> str:
-    return f"{source}.json"
 
 
 @dataclass
@@ -156,7 +154,7 @@ def recover(mds_root: str, source: str, storage_options: dict | None = None) -> 
         _apply(root, journal)
         _finish(root, journal)
         report["rolled_forward"] = journal["run_id"]
-    prefix, suffix = f"{source}.", ".running"
+    prefix, suffix = f"{source}.", RUNNING_SUFFIX
     for entry in list_dir(root.child(COMMITS_DIR)):
         if entry.name.startswith(prefix) and entry.name.endswith(suffix):
             run = entry.name[len(prefix) : -len(suffix)]

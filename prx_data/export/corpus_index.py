@@ -51,14 +51,23 @@ from prx_data.core.storage import (
     write_if_changed,
 )
 from prx_data.export._fs import dumps_stable, sha256_bytes
-from prx_data.export.commit import COMMITS_DIR, run_of_object, running_marker_name
-from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, parse_manifest
-from prx_data.export.tree import INDEX_BASENAME, SOURCE_RE, list_buckets, list_sources
+from prx_data.export.commit import run_of_object
+from prx_data.export.skiplist import SkiplistError, parse_manifest
+from prx_data.export.tree import (
+    COMMITS_DIR,
+    INDEX_BASENAME,
+    RETIRED_BUCKETS_BASENAME,
+    RUNNING_SUFFIX,
+    SKIP_INFIX,
+    SKIPLIST_MANIFEST_BASENAME,
+    SOURCE_RE,
+    UNPUBLISHED_BASENAME,
+    list_buckets,
+    list_sources,
+    running_marker_name,
+)
 
-SKIP_INFIX = ".skip."  # skip-list sidecars (export/skiplist.py) are never collected here
-UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
 UNPUBLISHED_FORMAT: Final = "prx-unpublished-bucket"
-RETIRED_BASENAME = "retired_buckets.json"  # at the MDS root, beside the tier folders
 RETIRED_FORMAT = "prx-retired-buckets"
 
 MERGED_FORMAT: Final = 1
@@ -183,11 +192,11 @@ def _skipped_now(bucket: Location, sources: dict[str, str]) -> int:
     refuses it until skip lists are rebuilt, which decides publication again).
     """
 
-    raw = try_read_bytes(bucket.child(MANIFEST_BASENAME))
+    raw = try_read_bytes(bucket.child(SKIPLIST_MANIFEST_BASENAME))
     if raw is None:
         return 0
     try:
-        manifest = parse_manifest(raw, bucket.child(MANIFEST_BASENAME).uri)
+        manifest = parse_manifest(raw, bucket.child(SKIPLIST_MANIFEST_BASENAME).uri)
     except SkiplistError:
         return 0  # a malformed manifest is reported by the loader, with its name
     return manifest.skipped if manifest.sources == sources else 0
@@ -238,7 +247,7 @@ def _last_sources(bucket: Location, merged: bytes | None) -> list[str]:
 def _retire(bucket: Location) -> bool:
     """Remove what makes an emptied bucket look alive; True when anything was removed."""
     removed = False
-    for name in (INDEX_BASENAME, UNPUBLISHED_BASENAME, MANIFEST_BASENAME):
+    for name in (INDEX_BASENAME, UNPUBLISHED_BASENAME, SKIPLIST_MANIFEST_BASENAME):
         if is_file(bucket.child(name)):
             delete_file(bucket.child(name))
             removed = True
@@ -265,12 +274,12 @@ def _retire(bucket: Location) -> bool:
 
 def retired_buckets(mds_root: str, storage_options: dict | None = None) -> dict[str, dict]:
     """``"tier/HxW"`` -> {retired_at, sources} for every bucket retired and not revived since."""
-    raw = try_read_bytes(locate(mds_root, storage_options).child(RETIRED_BASENAME))
+    raw = try_read_bytes(locate(mds_root, storage_options).child(RETIRED_BUCKETS_BASENAME))
     if raw is None:
         return {}
     obj = json.loads(raw)
     if obj.get("format") != RETIRED_FORMAT:
-        raise ValueError(f"{join(mds_root, RETIRED_BASENAME)}: not a {RETIRED_FORMAT} file")
+        raise ValueError(f"{join(mds_root, RETIRED_BUCKETS_BASENAME)}: not a {RETIRED_FORMAT} file")
     return dict(obj.get("buckets", {}))
 
 
@@ -283,7 +292,7 @@ def _record_retirements(root: Location, mds_root: str, storage_options: dict | N
         elif m.retired:
             updated[rel] = {"retired_at": datetime.now(UTC).isoformat(timespec="seconds"), "sources": list(m.retired_sources)}
     if updated != record:
-        write_bytes(root.child(RETIRED_BASENAME), dumps_stable({"format": RETIRED_FORMAT, "version": 1, "buckets": updated}))
+        write_bytes(root.child(RETIRED_BUCKETS_BASENAME), dumps_stable({"format": RETIRED_FORMAT, "version": 1, "buckets": updated}))
 
 
 def merge_all(
@@ -349,7 +358,7 @@ def collect_garbage(root: Location, bucket: Location, previous_merged: set[str],
     skip-list sidecars. Only names that start with a run id are ever candidates.
     """
     keep = set(previous_merged) | _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
-    running = {entry.name for entry in list_dir(root.child(COMMITS_DIR)) if entry.name.endswith(".running")}
+    running = {entry.name for entry in list_dir(root.child(COMMITS_DIR)) if entry.name.endswith(RUNNING_SUFFIX)}
     now = time.time()
     deleted = []
     for folder in list_dir(bucket):

@@ -19,10 +19,10 @@ from typing import Any
 import pyarrow as pa
 
 from prx_data.export import commit
-from prx_data.export.commit import COMMITS_DIR, new_run_id, recover, run_of_object, running_marker_name
+from prx_data.export.commit import new_run_id, recover, run_of_object
 from prx_data.export.mds_rows import BASE_COLUMNS, JPEG_MAGIC, LINEAGE_SCHEMA, MdsWriterConfig
 from prx_data.export.shard_writer import WrittenShards, write_shards
-from prx_data.export.tree import BucketRef, check_source
+from prx_data.export.tree import COMMITS_DIR, BucketRef, check_source, running_marker_name
 
 logger = logging.getLogger(__name__)
 

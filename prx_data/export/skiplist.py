@@ -36,23 +36,23 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from prx_data.core.spill import RowsByKey, SpilledRows, TableByKey
 from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 from prx_data.export._fs import dumps_stable, sha256_bytes
-from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SOURCE_RE, TIER_RE, list_buckets, list_sources
+from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SKIP_INFIX, SOURCE_RE, TIER_RE, list_buckets, list_sources, shard_buckets
+from prx_data.export.tree import SKIPLIST_MANIFEST_BASENAME as MANIFEST_BASENAME
 
 SIDECAR_FORMAT: Final = "prx-skiplist"
 SIDECAR_VERSION: Final = 1
 MANIFEST_FORMAT: Final = "prx-skiplist-manifest"
 MANIFEST_VERSION: Final = 1
-MANIFEST_BASENAME = "skiplists.json"
-SKIP_INFIX = ".skip."
 SIDECAR_GLOB = "*" + SKIP_INFIX + "*.json"
 REWRITE_SHARE = 0.10  # above this skipped share a stream should be rewritten (docs/bucketing.md)
 _MAX_TOKEN = 160  # keeps '<shard>.skip.<token>.json' well under 255 bytes
@@ -511,43 +511,83 @@ def _checked_groups(
     return out
 
 
-class RowsByBucket(Protocol):
-    """Rows read a bucket (``<tier>/<HxW>``) at a time: skip rows (``curation.skip_spill``) or
-    placements (``curation.placement_spill``)."""
+# Skip rows ----------------------------------------------------------------------------------------
+SKIP_SCHEMA = pa.schema(
+    [
+        pa.field("sample_id", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("shard", pa.string()),
+        pa.field("index_in_shard", pa.int64()),
+        pa.field("reason", pa.string()),
+        pa.field("kept_sample_id", pa.string()),
+    ]
+)
+SKIP_COLUMNS = SKIP_SCHEMA.names
+# Skip rows per sample-id range: a range is what a distinct count holds at once.
+RANGE_ROWS = 1_000_000
 
-    def bucket_names(self) -> list[str]: ...
 
-    def bucket(self, name: str) -> pa.Table: ...
+def as_skip_rows(table: pa.Table) -> pa.Table:
+    """``table`` in SKIP_SCHEMA; a missing ``kept_sample_id`` is null."""
+    if "kept_sample_id" not in table.column_names:
+        table = table.append_column("kept_sample_id", pa.nulls(table.num_rows, pa.string()))
+    return table.select(SKIP_COLUMNS).cast(SKIP_SCHEMA)
 
 
-class _TableByBucket:
-    """A skip table seen a bucket at a time (the bucket is the shard path's first two parts)."""
+def _skip_row_buckets(table: pa.Table) -> pa.Array | pa.ChunkedArray:
+    # Unparsable shard paths get bucket "" and are refused by build_skiplists with the path
+    # named, as a table holding them would be.
+    return pc.fill_null(shard_buckets(table["shard"]), "")
 
-    def __init__(self, table: pa.Table) -> None:
-        self.table = _normalised(table)
-        shard_code, shards = _codes(self.table["shard"])
-        parsed = [_parse_shard_path(path) for path in shards]
-        names = sorted({bucket for bucket, _, _ in parsed})
-        codes = {bucket: code for code, bucket in enumerate(names)}
-        bucket_of_shard = np.asarray([codes[bucket] for bucket, _, _ in parsed], dtype=np.int32)
-        self.row_bucket = bucket_of_shard[shard_code] if len(shards) else np.empty(0, np.int32)
-        self.codes = codes
+
+class SpilledSkips(SpilledRows):
+    """A skip-list build's rows (one per sample, placement and reason: duplicates, excluded
+    labels, opt-outs, superseded placements, folded originals; 5-10 % of the corpus), never whole
+    in memory. Spilled twice (``core.spill.SpilledRows``): by bucket, so the sidecars and
+    manifest of one bucket are made from that bucket's rows alone (``build_skiplists``); by
+    sample-id range, so distinct counts (skipped samples, per source, per opt-out request) are
+    summed range by range."""
+
+    def __init__(self, folder: str, expected_rows: int = 0, range_rows: int = RANGE_ROWS):
+        super().__init__(folder, SKIP_SCHEMA, _skip_row_buckets, expected_rows=expected_rows, range_rows=range_rows)
+
+    def add(self, table: pa.Table) -> None:
+        super().add(as_skip_rows(table))
 
     def bucket_names(self) -> list[str]:
-        return list(self.codes)
+        return sorted(super().bucket_names())
 
-    def bucket(self, name: str) -> pa.Table:
-        return self.table.take(pa.array(np.flatnonzero(self.row_bucket == self.codes[name])))
+    def distinct_samples(self) -> tuple[int, dict[str, int]]:
+        """(samples skipped, samples skipped per source): a sample skipped for two reasons or in
+        two placements counts once."""
+        total, per_source = 0, dict[str, int]()
+        for rows in self.id_ranges():
+            if not rows.num_rows:
+                continue
+            total += pc.count_distinct(rows["sample_id"], mode="all").as_py()
+            pairs = rows.select(["source", "sample_id"]).group_by(["source", "sample_id"], use_threads=False).aggregate([])
+            counts = pairs.group_by("source", use_threads=False).aggregate([("sample_id", "count")])
+            for source, count in zip(counts["source"].to_pylist(), counts["sample_id_count"].to_pylist()):
+                per_source[source] = per_source.get(source, 0) + count
+        return total, dict(sorted(per_source.items()))
+
+
+def _skips_by_bucket(table: pa.Table) -> TableByKey:
+    """A skip table seen a bucket at a time; every shard path is checked first, as one table."""
+    table = _normalised(table)
+    for path in _codes(table["shard"])[1]:
+        _parse_shard_path(path)
+    return TableByKey(table, _skip_row_buckets(table))
 
 
 def build_skiplists(
-    table: pa.Table | RowsByBucket, mds_root: str, rewrite_share: float = REWRITE_SHARE, storage_options: dict | None = None
+    table: pa.Table | RowsByKey, mds_root: str, rewrite_share: float = REWRITE_SHARE, storage_options: dict | None = None
 ) -> SkiplistReport:
     """Make the sidecars under ``mds_root`` say exactly what ``table`` says.
 
     ``table``: ``sample_id, shard (path relative to the MDS root), index_in_shard, reason`` and
     optional ``kept_sample_id``; the same (shard, index, reason) may repeat only with equal ids.
-    It may also be rows spilled by bucket (``RowsByBucket``), read one bucket at a time.
+    It may also be rows spilled by bucket (``core.spill.RowsByKey``), read one bucket at a time.
     The rows are the whole truth for the tree: sidecars of (shard, reason) pairs they do not
     mention are removed, and every bucket gets a fresh manifest (also when nothing is skipped).
     ``mds_root`` is a folder or an ``s3://`` / ``gs://`` root that ``storage_options``
@@ -560,8 +600,8 @@ def build_skiplists(
     so bad rows change nothing.
     """
     root = locate(mds_root, storage_options)
-    rows_by_bucket = _TableByBucket(table) if isinstance(table, pa.Table) else table
-    named = rows_by_bucket.bucket_names()
+    rows_by_bucket = _skips_by_bucket(table) if isinstance(table, pa.Table) else table
+    named = sorted(rows_by_bucket.bucket_names())
     named_set = set(named)
     tree_buckets = {ref.rel for ref in list_buckets(mds_root, storage_options)}
     unknown = sorted(named_set - tree_buckets)

@@ -1,9 +1,11 @@
 """The MDS tree's layout: ``<mds root>/<tier>/<height>x<width>/<source>/<run>.<tag>.shard.NNNNN.mds``
 plus the source's ``index.json`` (what readers resolve; ``export.commit`` writes it).
 
-Paths of real folders come from ``prx_data.core.paths``; this module only adds what core/paths.py does
-not know: how to list the tree. Source names never contain a dot (registry rule), so a folder
-name with a dot is never a source (older releases left ``<source>.staging-<run>`` folders).
+The one module that names what lives under the MDS root (``core/paths.py`` names what lives
+under the Lance root): every file and folder name below is spelled here only
+(``prx_data_tests/test_storage_names.py``), and the bucket and source folders are made here.
+It also lists the tree. Source names never contain a dot (registry rule), so a folder name with
+a dot is never a source (older releases left ``<source>.staging-<run>`` folders).
 
 ``list_buckets`` and ``list_sources`` take a local folder or an ``s3://`` / ``gs://`` root alike
 (with the same ``storage_options`` as Lance): an object store has no folders, only prefixes, so a
@@ -15,25 +17,56 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from prx_data.core.paths import StoragePaths
-from prx_data.core.storage import is_file, list_dir, locate
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prx_data.core.storage import is_file, join, list_dir, locate
 
 SOURCE_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 BUCKET_RE = re.compile(r"^(\d+)x(\d+)$")
 TIER_RE = re.compile(r"^\d+$")
-INDEX_BASENAME = "index.json"
 SHARD_KEYS = ("raw_data", "zip_data")  # the file entries of one shard in an MDS index
+
+# In a bucket folder and its source folders.
+INDEX_BASENAME = "index.json"  # a source's index; in a published bucket, the merged one
+SKIPLIST_MANIFEST_BASENAME = "skiplists.json"  # a bucket's skip-list manifest (export.skiplist)
+SKIP_INFIX = ".skip."  # '<shard>.skip.<reason token>.json': a sidecar of samples to skip
+UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
+FOLD_SUFFIX = "--fold"  # '<source>--fold': a sparse bucket's images folded into this shape
+# At the MDS root, beside the tier folders (none is a number, so no listing takes it for a tier).
+RETIRED_BUCKETS_BASENAME = "retired_buckets.json"  # buckets every source left (export.corpus_index)
+COMMITS_DIR = "_commits"  # '<source>.json': the export journal; '<source>.<run>.running': a run in flight
+RUNNING_SUFFIX = ".running"
+RETIRED_DIR = "_retired"  # '<source>/<stamp>/<tier>/<HxW>/': a retired source's shards
+RETIRE_RECEIPT_BASENAME = "receipt.json"  # beside them: what moved where
+REPORTS_DIR = "_reports"
+DATA_CARD_BASENAME = "data_card.md"
+
+
+def running_marker_name(source: str, run_id: str) -> str:
+    return f"{source}.{run_id}{RUNNING_SUFFIX}"
+
+
+def staged_index_name(run_id: str) -> str:
+    return f"{run_id}.{INDEX_BASENAME}"
+
+
+def journal_name(source: str) -> str:
+    return f"{source}.json"
+
+
+def retired_source_dir(mds_root: str, source: str, stamp: str) -> str:
+    return join(mds_root, RETIRED_DIR, source, stamp)
+
+
+def data_card_path(mds_root: str) -> str:
+    return join(mds_root, REPORTS_DIR, DATA_CARD_BASENAME)
 
 
 def check_source(source: str) -> str:
     if not SOURCE_RE.fullmatch(source):
         raise ValueError(f"invalid source name {source!r}: lowercase letters, digits, '-', '_' only")
     return source
-
-
-def mds_paths(mds_root: str) -> StoragePaths:
-    # The MDS half of StoragePaths is all we need; lance_root is unused here.
-    return StoragePaths(lance_root="", mds_root=mds_root)
 
 
 def bucket_key(height: int, width: int) -> str:
@@ -45,6 +78,24 @@ def parse_bucket(bucket: str) -> tuple[int, int]:
     if not match:
         raise ValueError(f"invalid bucket {bucket!r}, expected '<height>x<width>'")
     return int(match.group(1)), int(match.group(2))
+
+
+def shard_buckets(shards: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The bucket (``<tier>/<HxW>``: a shard path's first two parts) of each shard path; null
+    where the path has fewer parts."""
+    return pc.struct_field(pc.extract_regex(shards, r"^(?P<bucket>[^/]+/[^/]+)/"), "bucket")
+
+
+def bucket_rels(placements: pa.Table) -> pa.Array:
+    """``<tier>/<bucket>`` of every placement (its ``tier`` and ``bucket`` columns): the bucket's
+    path in the tree."""
+    rel = pc.binary_join_element_wise(pc.cast(placements["tier"], pa.string()), placements["bucket"], "/")
+    return rel.combine_chunks() if isinstance(rel, pa.ChunkedArray) else rel
+
+
+def placed_buckets(placements: pa.Table) -> pa.Array:
+    """``bucket_rels`` of the placements that have a shard; null for one never placed (in no bucket)."""
+    return pc.if_else(pc.is_valid(placements["shard"]), bucket_rels(placements), pa.scalar(None, pa.string()))
 
 
 @dataclass(frozen=True, order=True)
@@ -63,10 +114,10 @@ class BucketRef:
         return f"{self.tier}/{self.bucket}"
 
     def dir(self, mds_root: str) -> str:
-        return mds_paths(mds_root).bucket_dir(self.tier, self.height, self.width)
+        return join(mds_root, str(self.tier), self.bucket)
 
     def source_dir(self, mds_root: str, source: str) -> str:
-        return mds_paths(mds_root).source_stream_dir(self.tier, self.height, self.width, source)
+        return join(self.dir(mds_root), source)
 
 
 def list_buckets(mds_root: str, storage_options: dict | None = None) -> list[BucketRef]:

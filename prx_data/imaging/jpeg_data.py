@@ -8,7 +8,7 @@ Huffman-decoded, and a scan that ends early or holds a bad code raises.
 Huffman-decoding a photo's scans is most of what any decode costs, so it is done once per image,
 where the pixels are needed first: the perceptual hash's reduced grey decode
 (``decode.open_for_hash``). Ingest, which must run near the speed of copying bytes, keeps to
-headers and the structure walk (``ingest.probe``).
+headers and the structure walk (``ingest.rows.image_probe``).
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 ``prx-data run`` knows which sources it will ingest within a second of its start; the ingest
 step itself began 1.5-2.5 s later, after Dagster's imports, storage and definitions. For a URL list
 that is ingested in this process (``workers: 1``) the first unit's first URLs are sent to the
-process's download session (``download.shared_session``) at once, so the requests are on the
+process's download session (``download_session.shared_session``) at once, so the requests are on the
 wire during that start-up; the step's stream then takes those downloads over instead of
-fetching the URLs again (``DownloadSession.start_early``). Issue #24: the first request within
-2 s of the command's start.
+fetching the URLs again (``DownloadSession.start_early``), so the first request leaves within
+about a second of the command's start (docs/downloads.md).
 
 Only a source without a table yet: every URL of it is new, so nothing is fetched that the
 step would not fetch. For an ingested source the step's change detection decides, and nothing
@@ -39,9 +39,10 @@ def start_first_downloads(source: RegisteredSource, table_uri: str, storage_opti
     def run() -> None:
         # lazy, in this thread: the download path and lance load beside the orchestrator's own imports
         from prx_data.core.lance_io import open_table
-        from prx_data.ingest.download import shared_session
-        from prx_data.ingest.object_source import source_storage_options
-        from prx_data.ingest.units import Unit, list_units, read_unit
+        from prx_data.ingest.http.download_session import shared_session
+        from prx_data.ingest.plan.unit_listing import list_units
+        from prx_data.ingest.read.object_store import source_storage_options
+        from prx_data.ingest.read.units import Unit, read_unit
 
         try:
             if open_table(table_uri, storage_options) is not None:
@@ -65,6 +66,6 @@ def start_first_downloads(source: RegisteredSource, table_uri: str, storage_opti
 def drop_unclaimed() -> None:
     """Stop the early downloads no run claimed (call once the command's source runs are over):
     a run that failed before its ingest must not leave requests that the exit then waits for."""
-    download = sys.modules.get("prx_data.ingest.download")
+    download = sys.modules.get("prx_data.ingest.http.download_session")
     if download is not None:  # never imported: nothing was started
         download.drop_early_downloads()

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from prx_data.compat.lance_rows import take_by_address
 from prx_data.core.lance_io import ensure_columns, fragment_of, open_table, update_fragments
 from prx_data.core.locking import locks_table
+from prx_data.core.paths import staging_uri
 from prx_data.core.spill import PartitionFiles, key_runs
 from prx_data.core.storage import delete_tree, locate
 from prx_data.stages.column_spec import FINGERPRINT, ColumnStage, input_fingerprints
@@ -64,10 +65,6 @@ class StageStats:
         return self.processed / self.seconds if self.seconds else 0.0
 
 
-def staging_uri(table_uri: str, stage: str) -> str:
-    return f"{table_uri.rstrip('/').removesuffix('.lance')}.staging-{stage}.lance"
-
-
 def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance.LanceDataset | None:
     staged = open_table(uri, options)
     if staged is None:
@@ -85,7 +82,7 @@ def _staged_current(uri: str, stage: ColumnStage, options: dict | None) -> lance
 # A processor receives the sample ids and row addresses of a chunk and yields result tables
 # (sample_id + the stage's columns); it decides where the work runs.
 class Chunked(Protocol):
-    """Rows to do that read themselves back in slices (``export_spill.ScanOrdered``)."""
+    """Rows to do that read themselves back in slices (``core.spill.ScanOrdered``)."""
 
     @property
     def num_rows(self) -> int: ...
@@ -313,7 +310,7 @@ def pending_rows(ds: lance.LanceDataset, stage: ColumnStage, exclude: Iterable[s
 
 def address_chunks(todo: pa.Table | Chunked, size: int) -> Iterator[pa.Table]:
     """Slices of at most ``size`` rows of the rows to do: a table, or rows spilled to disk that
-    read themselves back in order (``export_spill.ScanOrdered``)."""
+    read themselves back in order (``core.spill.ScanOrdered``)."""
     if not isinstance(todo, pa.Table):
         yield from todo.chunks(size)
         return

@@ -5,11 +5,11 @@ The driver's memory is bounded by one planning partition, not by the source: the
 read batch by batch (captions included, since ``meta_key`` hashes them) and only narrow per-row
 columns (sample id, row address, phash, keys, target bucket, drop reason) are kept, spilled with
 the previous exports and superseded tables to Arrow IPC files in sample-id partitions
-(``export_spill``), and joined partition by partition. Two passes: the first sums the small
+(``core.spill``), and joined partition by partition. Two passes: the first sums the small
 per-bucket counts the rewrite threshold needs, the second decides each partition and spills its
 plan, which the exports table is then built from partition by partition. Captions of rows to
 write are read again, chunk by chunk, by whoever writes them. The rows to encode are spilled too,
-by ranges of scan position, and read back one range at a time (``export_spill.ScanOrdered``).
+by ranges of scan position, and read back one range at a time (``core.spill.ScanOrdered``).
 What stays whole-source in memory is only the rows re-used with their old bytes (sample id, row
 address and old placement: the changed captions, or every row of a bucket being rewritten) and
 the orphans a killed run left.
@@ -38,14 +38,18 @@ import pyarrow.compute as pc
 from prx_data.core.counts import value_counter
 from prx_data.core.reasons import reason_code
 from prx_data.core.schema import EXPORT_SCHEMA
+from prx_data.core.spill import ScanOrdered, SpilledPartitions, partition_count, partition_of, range_bounds
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BucketConfig, Drop, assign
 from prx_data.imaging.decode import Reason
-from prx_data.stages.export_spill import ScanOrdered, SpilledPartitions, partition_count, partition_of, range_bounds
 
 # Columns the written samples carry besides the image (read per chunk, never source-wide).
 META_COLUMNS = ("caption", "label", "caption_model")
+# Planning a partition peaks near 1.7 KB a row on the driver (the joined narrow columns, their
+# sorted copies, the new and previous exports rows compared; benchmarks/bench_export_memory.py
+# at 40,000 rows in one partition): 1 M rows stay near 1.7 GB.
+MAX_PARTITION_ROWS = 1_000_000
 # A ``phash_error`` whose code is a decode reason says the image bytes are unusable (a JPEG
 # cut mid-scan is first found there): the row is dropped with that reason, not exported.
 # Other hash errors (``hash_failed: ...``) are left to the export's own decode.
@@ -290,7 +294,7 @@ def plan(
     orphans,
 ) -> Plan:
     """Classify every current row against its previous placement, one sample-id partition at a
-    time (``export_spill``): the current rows, the previous exports and the stored superseded
+    time (``core.spill``): the current rows, the previous exports and the stored superseded
     placements are spilled under ``folder`` in about ``rows / max_partition_rows`` partitions.
     A first pass sums the per-bucket counts the rewrite threshold needs, a second decides each
     partition and spills its plan. Memory: one partition, plus the rows to write.

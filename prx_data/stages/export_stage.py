@@ -47,7 +47,7 @@ from prx_data.core.paths import superseded_uri
 from prx_data.core.ray_tasks import ensure_ray, task_options
 from prx_data.core.reasons import reason_code
 from prx_data.core.schema import EXPORT_SCHEMA, SUPERSEDED_SCHEMA
-from prx_data.core.spill import PartitionFiles
+from prx_data.core.spill import PartitionFiles, ScanOrdered, SpilledPartitions, range_bounds
 from prx_data.export.commit import abandon, begin, new_run_id, recover
 from prx_data.export.mds_rows import LINEAGE_SCHEMA
 from prx_data.export.mds_writer import MdsWriterConfig, commit_parts
@@ -59,8 +59,7 @@ from prx_data.imaging.buckets import BucketConfig, Drop
 from prx_data.imaging.transform import Prepared, prepare
 from prx_data.stages.column_stage import address_chunks, read_images, read_rows
 from prx_data.stages.executors import Executor, make_processor, resolve_executor
-from prx_data.stages.export_plan import META_COLUMNS, exports_table, find_orphans, plan, scan_current
-from prx_data.stages.export_spill import MAX_PARTITION_ROWS, ScanOrdered, SpilledPartitions, range_bounds
+from prx_data.stages.export_plan import MAX_PARTITION_ROWS, META_COLUMNS, exports_table, find_orphans, plan, scan_current
 from prx_data.stages.versions import export_version
 
 # A caption longer than this is a scraping accident (a page's whole text, a base64 blob), not a
@@ -171,7 +170,7 @@ def export_source(
     a time: with captions, they are what the driver holds besides one planning partition.
     Planning spills the source's narrow per-row columns (and the previous exports and
     superseded tables) under ``scratch_dir`` in sample-id partitions of about
-    ``max_partition_rows`` rows and holds one at a time (``export_spill``); the spill is
+    ``max_partition_rows`` rows and holds one at a time (``core.spill``); the spill is
     removed when the run ends, failed or not.
     """
     if max_partition_rows < 1:

@@ -3,7 +3,7 @@
 One scan of the eligible rows (``sample_id``, the stage's condition and input columns, the stored
 fingerprint: never a blob) decides each batch in Arrow and spills the rows to do (``sample_id``,
 row address, input fingerprint) to local disk. When they are more than ``range_rows``, they are
-split into sample-id ranges (``stages.export_spill``) and the run does one range at a time: its
+split into sample-id ranges (``core.spill``) and the run does one range at a time: its
 rows to do, the staged results of a killed run that match them, the fingerprints its results
 are stored with. The commit looks results up range by range too (:class:`RangeLookup`).
 
@@ -28,9 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prx_data.core.sorted_keys import SortedKeys
-from prx_data.core.spill import PartitionFiles, key_runs
+from prx_data.core.spill import PartitionFiles, SpilledPartitions, key_runs, partition_count, partition_of, range_bounds
 from prx_data.stages.column_spec import FINGERPRINT, ColumnStage, input_fingerprints
-from prx_data.stages.export_spill import SpilledPartitions, partition_count, partition_of, range_bounds
 
 RANGE_ROWS = 1_000_000
 

@@ -33,15 +33,21 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 from streaming import Stream, StreamingDataLoader, StreamingDataset
-from streaming.base.format.base.reader import JointReader, Reader
-from streaming.base.util import number_abbrev_to_int
 
-from prx_data.compat.streaming_internals import configure_downloads, download_stream_file, resample_kept
+from prx_data.compat.streaming_internals import (
+    configure_downloads,
+    dataset_ranks,
+    download_stream_file,
+    epoch_size_value,
+    resample_kept,
+    shard_basename,
+    world_ranks,
+)
 from prx_data.compat.streaming_internals import reset_weights as _reset_weights
 from prx_data.core.storage import local_path, locate, try_read_bytes
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
-from prx_data.export.tree import INDEX_BASENAME, list_buckets
+from prx_data.export.tree import INDEX_BASENAME, UNPUBLISHED_BASENAME, list_buckets
 
 Weights = None | Mapping[str, float] | Literal["by_count"]
 
@@ -92,10 +98,9 @@ class PrxStreamingDataset(StreamingDataset):
                 raise ValueError(f"every sample of stream(s) {names} is skipped; leave them out")
             for stream in self.streams:
                 _reset_weights(stream)
-            epoch_size = kwargs.get("epoch_size")
-            epoch_size_value = number_abbrev_to_int(epoch_size) if epoch_size else None
-            self.epoch_size = Stream.apply_weights(self.streams, self.kept_per_stream, epoch_size_value, self.shuffle_seed)
-            self.length = ceil(self.epoch_size / self._parallel_rank_world.num_ranks)
+            epoch_size = epoch_size_value(kwargs.get("epoch_size"))
+            self.epoch_size = Stream.apply_weights(self.streams, self.kept_per_stream, epoch_size, self.shuffle_seed)
+            self.length = ceil(self.epoch_size / dataset_ranks(self))
 
     # Loading skip lists --------------------------------------------------------------------
     @staticmethod
@@ -138,12 +143,12 @@ class PrxStreamingDataset(StreamingDataset):
                         "asset) or pass require_skiplists=False"
                     )
                 return np.empty(0, np.int64)
-            sizes = {_shard_basename(shard): int(shard.samples) for shard in shards}
+            sizes = {shard_basename(shard): int(shard.samples) for shard in shards}
             skips = load_bucket_skips(local_dir, shard_samples=sizes, fetch=fetch, expected_sources=index_digests)
         finally:
             if scratch:
                 shutil.rmtree(os.path.join(local_dir, scratch), ignore_errors=True)
-        offsets = {_shard_basename(shard): int(self.sample_offset_per_shard[first + i]) for i, shard in enumerate(shards)}
+        offsets = {shard_basename(shard): int(self.sample_offset_per_shard[first + i]) for i, shard in enumerate(shards)}
         parts = [offsets[name] + indices for name, indices in skips.skipped.items() if len(indices)]
         return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
@@ -281,9 +286,7 @@ def smallest_trainable_stream(batch_size: int, batching_method: str) -> int:
     """Fewest kept samples a stream needs under ``batching_method``: per-stream batching fills a
     whole global batch (``batch_size`` x ranks) from one stream, and streaming raises otherwise."""
     if batching_method in ("per_stream", "device_per_stream"):
-        from streaming.base.world import World
-
-        return batch_size * World.detect().num_ranks
+        return batch_size * world_ranks()
     return 1
 
 
@@ -334,7 +337,9 @@ def make_loader(
             unknown = sorted(set(weights) - in_tree)
             if unknown:
                 raise ValueError(f"weights name buckets that are not in {mds_root}: {unknown}")
-            left_out.update({rel: "not published for training (see its unpublished.json)" for rel in sorted(set(weights) - published)})
+            left_out.update(
+                {rel: f"not published for training (see its {UNPUBLISHED_BASENAME})" for rel in sorted(set(weights) - published)}
+            )
             buckets = [b for b in buckets if b.rel in weights]
         trainable = []
         for bucket in buckets:
@@ -384,10 +389,3 @@ def make_loader(
         **dataset_kwargs,
     )
     return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_fn)
-
-
-def _shard_basename(shard: Reader) -> str:
-    # Exports are MDS, whose shards are JointReaders: one raw file, named in the skip lists.
-    if not isinstance(shard, JointReader):
-        raise TypeError(f"skip lists cover MDS shards only, got a {type(shard).__name__}")
-    return shard.raw_data.basename

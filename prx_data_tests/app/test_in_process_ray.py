@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     """
     import json, os, subprocess, sys
     import ray  # loaded before the switches are set, as in a Dagster run process
-    from prx_data.ingest.parallel import _ray
+    from prx_data.ingest.unit_tasks import _ray
     from prx_data_tests.app.sockets import is_loopback, listening_sockets, process_tree
 
     os.environ.pop("PRX_RAY_ADDRESS", None)

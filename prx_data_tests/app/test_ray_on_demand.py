@@ -149,7 +149,7 @@ def test_a_head_that_cannot_start_fails_every_stage_that_needs_it_saying_why():
 
 
 def test_ingest_gets_ray_starting_once_it_has_written_more_than_the_stages_do_locally(tmp_path):
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
 
     root = tiny_root(tmp_path / "data", images=3)

@@ -12,7 +12,7 @@ from dagster._core.execution.retries import auto_reexecution_should_retry_run
 from prx_data.core.locking import TableLocked
 from prx_data.core.retry import Retryable
 from prx_data.defs.failures import RETRY_ON_STEP_FAILURE_TAG, fail_fast, is_transient, readable_message
-from prx_data.ingest.readers import SourceUnavailable
+from prx_data.ingest.read.raw_item import SourceUnavailable
 from prx_data_tests.conftest import run_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -48,7 +48,7 @@ def test_a_transient_error_is_still_retried_by_the_step_policy(data_root, prx_de
         attempts.append(1)
         raise OSError("AWS Error SLOW_DOWN during PutObject operation: Please reduce your request rate. (503)")
 
-    monkeypatch.setattr("prx_data.ingest.ingest.ingest_source", flaky)  # the asset imports it when it runs
+    monkeypatch.setattr("prx_data.ingest.driver.ingest_source", flaky)  # the asset imports it when it runs
     (data_root / "inputs" / "f").mkdir(parents=True)
     (data_root / "sources" / "f.yaml").write_text(f"name: f\nshape: image_folder\nlocation: {data_root / 'inputs' / 'f'}\nlicense: cc0\n")
     result = run_source(prx_defs, instance, "f", selection=[dg.AssetKey("raw_samples")])

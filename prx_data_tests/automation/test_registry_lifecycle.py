@@ -15,13 +15,13 @@ import json
 import dagster as dg
 import pytest
 
-from prx_data.core.paths import StoragePaths, join
+from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import get_settings
-from prx_data.core.storage import exists, glob_files, is_file, locate, read_bytes, write_bytes
+from prx_data.core.storage import exists, glob_files, is_file, join, locate, read_bytes, write_bytes
+from prx_data.curation.retire import archive_source, receipts
 from prx_data.defs.ingest.registry_status import CHECK_NAME, SOURCE_REGISTRY
-from prx_data.defs.ingest.retire import RETIRED_MDS, archive_source, receipts
 from prx_data.defs.partitions import sources_partitions
-from prx_data.export.tree import list_buckets, list_sources
+from prx_data.export.tree import RETIRED_DIR, list_buckets, list_sources
 from prx_data_tests.automation.conftest import PER_SOURCE, Automation, evaluate_sensor, local_stages, write_folder_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -170,8 +170,8 @@ def test_archive_moves_the_export_on_both_roots(storage_root):
 
     assert receipt.samples_moved == 10 and len(receipt.moved) == 3
     files = storage_root.files("mds")
-    assert not any("/gone/" in f and not f.startswith(RETIRED_MDS) for f in files)
-    assert sum(f.startswith(f"{RETIRED_MDS}/gone/") and f.endswith("shard.00000.mds") for f in files) == 2
+    assert not any("/gone/" in f and not f.startswith(RETIRED_DIR) for f in files)
+    assert sum(f.startswith(f"{RETIRED_DIR}/gone/") and f.endswith("shard.00000.mds") for f in files) == 2
     assert {f for f in files if "/keep/" in f} == {"1024/1024x1024/keep/index.json", "512/512x512/keep/index.json"}
     assert glob_files(locate(paths.raw_table("gone"), storage_root.options), "*", recursive=True) == ["data/f.lance"]
     assert not exists(locate(paths.exports_table("gone"), storage_root.options))

@@ -54,7 +54,7 @@ def run_chain(
     write_workers: int,
 ) -> None:
     from prx_data.curation.optout.requests import ingest_matcher
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.stages.caption_stage import compute_captions
     from prx_data.stages.export_stage import export_source
     from prx_data.stages.label_stage import compute_labels

@@ -58,7 +58,7 @@ def source_bucket(s3_server, tmp_path) -> Bucket:
 
 
 def _prepare(bucket: Bucket, paths: StoragePaths, options: dict) -> None:
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.stages.caption_stage import compute_captions
 
     source = RegisteredSource(

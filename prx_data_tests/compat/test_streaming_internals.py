@@ -114,3 +114,15 @@ def test_download_stream_file_fetches_and_reports_not_found_at_once(tmp_path: Pa
     with pytest.raises(FileNotFoundError):
         compat.download_stream_file(stream, "absent.json")
     assert time.monotonic() - started < 1.0  # not-found is an answer, not a failure to retry
+
+
+def test_what_the_loader_reads_of_the_dataset(streams_dir) -> None:
+    plain = StreamingDataset(streams=[Stream(local=streams_dir[0])], batch_size=BS)
+    assert compat.dataset_ranks(plain) == compat.world_ranks() == 1  # one process, no distributed job
+    assert len(plain) == plain.length == 37
+    names = [compat.shard_basename(shard) for shard in plain.shards]
+    assert names == [info["raw_data"]["basename"] for info in json.loads(Path(streams_dir[0], "index.json").read_text())["shards"]]
+    assert compat.epoch_size_value("2k") == 2000 and compat.epoch_size_value(77) == 77 and compat.epoch_size_value(None) is None
+    with pytest.raises(TypeError, match="MDS shards only"):
+        compat.shard_basename(object())  # type: ignore[arg-type]
+    _release(plain)

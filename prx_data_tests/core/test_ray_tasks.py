@@ -22,7 +22,7 @@ def test_resources_reach_the_options_and_bad_ones_are_refused() -> None:
 
 def test_the_setting_reaches_the_dagster_resource_and_bad_values_are_refused_by_name() -> None:
     from prx_data.core.settings import load_settings
-    from prx_data.defs.resources import build_resources
+    from prx_data.defs.resource_set import build_resources
 
     env = {"PRX_DATA_ROOT": "/nonexistent/prx", "PRX_RAY_TASK_RESOURCES": '{"cpu_pool": 0.01}'}
     assert build_resources(load_settings(env))["ray_tasks"].resources == {"cpu_pool": 0.01}

@@ -129,7 +129,7 @@ class World:
     # Pipeline steps --------------------------------------------------------------------------
     def ingest(self, name: str, run_id: str | None = None) -> None:
         from prx_data.curation.optout.requests import ingest_matcher
-        from prx_data.ingest.ingest import ingest_source
+        from prx_data.ingest.driver import ingest_source
         from prx_data.ingest.registry import load_registry
         from prx_data.stages.phash_stage import compute_phashes
 

@@ -146,7 +146,7 @@ def test_python_heap_does_not_grow_with_the_source(tmp_path, monkeypatch):
 def test_skipped_exports_are_counted_one_sample_id_range_at_a_time(tmp_path, partitions):
     """Distinct exported ids and how many of them are skipped, from ids spilled by range: the
     counts of one range add up to the set arithmetic over the whole source."""
-    from prx_data.stages.export_spill import SpilledPartitions, range_bounds
+    from prx_data.core.spill import SpilledPartitions, range_bounds
 
     rng = random.Random(9)
     exported = [sample_id(SOURCE, f"k{rng.randrange(2000)}") for _ in range(3000)]  # with repeats

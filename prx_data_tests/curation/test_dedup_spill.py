@@ -7,8 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from prx_data.curation.dedup import DedupConfig, find_duplicates
-from prx_data.curation.dedup_spill import MAX_PARTITION_BITS, partition_bits, spilled_duplicates
+from prx_data.curation.dedup import MAX_PARTITION_BITS, DedupConfig, find_duplicates, partition_bits, spilled_duplicates
 
 SHAPES = [(512, 512, 512), (512, 448, 576), (1024, 1024, 1024), (1024, 896, 1152), (2048, 2048, 2048)]
 

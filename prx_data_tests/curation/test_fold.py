@@ -22,7 +22,7 @@ from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.curation import fold as fold_mod
 from prx_data.curation.exclusion import compute_skips, write_skip_lists
-from prx_data.curation.fold import FOLDED, FoldPolicy, apply_fold_policy, folds_table, read_folds
+from prx_data.curation.fold import FOLDED, FoldPolicy, apply_fold_policy, read_folds
 from prx_data.curation.report import build_data_card
 from prx_data.export.corpus_index import merge_all, unpublished_buckets
 from prx_data.export.mds_writer import MdsWriterConfig
@@ -144,8 +144,8 @@ def test_policy_off_changes_nothing(paths: StoragePaths, encodes):
     assert (report.folded, report.folds, encodes[0]) == (0, {}, 0)
     assert FOLDED not in set(skips["reason"].to_pylist())
     assert not [p for p in Path(paths.mds_root).rglob("*--fold*")]
-    assert open_table(folds_table(paths, "alpha")) is None
-    assert not Path(folds_table(paths, "alpha")).with_suffix(".lock").exists(), "no lock file either"
+    assert open_table(paths.folds_table("alpha")) is None
+    assert not Path(paths.folds_table("alpha")).with_suffix(".lock").exists(), "no lock file either"
     assert {SPARSE, FAR} <= set(unpublished_buckets(paths.mds_root))
     assert set(epoch(paths.mds_root)) == ids(*(f"wide{i}" for i in range(6)), *(f"square{i}" for i in range(5)))
 

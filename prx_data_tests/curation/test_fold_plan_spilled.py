@@ -1,4 +1,4 @@
-"""The fold plan read a bucket at a time (``curation.placement_spill``): from placements and
+"""The fold plan read a bucket at a time (``curation.exclusion.SpilledPlacements``): from placements and
 skip rows spilled by bucket it decides the same folds, refusals and moving samples as from whole
 tables, and reads each bucket's placements and skip rows once, one bucket at a time."""
 
@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from prx_data.curation.exclusion import PLACEMENT_SCHEMA
+from prx_data.curation.exclusion import PLACEMENT_SCHEMA, SpilledPlacements
 from prx_data.curation.fold import FoldPolicy, folded_skip_rows, plan_folds
-from prx_data.curation.placement_spill import SpilledPlacements
-from prx_data.curation.skip_spill import SKIP_SCHEMA, SpilledSkips
+from prx_data.export.skiplist import SKIP_SCHEMA, SpilledSkips
 from prx_data.imaging.buckets import BucketConfig, shapes_for_tier
 
 SHAPES = shapes_for_tier(512, BucketConfig())  # aspect index -> (height, width); 6 is square

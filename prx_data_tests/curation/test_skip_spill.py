@@ -1,10 +1,10 @@
-"""The skip rows of a build, spilled by bucket and by sample-id range (curation.skip_spill)."""
+"""The skip rows of a build, spilled by bucket and by sample-id range (export.skiplist.SpilledSkips, on core.spill)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from prx_data.curation.skip_spill import SKIP_SCHEMA, SpilledSkips
+from prx_data.export.skiplist import SKIP_SCHEMA, SpilledSkips
 
 
 def _rows(*rows: tuple[str, str, str, int, str]) -> pa.Table:

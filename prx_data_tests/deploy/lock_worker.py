@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
         from prx_data.core.locking import configure
         from prx_data.core.paths import StoragePaths
         from prx_data.core.settings import get_settings
-        from prx_data.ingest.ingest import ingest_source
+        from prx_data.ingest.driver import ingest_source
         from prx_data.ingest.registry import load_registry
         from prx_data.stages.export_stage import export_source
         from prx_data.stages.phash_stage import compute_phashes

@@ -8,7 +8,7 @@ from pathlib import Path
 import lance
 import pytest
 
-from prx_data.ingest.ingest import EmptySource, ingest_source
+from prx_data.ingest.driver import EmptySource, ingest_source
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import lance
 
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
 from prx_data_tests.ingest.test_parallel_ingest import LAYOUT, content, shards, wds
 
 

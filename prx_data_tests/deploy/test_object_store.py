@@ -22,7 +22,7 @@ from prx_data.export.corpus_index import merge_all
 from prx_data.export.mds_writer import write_partition
 from prx_data.export.tree import list_buckets, list_sources
 from prx_data.imaging.buckets import assign
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
 from prx_data.ingest.registry import load_registry
 from prx_data.stages.export_stage import export_source
 from prx_data.stages.phash_stage import compute_phashes

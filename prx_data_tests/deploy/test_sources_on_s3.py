@@ -20,8 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prx_data.ingest.ingest import EmptySource, ingest_source
-from prx_data.ingest.readers import SourceUnavailable, read_source
+from prx_data.ingest.driver import EmptySource, ingest_source
+from prx_data.ingest.read.raw_item import SourceUnavailable
+from prx_data.ingest.read.whole_source import read_source
 from prx_data.ingest.registry import RegisteredSource, SourceSpec, load_spec
 from prx_data_tests import images
 from prx_data_tests.http_fixtures import LOCAL_NETWORKS
@@ -36,7 +37,7 @@ def ray_two_cpus():
     """One Ray for the module's `workers: 2` runs (ingest reuses a Ray the process has)."""
     import ray
 
-    from prx_data.core.ray_auth import in_process_ray_auth
+    from prx_data.compat.ray_config import in_process_ray_auth
 
     with in_process_ray_auth():
         ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, configure_logging=False, log_to_driver=False)
@@ -337,7 +338,7 @@ def test_a_storage_profile_names_variables_and_never_holds_a_secret(tmp_path: Pa
 
 @pytest.mark.parametrize("pattern", ["*.tar", "**/*.tar", "sub/*.tar", "s?b/**/x[0-9].tar", "[!a]*.tar", "**", "sub/**/*.jsonl"])
 def test_globs_match_the_same_objects_as_files(pattern, tmp_path: Path, s3_server, s3_bucket):
-    from prx_data.ingest.readers import _files, make_root
+    from prx_data.ingest.read.source_files import list_files, make_root
 
     tree = tmp_path / "tree"
     for rel in ("a.tar", "b.tar", "sub/x1.tar", "sub/deep/x2.tar", "sub/deep/y.jsonl", "sab/x3.tar", "sub.tar"):
@@ -345,10 +346,10 @@ def test_globs_match_the_same_objects_as_files(pattern, tmp_path: Path, s3_serve
         (tree / rel).write_bytes(b"x")
     mirror(tree, s3_server.client(), s3_bucket, PREFIX)
     spec = SourceSpec(name="g", shape="webdataset", location="x")
-    local = [p.relative_to(tree).as_posix() for p in _files(tree / pattern, (".tar",))]
+    local = [p.relative_to(tree).as_posix() for p in list_files(tree / pattern, (".tar",))]
     uri = f"s3://{s3_bucket}/{PREFIX}/{pattern}"
     remote = [
-        str(p).removeprefix(f"{s3_bucket}/{PREFIX}/") for p in _files(uri, (".tar",), make_root(spec, uri, None, s3_server.options()))
+        str(p).removeprefix(f"{s3_bucket}/{PREFIX}/") for p in list_files(uri, (".tar",), make_root(spec, uri, None, s3_server.options()))
     ]
     assert remote == local and local
 
@@ -359,7 +360,7 @@ def test_a_rerun_opens_only_added_and_edited_objects(where, tmp_path: Path, s3_s
     """Signatures (ETag on S3, size+mtime on disk) decide which objects a re-run opens; kept
     objects' rows stay, edited ones are replaced, removed ones deleted, and a run killed between
     the table commit and the manifest write loses nothing (its objects are read again)."""
-    from prx_data.ingest import unit_manifest
+    from prx_data.ingest.plan import unit_manifest
 
     options, client = s3_server.options(), s3_server.client()
     tree = tmp_path / "tree"

@@ -97,7 +97,7 @@ def test_tables_fresh_from_ingest_are_browsable(tmp_path):
     from prx_data.core.settings import load_settings
     from prx_data.demo.corpus import build_demo_corpus
     from prx_data.explorer.app import build_app
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
 
     with warnings.catch_warnings():

@@ -69,7 +69,7 @@ def _build_world(root: StorageRoot, folder: Path) -> dict:
     (folder / "optout" / "req-1.yaml").write_text(yaml.safe_dump({"id": "req-1", "source_keys": ["s1:b"]}))
     applied = refresh(world.paths, world.optout_dir, world.priorities(), exclude_labels=(), options=root.options, write_card=False)
     card = build_data_card(world.paths, sorted(world.sources), options=root.options, generated_at=GENERATED)
-    card_path = card.write(world.paths.report_dir(), root.options)
+    card_path = card.write(world.paths.mds_root, root.options)
     return {"root": root, "world": world, "applied": applied, "card": card, "card_bytes": read_bytes(locate(card_path, root.options))}
 
 

@@ -26,7 +26,7 @@ from prx_data.core.settings import get_settings
 from prx_data.imaging import jpeg_data
 from prx_data.imaging.decode import HASH_DRAFT_SIDE, load_pixels, open_for_hash, read_header
 from prx_data.imaging.phash import phash_row
-from prx_data.ingest.probe import probe_image
+from prx_data.ingest.rows.image_probe import probe_image
 from prx_data_tests import images
 from prx_data_tests.conftest import run_source
 from prx_data_tests.curation.optout_world import Item, World

@@ -9,7 +9,7 @@ from datetime import UTC
 import pytest
 
 from prx_data.core.schema import Status
-from prx_data.ingest.download import (
+from prx_data.ingest.http.download_session import (
     DownloadResult,
     _HostLimiter,
     download_many,
@@ -414,7 +414,7 @@ def test_host_limit_halves_on_throttle_and_grows_back_one_slot_per_round():
 def test_then_runs_in_the_download_threads_and_a_failure_in_it_costs_one_item(http_server: HTTPTestServer):
     import threading
 
-    from prx_data.ingest.download import DownloadSession
+    from prx_data.ingest.http.download_session import DownloadSession
 
     for name in ("a", "b", "bad"):
         http_server.add_route(f"/{name}", name.encode())

@@ -16,9 +16,11 @@ from pathlib import Path
 import lance
 import pytest
 
-from prx_data.ingest import units
-from prx_data.ingest.download import DownloadSession, shared_session
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
+from prx_data.ingest.http.download_session import DownloadSession, shared_session
+from prx_data.ingest.plan import unit_listing
+from prx_data.ingest.read import jsonl
+from prx_data.ingest.read.units import read_unit
 from prx_data.ingest.registry import DownloadConfig, RegisteredSource, SourceSpec
 from prx_data_tests import images
 from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, Response
@@ -54,7 +56,7 @@ def test_one_session_reuses_connections_across_chunks_and_units(http_server: HTT
         http_server.add_route(f"/i{i}.jpg", JPEG, headers={"Content-Type": "image/jpeg"})
     write_list(tmp_path / "list.jsonl", [http_server.url(f"/i{i}.jpg") for i in range(600)])
     # Three units of 200 lines read in this process: 600 requests across three units.
-    monkeypatch.setattr(units, "JSONL_UNIT_LINES", 200)
+    monkeypatch.setattr(unit_listing, "JSONL_UNIT_LINES", 200)
     source = url_source(str(tmp_path / "list.jsonl"), tmp_path, concurrency=8, per_host=8)
     stats = ingest_source(source, str(tmp_path / "raw.lance"))
     assert stats.units == 3
@@ -189,18 +191,18 @@ def test_shared_session_is_one_per_config():
 
 
 def test_line_runs_cover_the_file_at_line_starts(tmp_path: Path):
-    from prx_data.ingest.contained import Root
+    from prx_data.ingest.read.contained import Root
 
     lines = [b'{"id": %d}\n' % i for i in range(23)] + [b'{"id": "last-no-newline"}']
     path = tmp_path / "a.jsonl"
     path.write_bytes(b"".join(lines))
-    runs = units._line_runs(path, Root(tmp_path), 5)
+    runs = jsonl.line_runs(path, Root(tmp_path), 5)
     data = path.read_bytes()
     assert [r[2] for r in runs] == [0, 5, 10, 15, 20]
     assert runs[0][0] == 0 and runs[-1][1] == len(data)
     assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
     assert all(data[s - 1 : s] == b"\n" for s, _, _ in runs[1:])
-    assert units._line_runs(path, Root(tmp_path), 100) is None
+    assert jsonl.line_runs(path, Root(tmp_path), 100) is None
 
 
 def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, tmp_path: Path, monkeypatch, http_server: HTTPTestServer):
@@ -215,7 +217,7 @@ def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, t
     source = url_source(location, tmp_path, concurrency=4, per_host=4)
     whole = ingest_source(source, storage_root.uri("whole.lance"), storage_options=storage_root.options)
     assert whole.units == 1
-    monkeypatch.setattr(units, "JSONL_UNIT_LINES", 6)
+    monkeypatch.setattr(unit_listing, "JSONL_UNIT_LINES", 6)
     split = ingest_source(source, storage_root.uri("split.lance"), storage_options=storage_root.options)
     assert split.units == 7
     assert content(storage_root.uri("split.lance"), storage_root.options) == content(storage_root.uri("whole.lance"), storage_root.options)
@@ -232,19 +234,19 @@ def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, t
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr(units, "URL_UNIT_ITEMS", 9)
-    monkeypatch.setattr(units, "JSONL_UNIT_LINES", 8192)
+    monkeypatch.setattr(unit_listing, "URL_UNIT_ITEMS", 9)
+    monkeypatch.setattr(unit_listing, "JSONL_UNIT_LINES", 8192)
     buf = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist([{"id": f"p{i}", "u": http_server.url(f"/j{i}.jpg"), "c": f"c{i}"} for i in range(40)]), buf)
     pq_location = storage_root.put("sources", "list.parquet", data=buf.getvalue().to_pybytes())
     pq_source = RegisteredSource(source.spec.model_copy(update={"shape": "parquet", "location": pq_location}), source.path)
     # 40 lines in runs of 9; the JSONL's blank line 21 is skipped, not an item.
     for src, expected in ((source, [9, 9, 8, 9, 4]), (pq_source, [9, 9, 9, 9, 4])):
-        one = [u for u in units.list_units(src, storage_options=storage_root.options)]
-        many = [u for u in units.list_units(src, storage_options=storage_root.options, workers=2)]
+        one = [u for u in unit_listing.list_units(src, storage_options=storage_root.options)]
+        many = [u for u in unit_listing.list_units(src, storage_options=storage_root.options, workers=2)]
         assert len(one) == 1
-        pieces = [[(it.key, it.url, it.error) for it in units.read_unit(src, u, storage_root.options)] for u in many]
-        whole = [(it.key, it.url, it.error) for it in units.read_unit(src, one[0], storage_root.options)]
+        pieces = [[(it.key, it.url, it.error) for it in read_unit(src, u, storage_root.options)] for u in many]
+        whole = [(it.key, it.url, it.error) for it in read_unit(src, one[0], storage_root.options)]
         assert [len(p) for p in pieces] == expected
         assert [x for p in pieces for x in p] == whole
 

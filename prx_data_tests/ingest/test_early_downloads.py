@@ -18,9 +18,9 @@ import dagster as dg
 import pytest
 
 from prx_data.core.schema import Status
-from prx_data.ingest.download import DownloadSession, shared_session
+from prx_data.ingest.driver import ingest_source
 from prx_data.ingest.early_downloads import start_first_downloads
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.http.download_session import DownloadSession, shared_session
 from prx_data.ingest.registry import DownloadConfig
 from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, Response
 from prx_data_tests.ingest.test_download_pipeline import JPEG, content, url_source, write_list
@@ -69,7 +69,7 @@ def test_early_downloads_nobody_claims_are_dropped_with_the_session(http_server:
 
 
 def test_unclaimed_early_downloads_are_stopped_so_the_exit_does_not_wait_for_their_retries(http_server: HTTPTestServer):
-    from prx_data.ingest.download import drop_early_downloads
+    from prx_data.ingest.http.download_session import drop_early_downloads
 
     def slow_503(req):
         req.wait(0.5)
@@ -89,9 +89,9 @@ def test_unclaimed_early_downloads_are_stopped_so_the_exit_does_not_wait_for_the
         assert result.status is not Status.OK and http_server.hits("/busy.jpg") == 1  # not retried
         assert session._early == {}
     finally:
-        from prx_data.ingest import download
+        from prx_data.ingest.http import download_session
 
-        download._close_shared()
+        download_session._close_shared()
 
 
 def test_a_new_url_source_is_ingested_once_with_its_first_downloads_started_early(
@@ -122,9 +122,9 @@ def test_a_new_url_source_is_ingested_once_with_its_first_downloads_started_earl
         assert shared_session(source.spec.download)._early == {}
         assert [http_server.hits(f"/n{i}.jpg") for i in range(40)] == [1] * 40
     finally:
-        from prx_data.ingest import download
+        from prx_data.ingest.http import download_session
 
-        download._close_shared()
+        download_session._close_shared()
 
 
 def test_only_a_url_list_read_in_this_process_starts_early(tmp_path: Path):

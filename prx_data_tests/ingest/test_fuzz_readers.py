@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 

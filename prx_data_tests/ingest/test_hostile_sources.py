@@ -26,10 +26,10 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from prx_data.ingest import netguard
-from prx_data.ingest.download import download_many
-from prx_data.ingest.ingest import EmptySource, ingest_source
-from prx_data.ingest.readers import read_source
+from prx_data.ingest.driver import EmptySource, ingest_source
+from prx_data.ingest.http import netguard
+from prx_data.ingest.http.download_session import download_many
+from prx_data.ingest.read.whole_source import read_source
 from prx_data.ingest.registry import DownloadConfig, RegisteredSource, SourceSpec
 from prx_data_tests import images
 from prx_data_tests.http_fixtures import (
@@ -285,7 +285,7 @@ def test_a_gzip_bomb_response_is_capped_while_inflating(http_server: HTTPTestSer
 
 _BOMB_CHILD = """
 import resource, sys
-from prx_data.ingest.probe import probe_image
+from prx_data.ingest.rows.image_probe import probe_image
 data = open(sys.argv[1], 'rb').read()
 probe_image(b'', 1)  # imports and warm-up before the baseline
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

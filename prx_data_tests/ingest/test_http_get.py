@@ -1,4 +1,4 @@
-"""The download step's HTTP client (``http_get.Pool``) on its own: HTTPS verified against a CA
+"""The download step's HTTP client (``connection_pool.Pool``) on its own: HTTPS verified against a CA
 built here, connections kept alive and a dead one replaced, the deadline on every read (headers
 included), a body cut short of its Content-Length, request targets percent-encoded."""
 
@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from prx_data.core.schema import Status
-from prx_data.ingest import netguard
-from prx_data.ingest.download import download_many
-from prx_data.ingest.http_get import Pool
+from prx_data.ingest.http import netguard
+from prx_data.ingest.http.connection_pool import Pool
+from prx_data.ingest.http.download_session import download_many
 from prx_data.ingest.registry import DownloadConfig
 from prx_data_tests import tls_certs
 from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
 from prx_data.ingest.registry import load_registry
 from prx_data_tests.images import jpeg
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from prx_data.core.ids import sample_id
 from prx_data.curation.optout.requests import OptOutRequest
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
 from prx_data.ingest.registry import load_registry
 from prx_data_tests.images import photo_like
 

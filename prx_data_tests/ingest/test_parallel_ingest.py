@@ -16,9 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prx_data.ingest import parallel, units
-from prx_data.ingest.ingest import ingest_source
-from prx_data.ingest.readers import read_source
+from prx_data.ingest import unit_tasks
+from prx_data.ingest.driver import ingest_source
+from prx_data.ingest.plan import unit_listing
+from prx_data.ingest.read import parquet
+from prx_data.ingest.read.units import read_unit
+from prx_data.ingest.read.whole_source import read_source
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 
@@ -101,7 +104,7 @@ def test_units_read_exactly_what_the_whole_source_reader_reads(tmp_path: Path, m
     (folder / "p0.txt").write_text("a caption")
     (folder / "broken.jpg").write_bytes(b"not an image")
     folder_src = RegisteredSource(SourceSpec(name="photos", shape="image_folder", location=str(folder)), tmp_path / "p.yaml")
-    monkeypatch.setattr(units, "FOLDER_BATCH", 3)
+    monkeypatch.setattr(unit_listing, "FOLDER_BATCH", 3)
 
     table = pa.table({"id": [f"r{i}" for i in range(10)], "img": [images.jpeg(16, 16, seed=i) for i in range(10)]})
     pq.write_table(table, tmp_path / "rows.parquet", row_group_size=3)
@@ -109,12 +112,12 @@ def test_units_read_exactly_what_the_whole_source_reader_reads(tmp_path: Path, m
         SourceSpec(name="rows", shape="parquet", location=str(tmp_path / "rows.parquet"), fields={"key": "id", "image": "img"}),
         tmp_path / "q.yaml",
     )
-    monkeypatch.setattr(units, "PARQUET_UNIT_ROWS", 4)
+    monkeypatch.setattr(unit_listing, "PARQUET_UNIT_ROWS", 4)
     # 8 entries in batches of 3; row groups of 3, 3, 3, 1 rows in runs of at least 4 rows.
     for src, expected_units in ((folder_src, 3), (pq_src, 2)):
-        listed = list(units.list_units(src))
+        listed = list(unit_listing.list_units(src))
         assert len(listed) == expected_units
-        split = [(it.key, it.data, it.caption, it.error) for u in listed for it in units.read_unit(src, u)]
+        split = [(it.key, it.data, it.caption, it.error) for u in listed for it in read_unit(src, u)]
         whole = [(it.key, it.data, it.caption, it.error) for it in read_source(src)]
         assert split == whole
 
@@ -165,7 +168,7 @@ def test_run_killed_after_some_units_wrote_fragments_keeps_the_last_version(tmp_
 
     layout = {k: [(key, seed + 100, cap) for key, seed, cap in v] for k, v in LAYOUT.items()}  # every image changes
     shards(tmp_path / "wds", layout)
-    real = parallel.process_unit
+    real = unit_tasks.process_unit
     done = []
 
     def dies_on_third_unit(job, unit, skip=frozenset()):
@@ -174,10 +177,10 @@ def test_run_killed_after_some_units_wrote_fragments_keeps_the_last_version(tmp_
         done.append(unit.index)
         return real(job, unit, skip)
 
-    monkeypatch.setattr(parallel, "process_unit", dies_on_third_unit)
+    monkeypatch.setattr(unit_tasks, "process_unit", dies_on_third_unit)
     with pytest.raises(KeyboardInterrupt):
         ingest_source(wds(tmp_path), uri, workers=1)
-    monkeypatch.setattr(parallel, "process_unit", real)
+    monkeypatch.setattr(unit_tasks, "process_unit", real)
     assert len(set((tmp_path / "t.lance" / "data").iterdir()) - data_files) >= 2, "two units wrote fragments"
     assert lance.dataset(uri).version == version and content(uri) == before
 
@@ -201,19 +204,19 @@ def test_url_lists_become_download_sized_units_with_several_workers(tmp_path: Pa
         src = RegisteredSource(
             SourceSpec(name=f"u{shape}", shape=shape, location=str(tmp_path / f"urls.{shape}"), fields=fields), tmp_path / "u.yaml"
         )
-        assert len(list(units.list_units(src))) == 1
-        listed = list(units.list_units(src, workers=2))
-        assert [sum(1 for _ in units.read_unit(src, u)) for u in listed] == [512, 512, 76], shape
+        assert len(list(unit_listing.list_units(src))) == 1
+        listed = list(unit_listing.list_units(src, workers=2))
+        assert [sum(1 for _ in read_unit(src, u)) for u in listed] == [512, 512, 76], shape
         assert len({u.index for u in listed}) == 3 and [u.index for u in listed] == sorted(u.index for u in listed)
-        split = [(it.key, it.url, it.caption) for u in listed for it in units.read_unit(src, u)]
+        split = [(it.key, it.url, it.caption) for u in listed for it in read_unit(src, u)]
         assert split == [(it.key, it.url, it.caption) for it in read_source(src)]
         assert [k for k, _, _ in split] == [r["id"] for r in records]
         # The spec's own workers count decides when the caller names none.
         two = RegisteredSource(src.spec.model_copy(update={"workers": 2}), src.path)
-        assert len(list(units.list_units(two))) == 3
+        assert len(list(unit_listing.list_units(two))) == 3
     # A huge row group is cut into at most MAX_PIECES_PER_ROW_GROUP pieces (each decodes the rows before it).
-    monkeypatch.setattr(units, "MAX_PIECES_PER_ROW_GROUP", 2)
+    monkeypatch.setattr(parquet, "MAX_PIECES_PER_ROW_GROUP", 2)
     src = RegisteredSource(
         SourceSpec(name="upq", shape="parquet", location=str(tmp_path / "urls.parquet"), fields=fields), tmp_path / "u.yaml"
     )
-    assert [u.rows for u in units.list_units(src, workers=2)] == [550, 550]
+    assert [u.rows for u in unit_listing.list_units(src, workers=2)] == [550, 550]

@@ -1,7 +1,7 @@
 import pytest
 
 from prx_data.core.schema import Status
-from prx_data.ingest.probe import probe_image
+from prx_data.ingest.rows.image_probe import probe_image
 from prx_data_tests import images
 
 LIMIT = 100_000_000

@@ -18,8 +18,8 @@ from PIL import Image
 
 from benchmarks.photos import make_photo
 from prx_data.core.schema import Status
-from prx_data.ingest import probe as probe_module
-from prx_data.ingest.probe import probe_image
+from prx_data.ingest.rows import image_probe as probe_module
+from prx_data.ingest.rows.image_probe import probe_image
 
 LIMIT = 100_000_000
 

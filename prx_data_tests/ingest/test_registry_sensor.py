@@ -6,7 +6,6 @@ import json
 
 import dagster as dg
 
-from prx_data.defs.ingest.sensors import source_registry_sensor
 from prx_data.defs.partitions import sources_partitions
 
 RAW = dg.AssetKey("raw_samples")
@@ -16,7 +15,7 @@ def _evaluate(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | 
     context = dg.build_sensor_context(
         instance=instance, cursor=cursor, resources={k: defs.resources[k] for k in ("registry", "storage")}, definitions=defs
     )
-    result = source_registry_sensor(context)
+    result = defs.resolve_sensor_def("source_registry_sensor")(context)
     # Apply the partition requests as the daemon would.
     if isinstance(result, dg.SensorResult):
         for request in result.dynamic_partitions_requests or []:

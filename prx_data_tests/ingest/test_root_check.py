@@ -3,8 +3,7 @@ registry keeps as a str) used to crash it (``str`` has no ``resolve``)."""
 
 from pathlib import Path
 
-from prx_data.ingest.registry import load_registry
-from prx_data.ingest.root_check import wide_root_warning
+from prx_data.ingest.registry import load_registry, wide_root_warning
 
 
 def _source(folder: Path, text: str):

@@ -12,7 +12,7 @@ import lance
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prx_data.ingest.ingest import ingest_source
+from prx_data.ingest.driver import ingest_source
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 

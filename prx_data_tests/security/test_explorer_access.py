@@ -22,7 +22,7 @@ def small_corpus(tmp_path: Path):
     from prx_data.core.paths import StoragePaths
     from prx_data.core.settings import load_settings
     from prx_data.curation.optout.requests import apply_requests
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
 
     data = tmp_path / "data"

@@ -26,7 +26,7 @@ def test_non_image_rows_keep_no_bytes(storage_root, tmp_path: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
 
     specs = _spec_dir(tmp_path)
@@ -102,7 +102,7 @@ def test_registry_sensor_tick_warns_about_a_wide_root(tmp_path: Path):
         storage = StorageResource(lance_root=str(tmp_path / "lance"), mds_root=str(tmp_path / "mds"))
         context = dg.build_sensor_context(instance=instance, resources={"registry": registry, "storage": storage})
         context.log.addHandler(collect)  # the tick's log, as the daemon stores it
-        source_registry_sensor(context)
+        source_registry_sensor(30)(context)
     lines = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     assert any("'wide'" in m and "wider than the spec's folder" in m for m in lines), lines
     assert not any("'narrow'" in m for m in lines)

@@ -45,7 +45,7 @@ def _urls(http_server) -> dict[str, str]:
 @pytest.fixture
 def ingested(storage_root, http_server, tmp_path: Path, monkeypatch):  # noqa: F811
     from prx_data.core.settings import get_settings
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
 
     urls = _urls(http_server)
@@ -103,7 +103,7 @@ def test_stored_urls_hold_no_credential(ingested, storage_root, http_server):  #
     assert not leaks
 
     # A second run with nothing changed rewrites nothing (the digest compares redacted forms).
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
 
     again = ingest_source(

@@ -111,7 +111,7 @@ def test_tables_from_before_fingerprints_upgrade_without_needless_work(storage_r
     from prx_data.stages.phash_stage import compute_phashes
 
     world.write_source("s1")
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
     from prx_data.ingest.registry import load_registry
 
     ingest_source(load_registry(world.root / "sources").get("s1"), uri, storage_options=world.options)

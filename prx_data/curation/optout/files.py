@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from prx_data.core.schema import Status
-from prx_data.ingest.contained import Root, read_contained
+from prx_data.ingest.read.contained import Root, read_contained
 from prx_data.ingest.registry import DEFAULT_FORMATS
 
 # Ingest's own defaults (SourceSpec.max_bytes / max_pixels): an opt-out image is a photo someone
@@ -52,7 +52,7 @@ def read_image_file(
     the header); raises ``UnreadableFile`` naming the file and the reason."""
     # Here: the probe's Pillow and libjpeg load only when a request names an image file (the code
     # location imports this module through the request models).
-    from prx_data.ingest.probe import probe_image
+    from prx_data.ingest.rows.image_probe import probe_image
 
     data = read_capped_file(path, max_bytes, "image file")
     probe = probe_image(data, max_pixels=max_pixels, max_bytes=max_bytes, formats=DEFAULT_FORMATS)

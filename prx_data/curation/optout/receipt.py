@@ -17,7 +17,7 @@ from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_BUILD_SCHEMA
 
 if TYPE_CHECKING:
-    from prx_data.curation.skip_spill import SpilledSkips
+    from prx_data.export.skiplist import SpilledSkips
 
 
 def record_build(paths: StoragePaths, skips: pa.Table | SpilledSkips, options: dict | None = None) -> str:

@@ -552,7 +552,7 @@ def ingest_matcher(optout_dir: str):
         return None
 
     # Ingest keeps an unchanged input object's rows without re-reading it only while the
-    # requests it was matched against are the same (prx_data.ingest.unit_manifest).
+    # requests it was matched against are the same (prx_data.ingest.plan.unit_manifest).
     match.fingerprint = hashlib.sha256(  # type: ignore[attr-defined]
         json.dumps([sorted(m.items()) for m in (by_id, by_key, by_url, by_domain)]).encode()
     ).hexdigest()[:16]

@@ -4,10 +4,10 @@ import dataclasses
 
 import dagster as dg
 
+from prx_data.curation.retire import receipts, receipts_markdown
 from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.failures import fail_fast
-from prx_data.defs.ingest.retire import receipts, receipts_markdown
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 
 
@@ -124,9 +124,9 @@ def corpus_report(
     card, path = write_data_card(storage.paths, registry.load().sources, exclude_labels=export.exclude_labels, options=storage.options)
     retired = receipts(storage.mds_root, storage.options)
     if retired:
-        # The receipt of every retired source (defs/ingest/retire.py) belongs on the card.
+        # The receipt of every retired source (curation/retire.py) belongs on the card.
         card = dataclasses.replace(card, markdown=card.markdown + receipts_markdown(retired))
-        path = card.write(storage.paths.report_dir(), storage.options)
+        path = card.write(storage.mds_root, storage.options)
     return dg.MaterializeResult(
         metadata={
             "data_card": dg.MetadataValue.md(card.markdown),

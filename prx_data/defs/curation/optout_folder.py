@@ -28,13 +28,7 @@ def optout_folder(context) -> dg.ObserveResult:
     return dg.ObserveResult(data_version=dg.DataVersion(version), metadata={"files": count, "folder": dg.MetadataValue.path(folder)})
 
 
-@dg.sensor(
-    minimum_interval_seconds=get_settings().sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Records an observation of optout_folder when the folder's content changed "
-    "(no run is launched for the observation itself).",
-)
-def optout_folder_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
+def optout_folder_tick(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
     version, count = folder_version(registry.optout_dir)
     # A first tick (no cursor) compares with the version last recorded in the instance (by an
     # earlier sensor or by `prx-data run`), so opening the UI on built data records nothing new.
@@ -53,6 +47,17 @@ def optout_folder_sensor(context: dg.SensorEvaluationContext, registry: SourceRe
             f"of optout_requests, skip_lists and corpus_report by automation{note}"
         ),
     )
+
+
+def optout_folder_sensor(interval_s: int) -> dg.SensorDefinition:
+    """The opt-out folder's sensor, ticking at most every ``interval_s`` seconds (PRX_SENSOR_INTERVAL_S)."""
+    return dg.sensor(
+        name="optout_folder_sensor",
+        minimum_interval_seconds=interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Records an observation of optout_folder when the folder's content changed "
+        "(no run is launched for the observation itself).",
+    )(optout_folder_tick)
 
 
 def optout_observation(version: str, count: int, folder: str) -> dg.AssetObservation:
@@ -77,3 +82,11 @@ def record_optout_folder(instance: dg.DagsterInstance, folder: str) -> None:
     version, count = folder_version(folder)
     if observed_optout_version(instance) != version:
         instance.report_runless_asset_event(optout_observation(version, count, folder))
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The asset and its sensor, built when the Definitions load, so the tick interval follows the
+    settings of that load (a module with a ``@dg.definitions`` function contributes only what it
+    returns)."""
+    return dg.Definitions(assets=[optout_folder], sensors=[optout_folder_sensor(get_settings().sensor_interval_s)])

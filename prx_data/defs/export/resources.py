@@ -3,6 +3,7 @@
 import dagster as dg
 from pydantic import Field
 
+from prx_data.core.settings import EXCLUDE_LABELS
 from prx_data.export.mds_writer import MdsWriterConfig
 from prx_data.imaging.buckets import BucketConfig
 
@@ -18,7 +19,7 @@ class ExportResource(dg.ConfigurableResource):
     shapes_per_tier: int = 13
     multiple: int = 16
     shard_size_mb: int = 128
-    exclude_labels: list[str] = Field(default_factory=lambda: ["nsfw", "text"])
+    exclude_labels: list[str] = Field(default_factory=lambda: list(EXCLUDE_LABELS))
     require_caption: bool = True
     # Longer captions drop their sample as ``caption_too_long`` (stages.export_stage).
     max_caption_chars: int = Field(default=20_000, ge=1)

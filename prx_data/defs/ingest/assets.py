@@ -11,14 +11,14 @@ from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
 from prx_data.defs.resources import RayTasksResource, SourceRegistryResource, StorageResource
-from prx_data.ingest.readers import SourceUnavailable
+from prx_data.ingest.read.raw_item import SourceUnavailable
 
 
 class RawSamplesConfig(dg.Config):
     reread_unchanged: bool = Field(
         default=False,
         description="Open every object of the source, not only those whose ETag/size/mtime changed since the "
-        "last run (prx_data/ingest/unit_manifest.py); for stores whose signatures cannot be trusted.",
+        "last run (prx_data/ingest/plan/unit_manifest.py); for stores whose signatures cannot be trusted.",
     )
 
 
@@ -42,7 +42,7 @@ def raw_samples(
     ray_tasks: RayTasksResource,
 ) -> dg.MaterializeResult:
     # lazy: the code location loads without lance (Dagster imports it in every process)
-    from prx_data.ingest.ingest import ingest_source
+    from prx_data.ingest.driver import ingest_source
 
     reg = registry.load()
     try:

@@ -1,11 +1,11 @@
 """The ``retire_source`` job: what the registry sensor launches when a spec is removed (and what
-``prx-data sources remove`` runs directly). Policy: ``prx_data/defs/ingest/retire.py``."""
+``prx-data sources remove`` runs directly). Policy: ``prx_data/curation/retire.py``."""
 
 import dagster as dg
 
 from prx_data.core.settings import get_settings
+from prx_data.curation.retire import archive_source
 from prx_data.defs.failures import fail_fast
-from prx_data.defs.ingest.retire import archive_source
 from prx_data.defs.partitions import SOURCES_PARTITION
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.export.corpus_index import merge_all

@@ -18,13 +18,13 @@ import dagster as dg
 
 from prx_data.core.ids import printable
 from prx_data.core.settings import get_settings
+from prx_data.curation.retire import receipts
 from prx_data.defs.ingest.registry_status import problems_digest, problems_evaluation, problems_summary, registry_problems
-from prx_data.defs.ingest.retire import receipts
 from prx_data.defs.ingest.retire_job import RETIRE_TAG, retire_source_job
 from prx_data.defs.jobs import source_pipeline_job
 from prx_data.defs.partitions import SOURCE_TAG_FINGERPRINT, SOURCES_PARTITION, sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
-from prx_data.ingest.root_check import wide_root_warning
+from prx_data.ingest.registry import wide_root_warning
 
 RETIRE_JOB = "retire_source"
 
@@ -70,16 +70,7 @@ def readd_request(name: str, fingerprint: str) -> dg.RunRequest:
     )
 
 
-@dg.sensor(
-    jobs=[source_pipeline_job, retire_source_job],
-    minimum_interval_seconds=get_settings().sensor_interval_s,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Watches the source registry folder: adds a partition per new source (automation "
-    "then runs its chain), re-ingests a source whose spec changed, and retires the partition of a "
-    "removed spec (retire_source). Bad specs and opt-out requests skip the tick with the reason "
-    "and turn the source_registry check red; the other sources go on.",
-)
-def source_registry_sensor(context: dg.SensorEvaluationContext, registry: SourceRegistryResource, storage: StorageResource):
+def source_registry_tick(context: dg.SensorEvaluationContext, registry: SourceRegistryResource, storage: StorageResource):
     reg = registry.load()
     problems = registry_problems(reg, registry.optout_dir)
     known = set(context.instance.get_dynamic_partitions(SOURCES_PARTITION))
@@ -155,3 +146,23 @@ def source_registry_sensor(context: dg.SensorEvaluationContext, registry: Source
         cursor=cursor,
         asset_events=events,
     )
+
+
+def source_registry_sensor(interval_s: int) -> dg.SensorDefinition:
+    """The registry sensor, ticking at most every ``interval_s`` seconds (PRX_SENSOR_INTERVAL_S)."""
+    return dg.sensor(
+        name="source_registry_sensor",
+        jobs=[source_pipeline_job, retire_source_job],
+        minimum_interval_seconds=interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Watches the source registry folder: adds a partition per new source (automation "
+        "then runs its chain), re-ingests a source whose spec changed, and retires the partition of a "
+        "removed spec (retire_source). Bad specs and opt-out requests skip the tick with the reason "
+        "and turn the source_registry check red; the other sources go on.",
+    )(source_registry_tick)
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """Built when the Definitions load, so the tick interval follows the settings of that load."""
+    return dg.Definitions(sensors=[source_registry_sensor(get_settings().sensor_interval_s)])
