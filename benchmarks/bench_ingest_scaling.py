@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
 
-    from prx_data.app.local_ray import ADDRESS_VAR, quiet_ray_env, start_head
+    from prx_data.app.local_ray import start_head
+    from prx_data.core.quiet import quiet_ray_env
+    from prx_data.core.ray_tasks import ADDRESS_VAR
 
     photos = make_photo_jpegs(args.n, Path(__file__).parent / "_cache" / "photos")
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-scaling-"))
