@@ -223,14 +223,18 @@ def _run_everything(args: argparse.Namespace) -> int:
                 outcome = materialize_sources(defs, instance, plan.to_run, _workspace_file(), reread_unchanged=force)
                 if plan.to_run:
                     drop_unclaimed()
-                if plan.corpus_needed(outcome):
+                if outcome and not any(outcome.values()):
+                    # Corpus-wide assets over sources that all failed would only fail the same
+                    # way, or publish what is already published.
+                    print("[corpus] skipped: every source run failed")
+                elif plan.corpus_needed(outcome):
                     corpus_ok = materialize_corpus(defs, instance, _workspace_file())
                 else:
                     print("[corpus] inputs unchanged since the last corpus run: skipped")
         # After the corpus assets, which may write the sources' tables (the fold policy): the
         # records hold the versions this command leaves.
         record_sources(plan, outcome, settings)
-        if corpus_ok and plan.corpus_needed(outcome):
+        if corpus_ok and (not outcome or any(outcome.values())) and plan.corpus_needed(outcome):
             record_corpus(plan, settings)
     else:
         print("[corpus] inputs unchanged since the last corpus run: skipped")

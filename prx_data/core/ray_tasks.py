@@ -180,6 +180,34 @@ def bounded(ray, submit: Callable[[Any], Any], items: Iterator[Any], limit: int)
             ray.cancel(ref)
 
 
+def wait_for_task_resources(ray, resources: dict[str, float] | None, wait_s: float, poll_s: float = 0.5) -> None:
+    """Return once a live node offers every custom resource of ``resources``; after ``wait_s``
+    raise a :class:`PermanentError` naming what the nodes do offer (a task asking for a label no
+    node has waits forever in Ray's queue)."""
+    if not resources:
+        return
+    import time
+
+    from prx_data.core.permanent_errors import PermanentError
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        if any(all(n["Resources"].get(k, 0) >= v for k, v in resources.items()) for n in nodes):
+            return
+        if time.monotonic() >= deadline:
+            offered = sorted({k for n in nodes for k in n["Resources"] if k not in _BUILT_IN and not k.startswith("node:")})
+            raise PermanentError(
+                f"no live Ray node offers the task resources {json.dumps(resources)} after {wait_s:.0f}s "
+                f"({len(nodes)} live nodes; custom resources they offer: {', '.join(offered) or 'none'})",
+                "PRX_RAY_TASK_RESOURCES to a resource your worker nodes start with (or PRX_RAY_RESOURCE_WAIT_S longer)",
+            )
+        time.sleep(poll_s)
+
+
+_BUILT_IN = frozenset({"CPU", "GPU", "memory", "object_store_memory", "accelerator_type"})
+
+
 def task_options(*, num_cpus: float, max_retries: int, resources: dict[str, float] | None = None) -> dict:
     """``ray.remote`` options; ``resources`` adds custom node resources a task must find (e.g.
     ``{"cpu_pool": 0.01}`` places it only on nodes started with that resource)."""

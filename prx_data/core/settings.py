@@ -81,6 +81,17 @@ class Settings(BaseSettings):
     # run with little to do never joins Ray (seconds per run). 0: always Ray. Work pinned by
     # PRX_RAY_TASK_RESOURCES always goes to Ray.
     local_max_rows: int = Field(LOCAL_MAX_ROWS, ge=0)
+    # Fail fast on a cluster that cannot work: how long a driver waits for something to answer
+    # as a Ray cluster at PRX_RAY_ADDRESS (a head that restarts is back within it), and for a
+    # live node that offers PRX_RAY_TASK_RESOURCES (raise it when an autoscaler starts those
+    # nodes from zero). Past either wait the run fails once, naming the setting, unretried.
+    ray_connect_wait_s: float = Field(10.0, ge=0)
+    ray_resource_wait_s: float = Field(60.0, ge=0)
+    # Defaults for a source spec that does not set its own ``workers`` (ingest units read at
+    # once) or ``write_workers`` (export Ray tasks that each encode and write a share of the
+    # rows): more spreads that work over the cluster's nodes.
+    ingest_workers: int | None = Field(None, ge=1, le=1024)
+    write_workers: int | None = Field(None, ge=1, le=1024)
     # Cluster profile only (deployments/): Dagster's PostgreSQL (the same URL the deployment's
     # dagster.yaml reads), the RayCluster spec a run gets when no PRX_RAY_ADDRESS is set, and
     # whether the code location checks its services when it loads (cluster.check_cluster_startup).

@@ -27,9 +27,11 @@ from urllib.parse import urlparse
 import dagster as dg
 import yaml
 from dagster_ray import LocalRay, RayResource
-from dagster_ray.configs import Lifecycle
+from dagster_ray.configs import Lifecycle, RayDataExecutionOptions
+from pydantic import Field, PrivateAttr
 
-from prx_data.core.ray_tasks import connection_is_held, ray_provider, warming
+from prx_data.core.permanent_errors import PermanentError
+from prx_data.core.ray_tasks import connection_is_held, ray_provider, task_options, wait_for_task_resources, warming
 from prx_data.core.settings import Settings
 from prx_data.core.storage import ObjectStoreError, check_access
 from prx_data.defs.compat.dagster_ray_internals import connect, forget_connection
@@ -79,6 +81,34 @@ class ConnectOnDemand:
                     yield resource
 
 
+class PinnedDataOptions(RayDataExecutionOptions):
+    """dagster-ray's Ray Data options, whose remote half (a task named ``apply`` that dagster-ray
+    runs on connect) asks for the pipeline's task resources like every other task, and waits a
+    bounded time for a node that offers them instead of queueing forever."""
+
+    task_resources: dict[str, float] = Field(default_factory=dict)
+    resource_wait_s: float = 60.0
+
+    def apply_remote(self):
+        # lazy: ray is a measured heavy import
+        import ray
+
+        resources = dict(self.task_resources) or None
+        wait_for_task_resources(ray, resources, self.resource_wait_s)
+        options = self
+
+        def apply_data_options() -> None:
+            options.apply()
+
+        ray.get(ray.remote(**task_options(num_cpus=1, max_retries=0, resources=resources))(apply_data_options).remote())
+
+
+def data_options(settings: Settings) -> PinnedDataOptions:
+    return PinnedDataOptions(
+        verbose_progress=False, task_resources=dict(settings.ray_task_resources), resource_wait_s=settings.ray_resource_wait_s
+    )
+
+
 class RayClusterAddress(ConnectOnDemand, LocalRay):
     """A Ray cluster that already runs (KubeRay RayCluster or ``ray start --head``): connect only.
 
@@ -88,6 +118,32 @@ class RayClusterAddress(ConnectOnDemand, LocalRay):
     """
 
     address: str
+    data_execution_options: PinnedDataOptions = Field(default_factory=PinnedDataOptions)
+    # How long the probe before ``ray.init`` waits for an answer (PRX_RAY_CONNECT_WAIT_S).
+    connect_wait_s: float = 10.0
+    _permanent: PermanentError | None = PrivateAttr(default=None)
+
+    def connect_now(self, context: dg.InitResourceContext) -> Any:
+        if self._permanent is not None:
+            raise self._permanent  # every later stage of the run fails at once, the same way
+        if not self.connected:
+            from prx_data.compat.ray_probe import probe_cluster
+
+            try:
+                # A wrong token or an address that is not Ray fails here in seconds, unretried;
+                # ray.init would log and wait for minutes (compat.ray_probe).
+                probe_cluster(self.address, self.connect_wait_s)
+                return super().connect_now(context)
+            except PermanentError as exc:
+                # Connected, but no node offers the task resources: let go of the connection,
+                # or the next stage would find Ray initialised and queue its tasks for ever.
+                import ray
+
+                if ray.is_initialized():
+                    ray.shutdown()
+                self._permanent = exc
+                raise
+        return super().connect_now(context)
 
     def cleanup(self, context, exception):
         if connection_is_held():
@@ -155,7 +211,13 @@ def build_cluster_ray(settings: Settings) -> RayResource:
     if settings.startup_checks:
         check_cluster_startup(settings)
     if settings.ray_address:
-        return RayClusterAddress(address=settings.ray_address, ray_init_options=_REMOTE_RAY_INIT, lifecycle=Lifecycle(connect=False))
+        return RayClusterAddress(
+            address=settings.ray_address,
+            connect_wait_s=settings.ray_connect_wait_s,
+            ray_init_options=_REMOTE_RAY_INIT,
+            lifecycle=Lifecycle(connect=False),
+            data_execution_options=data_options(settings),
+        )
     return build_kuberay_job(load_raycluster_manifest(settings.kuberay_spec))
 
 

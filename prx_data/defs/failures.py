@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 import dagster as dg
 
 from prx_data.core.locking import LeaseLost, TableLocked
+from prx_data.core.permanent_errors import permanent_cause
 from prx_data.core.retry import Retryable, is_retryable_error
 from prx_data.ingest.read.raw_item import SourceUnavailable
 
@@ -100,6 +101,8 @@ def is_transient(exc: BaseException) -> bool:
     """True when a retry of the step may succeed."""
     if isinstance(exc, dg.Failure):
         return exc.allow_retries
+    if permanent_cause(exc) is not None:
+        return False
     for link in _chain(exc):
         if isinstance(link, (Retryable, TableLocked, LeaseLost, ConnectionError, TimeoutError)) or is_retryable_error(link):
             return True
@@ -116,7 +119,11 @@ _RUST_LOCATION = re.compile(r",?\s*\S+\.rs:\d+:\d+")
 
 
 def readable_message(exc: BaseException) -> str:
-    """The error's message without Rust source locations or the quotes KeyError adds."""
+    """The error's message without Rust source locations or the quotes KeyError adds; for a
+    cause no retry fixes, that cause and the setting to fix, in one line."""
+    cause = permanent_cause(exc)
+    if cause is not None:
+        return cause.line()
     message = _RUST_LOCATION.sub("", str(exc)).strip().strip('"').strip()
     return message or type(exc).__name__
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from prx_data.core.permanent_errors import permanent_cause
 from prx_data.defs.conditions import show_automation_on
 from prx_data.defs.named_runs import execute_named_job, repository_origin
 from prx_data.defs.partitions import SOURCES_PARTITION
@@ -65,11 +66,42 @@ def materialize_sources(
         result = execute_named_job(defs, "source_pipeline", instance, origin, partition_key=source, run_config=run_config, tags=CLI_TAGS)
         outcome[source] = result.success
         if not result.success:
+            # One line per cause: steps that failed for the same reason (a wrong Ray token fails
+            # every Ray step) are named together.
+            causes: dict[str, list[str]] = {}
             for event in result.all_events:
                 if event.is_step_failure:
-                    error = event.step_failure_data.error
-                    log(f"[{source}] FAILED in {event.step_key}: {error.message.strip() if error else 'no error recorded'}")
+                    causes.setdefault(failure_line(event.step_failure_data.error), []).append(event.step_key)
+            for cause, steps in causes.items():
+                log(f"[{source}] FAILED in {', '.join(steps)}: {cause}")
     return outcome
+
+
+def failure_line(error) -> str:
+    """The cause of a step failure (Dagster's ``SerializableErrorInfo``) in one line: a cause no
+    retry fixes wherever it sits in the chain (``core.permanent_errors``), else the first line
+    of the error's own message, without the exception's module path."""
+    if error is None:
+        return "no error recorded"
+    link, seen = error, []
+    while link is not None and len(seen) < 20:
+        seen.append(link)
+        link = link.cause or link.context
+    for link in seen:
+        if link.cls_name == "PermanentError" or "(set " in link.message and "not retried)" in link.message:
+            return _first_line(link.message)
+    for link in seen:
+        cause = permanent_cause(RuntimeError(link.message))
+        if cause is not None:
+            return cause.line()
+    return _first_line(error.message)
+
+
+def _first_line(message: str) -> str:
+    first = (message.strip().splitlines() or [""])[0].strip()
+    head, sep, rest = first.partition(": ")
+    # "dagster._core.definitions.events.Failure: ..." -> "..."
+    return rest.strip() if sep and "." in head and " " not in head else first
 
 
 def materialize_corpus(defs: dg.Definitions, instance: dg.DagsterInstance, workspace: Path, log: Callable[[str], None] = print) -> bool:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dagster as dg
 from dagster_ray import RayResource
-from dagster_ray.configs import Lifecycle, RayDataExecutionOptions
+from dagster_ray.configs import Lifecycle
 
 from prx_data.core.settings import Settings, get_settings
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
-from prx_data.defs.cluster import RayClusterAddress, build_cluster_ray
+from prx_data.defs.cluster import RayClusterAddress, build_cluster_ray, data_options
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.resources import RayTasksResource, RunLocalRay, SourceRegistryResource, StorageResource, storage_config
 
@@ -36,15 +36,16 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
         # (dagster-ray would log that it deleted it, though deleting does nothing here).
         ray = RayClusterAddress(
             address=settings.ray_address,
+            connect_wait_s=settings.ray_connect_wait_s,
             ray_init_options=_LOCAL_RAY_INIT,
             lifecycle=Lifecycle(connect=False, cleanup="never"),
-            data_execution_options=RayDataExecutionOptions(verbose_progress=False),
+            data_execution_options=data_options(settings),
         )
     else:
         ray = RunLocalRay(
             ray_init_options={**_LOCAL_RAY_INIT, "_node_ip_address": "127.0.0.1"},
             lifecycle=Lifecycle(connect=False),
-            data_execution_options=RayDataExecutionOptions(verbose_progress=False),
+            data_execution_options=data_options(settings),
         )
     return {
         "export": ExportResource(),

@@ -19,7 +19,7 @@ from prx_data.core.paths import StoragePaths
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS
 from prx_data.core.storage import OPTION_ENV
 from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
-from prx_data.defs.cluster import ConnectOnDemand
+from prx_data.defs.cluster import ConnectOnDemand, PinnedDataOptions
 from prx_data.ingest.registry import Registry, load_registry
 
 # storage_options keys that are secrets, and the environment variable each comes from. Dagster
@@ -110,6 +110,7 @@ class RunLocalRay(ConnectOnDemand, LocalRay):
     ``demo`` and ``ui`` keep one local Ray for all their runs and connect to it instead. Built
     with ``Lifecycle(connect=False)``: Ray starts through ``connect_now``, under its own auth."""
 
+    data_execution_options: PinnedDataOptions = Field(default_factory=PinnedDataOptions)
     _auth: contextlib.ExitStack | None = PrivateAttr(default=None)
 
     def connect_now(self, context: dg.InitResourceContext) -> Any:

@@ -165,7 +165,7 @@ def ingest_source(
     started = time.perf_counter()
     stats = IngestStats(source=source.name)
     spec = source.spec
-    workers = max(1, workers or spec.workers)
+    workers = max(1, workers or spec.ingest_workers())
     stats.workers = workers
     if spec.shape in ("parquet", "jsonl", "lance") and not spec.fields.key:
         stats.warnings.append(

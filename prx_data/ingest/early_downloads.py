@@ -33,7 +33,7 @@ def start_first_downloads(source: RegisteredSource, table_uri: str, storage_opti
     """Start, in a background thread, the downloads ``source``'s ingest will begin with; the
     thread, or None when nothing can start early (not a URL list read in this process)."""
     spec = source.spec
-    if spec.fields.image_kind != "url" or spec.workers > 1:
+    if spec.fields.image_kind != "url" or spec.ingest_workers() > 1:
         return None
 
     def run() -> None:

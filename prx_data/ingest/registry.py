@@ -189,13 +189,21 @@ class SourceSpec(BaseModel):
         description="Accept a run that finds no items where rows existed (deleting them). "
         "Without it such a run fails and keeps the last good table (a vanished mount).",
     )
-    workers: int = Field(
-        1,
+    workers: int | None = Field(
+        None,
         ge=1,
         le=1024,
         description="Input units (files, tar shards, Parquet row-group runs, folder batches) read "
         "at once at ingest. 1 reads them one after another in the run's process; more runs them "
-        "as Ray tasks on the run's Ray, one CPU each.",
+        "as Ray tasks on the run's Ray, one CPU each. Unset: PRX_INGEST_WORKERS, else 1.",
+    )
+    write_workers: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Export Ray tasks that each encode and write a share of the source's rows as "
+        "MDS shards (1: one writer in the run's process), so the export's CPU cost spreads over "
+        "the cluster's nodes. Unset: PRX_WRITE_WORKERS, else 1.",
     )
     reread_unchanged: bool = Field(
         False,
@@ -206,6 +214,20 @@ class SourceSpec(BaseModel):
     enabled: bool = True
     description: str | None = None
     checks: CheckThresholds = Field(default_factory=CheckThresholds)
+
+
+    def ingest_workers(self) -> int:
+        """``workers``, else the deployment's default (PRX_INGEST_WORKERS), else 1."""
+        # lazy: pydantic-settings, read when a run resolves its parallelism
+        from prx_data.core.settings import get_settings
+
+        return self.workers or get_settings().ingest_workers or 1
+
+    def export_write_workers(self) -> int:
+        """``write_workers``, else the deployment's default (PRX_WRITE_WORKERS), else 1."""
+        from prx_data.core.settings import get_settings
+
+        return self.write_workers or get_settings().write_workers or 1
 
     @field_validator("name")
     @classmethod
@@ -264,7 +286,7 @@ class RegisteredSource:
     def fingerprint(self) -> str:
         """Changes whenever the spec's meaning changes; drives re-runs from the sensor."""
         # Check thresholds change what is judged, workers and reread_unchanged how: no re-run for them.
-        payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks", "workers", "reread_unchanged"}), sort_keys=True)
+        payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks", "workers", "write_workers", "reread_unchanged"}), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     @property
@@ -309,6 +331,16 @@ class Registry:
         except KeyError:
             detail = "".join(f"\n  {e}" for e in self.errors)
             raise KeyError(f"no valid source spec named {name!r}{detail}") from None
+
+    def export_write_workers(self, name: str) -> int:
+        """The source's export writers: its spec's, else PRX_WRITE_WORKERS (also for a source
+        whose spec is gone: its export still runs), else 1."""
+        source = self.sources.get(name)
+        if source is not None:
+            return source.spec.export_write_workers()
+        from prx_data.core.settings import get_settings
+
+        return get_settings().write_workers or 1
 
 
 def _format_validation_error(err: ValidationError) -> str:

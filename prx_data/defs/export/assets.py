@@ -21,8 +21,9 @@ class ExportRunConfig(dg.Config):
     chunk_rows: int = 32
     # Ray tasks that each encode a share of the rows and write their own shards (1: one writer
     # in the run process); each writes straight into the MDS root, so they may run on any node
-    # that reaches it (see export_source).
-    write_workers: int = 1
+    # that reaches it (see export_source). Unset: the spec's ``write_workers``, else
+    # PRX_WRITE_WORKERS, else 1.
+    write_workers: int | None = None
 
 
 @dg.asset(
@@ -48,6 +49,7 @@ def mds_shards(
     export: ExportResource,
     ray: RayResource,
     ray_tasks: RayTasksResource,
+    registry: SourceRegistryResource,
 ) -> dg.MaterializeResult:
     # lazy: the code location loads without lance (Dagster imports it in every process)
     from prx_data.stages.export_stage import export_source
@@ -62,7 +64,7 @@ def mds_shards(
         writer_cfg=export.writer_config(),
         executor=config.executor,
         chunk_rows=config.chunk_rows,
-        write_workers=config.write_workers,
+        write_workers=config.write_workers or registry.load().export_write_workers(source),
         task_resources=ray_tasks.resources,
         local_max_rows=ray_tasks.local_max_rows,
         run_id=context.run_id,

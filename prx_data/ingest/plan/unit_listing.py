@@ -58,7 +58,7 @@ def list_units(
     an object whose signature is unchanged is yielded as ``Kept`` and never opened (a JSONL
     file is not scanned for line runs, a Parquet footer is not read). ``workers`` (default: the
     spec's) > 1 cuts URL lists into download-sized units."""
-    url_units = source.spec.fields.image_kind == "url" and (workers or source.spec.workers) > 1
+    url_units = source.spec.fields.image_kind == "url" and (workers or source.spec.ingest_workers()) > 1
     if url_units:
         jsonl_lines = jsonl_lines or URL_UNIT_ITEMS
         parquet_rows = parquet_rows or URL_UNIT_ITEMS
