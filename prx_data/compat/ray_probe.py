@@ -13,6 +13,8 @@ head may be restarting); an answer that refuses the token or is not Ray's protoc
 
 from __future__ import annotations
 
+from typing import Any
+
 from prx_data.core.permanent_errors import RAY_TOKEN_SETTINGS, PermanentError
 
 WRITTEN_FOR = "2.60.0"
@@ -48,6 +50,7 @@ def _probe_once(address: str, timeout_s: float) -> bool:
     """True: a Ray cluster accepted the call; False: nothing answered (yet)."""
     import grpc
 
+    stub: Any
     client = address.startswith("ray://")
     target = address.removeprefix("ray://")
     if target in ("auto", "") or "://" in target:
@@ -58,17 +61,22 @@ def _probe_once(address: str, timeout_s: float) -> bool:
             if client:
                 from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
 
+                messages: Any = ray_client_pb2  # generated protobuf modules: no attributes mypy can see
                 stub = ray_client_pb2_grpc.RayletDriverStub(channel)
-                stub.ClusterInfo(ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING), timeout=timeout_s, metadata=metadata)
+                request = messages.ClusterInfoRequest(type=messages.ClusterInfoType.PING)
+                stub.ClusterInfo(request, timeout=timeout_s, metadata=metadata)
             else:
                 from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
+                messages = gcs_service_pb2
                 stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
-                stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s, metadata=metadata)
+                stub.GetClusterId(messages.GetClusterIdRequest(), timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as exc:
             code, details = exc.code(), (exc.details() or "")
             if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or "InvalidAuthToken" in details:
-                raise PermanentError(f"the Ray cluster at {address} refused the driver's token ({details.strip() or code.name})", RAY_TOKEN_SETTINGS) from None
+                raise PermanentError(
+                    f"the Ray cluster at {address} refused the driver's token ({details.strip() or code.name})", RAY_TOKEN_SETTINGS
+                ) from None
             if code in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
                 raise PermanentError(f"{address} is not a Ray cluster ({code.name}: {details.strip()[:200]})", ADDRESS_SETTING) from None
             if code == grpc.StatusCode.UNAVAILABLE and ("Connection refused" not in details and "failed to connect" not in details.lower()):

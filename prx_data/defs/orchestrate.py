@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -83,7 +84,8 @@ def failure_line(error) -> str:
     of the error's own message, without the exception's module path."""
     if error is None:
         return "no error recorded"
-    link, seen = error, []
+    link = error
+    seen: list[Any] = []
     while link is not None and len(seen) < 20:
         seen.append(link)
         link = link.cause or link.context

@@ -215,7 +215,6 @@ class SourceSpec(BaseModel):
     description: str | None = None
     checks: CheckThresholds = Field(default_factory=CheckThresholds)
 
-
     def ingest_workers(self) -> int:
         """``workers``, else the deployment's default (PRX_INGEST_WORKERS), else 1."""
         # lazy: pydantic-settings, read when a run resolves its parallelism
@@ -286,7 +285,9 @@ class RegisteredSource:
     def fingerprint(self) -> str:
         """Changes whenever the spec's meaning changes; drives re-runs from the sensor."""
         # Check thresholds change what is judged, workers and reread_unchanged how: no re-run for them.
-        payload = json.dumps(self.spec.model_dump(mode="json", exclude={"checks", "workers", "write_workers", "reread_unchanged"}), sort_keys=True)
+        payload = json.dumps(
+            self.spec.model_dump(mode="json", exclude={"checks", "workers", "write_workers", "reread_unchanged"}), sort_keys=True
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     @property
