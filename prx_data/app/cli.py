@@ -193,7 +193,7 @@ def _run_everything(args: argparse.Namespace) -> int:
         from prx_data.ingest.early_downloads import drop_unclaimed, start_first_downloads
 
         first = plan.to_run[0]
-        start_first_downloads(registry.get(first), plan.paths.raw_table(first), settings.storage_options or None)
+        start_first_downloads(registry.get(first), plan.paths.raw_table(first), settings.storage_options or None, settings.ingest_workers)
 
     outcome: dict[str, bool] = {}
     corpus_ok = True

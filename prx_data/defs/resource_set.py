@@ -61,7 +61,12 @@ def build_resources(settings: Settings | None = None) -> dict[str, object]:
         ),
         "registry": SourceRegistryResource(sources_dir=settings.sources_dir, optout_dir=settings.optout_dir),
         "ray": ray,
-        "ray_tasks": RayTasksResource(task_resources=settings.ray_task_resources, local_max_rows=settings.local_max_rows),
+        "ray_tasks": RayTasksResource(
+            task_resources=settings.ray_task_resources,
+            local_max_rows=settings.local_max_rows,
+            ingest_workers=settings.ingest_workers,
+            write_workers=settings.write_workers,
+        ),
     }
 
 

@@ -98,6 +98,10 @@ class RayTasksResource(dg.ConfigurableResource):
     task_resources: dict[str, float] = Field(default_factory=dict)
     # Executor "auto" runs up to this many rows in the run's process (PRX_LOCAL_MAX_ROWS).
     local_max_rows: int = Field(LOCAL_MAX_ROWS, ge=0)
+    # Defaults for specs that set no ``workers`` / ``write_workers`` (PRX_INGEST_WORKERS,
+    # PRX_WRITE_WORKERS).
+    ingest_workers: int | None = None
+    write_workers: int | None = None
 
     @property
     def resources(self) -> dict[str, float] | None:

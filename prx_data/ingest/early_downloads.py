@@ -29,11 +29,13 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-def start_first_downloads(source: RegisteredSource, table_uri: str, storage_options: dict | None = None) -> threading.Thread | None:
+def start_first_downloads(
+    source: RegisteredSource, table_uri: str, storage_options: dict | None = None, default_workers: int | None = None
+) -> threading.Thread | None:
     """Start, in a background thread, the downloads ``source``'s ingest will begin with; the
     thread, or None when nothing can start early (not a URL list read in this process)."""
     spec = source.spec
-    if spec.fields.image_kind != "url" or spec.ingest_workers() > 1:
+    if spec.fields.image_kind != "url" or spec.ingest_workers(default_workers) > 1:
         return None
 
     def run() -> None:

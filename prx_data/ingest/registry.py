@@ -215,18 +215,13 @@ class SourceSpec(BaseModel):
     description: str | None = None
     checks: CheckThresholds = Field(default_factory=CheckThresholds)
 
-    def ingest_workers(self) -> int:
-        """``workers``, else the deployment's default (PRX_INGEST_WORKERS), else 1."""
-        # lazy: pydantic-settings, read when a run resolves its parallelism
-        from prx_data.core.settings import get_settings
+    def ingest_workers(self, default: int | None = None) -> int:
+        """``workers``, else the deployment's ``default`` (PRX_INGEST_WORKERS), else 1."""
+        return self.workers or default or 1
 
-        return self.workers or get_settings().ingest_workers or 1
-
-    def export_write_workers(self) -> int:
-        """``write_workers``, else the deployment's default (PRX_WRITE_WORKERS), else 1."""
-        from prx_data.core.settings import get_settings
-
-        return self.write_workers or get_settings().write_workers or 1
+    def export_write_workers(self, default: int | None = None) -> int:
+        """``write_workers``, else the deployment's ``default`` (PRX_WRITE_WORKERS), else 1."""
+        return self.write_workers or default or 1
 
     @field_validator("name")
     @classmethod
@@ -333,15 +328,11 @@ class Registry:
             detail = "".join(f"\n  {e}" for e in self.errors)
             raise KeyError(f"no valid source spec named {name!r}{detail}") from None
 
-    def export_write_workers(self, name: str) -> int:
-        """The source's export writers: its spec's, else PRX_WRITE_WORKERS (also for a source
-        whose spec is gone: its export still runs), else 1."""
+    def export_write_workers(self, name: str, default: int | None = None) -> int:
+        """The source's export writers: its spec's, else ``default`` (PRX_WRITE_WORKERS; also
+        for a source whose spec is gone: its export still runs), else 1."""
         source = self.sources.get(name)
-        if source is not None:
-            return source.spec.export_write_workers()
-        from prx_data.core.settings import get_settings
-
-        return get_settings().write_workers or 1
+        return source.spec.export_write_workers(default) if source is not None else (default or 1)
 
 
 def _format_validation_error(err: ValidationError) -> str:

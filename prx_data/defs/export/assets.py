@@ -64,7 +64,7 @@ def mds_shards(
         writer_cfg=export.writer_config(),
         executor=config.executor,
         chunk_rows=config.chunk_rows,
-        write_workers=config.write_workers or registry.load().export_write_workers(source),
+        write_workers=config.write_workers or registry.load().export_write_workers(source, ray_tasks.write_workers),
         task_resources=ray_tasks.resources,
         local_max_rows=ray_tasks.local_max_rows,
         run_id=context.run_id,

@@ -62,6 +62,7 @@ def raw_samples(
             task_resources=ray_tasks.resources,
             local_max_rows=ray_tasks.local_max_rows,
             reread_unchanged=config.reread_unchanged,
+            workers=source.spec.ingest_workers(ray_tasks.ingest_workers),
         )
     except SourceUnavailable as exc:
         # fail_fast decides from the cause: a missing table fails once, a network error retries.
