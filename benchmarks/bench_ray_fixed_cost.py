@@ -34,8 +34,10 @@ print(time.perf_counter() - t0)
 """
 
 
-def one_run(address: str | None) -> float:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+def one_run(address: str | None, auth: dict[str, str]) -> float:
+    # Token auth and the loopback switch, as the product runs every Ray it starts (core.ray_auth).
+    env = {**os.environ, **auth}
+    env.pop("RAY_AUTH_TOKEN", None)
     out = subprocess.run(
         [sys.executable, "-c", CHILD, *([address] if address else [])], env=env, capture_output=True, text=True, check=True
     )
@@ -47,14 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     from prx_data.app.local_ray import start_head
+    from prx_data.core.ray_auth import head_env, remove_token, write_token
 
-    before = [one_run(None) for _ in range(args.runs)]
+    token_path = write_token()
+    try:
+        before = [one_run(None, head_env(token_path)) for _ in range(args.runs)]
+    finally:
+        remove_token(token_path)
     print(f"Ray per run (before):   {[round(t, 1) for t in before]}", flush=True)
     started = time.perf_counter()
     head = start_head()
     head_s = time.perf_counter() - started
     try:
-        now = [one_run(head.address) for _ in range(args.runs)]
+        now = [one_run(head.address, head.env) for _ in range(args.runs)]
     finally:
         head.stop()
     print(f"shared head (now):      {[round(t, 1) for t in now]}; head started once in {head_s:.1f}s")

@@ -190,25 +190,42 @@ def shared_ray_head(tmp_path_factory):
         f"--temp-dir={temp}",
         *_node_ports("--ray-client-server-port"),
     ]
-    # `ray start` turns token auth on by default; this head is for tests only, so it goes without.
-    # No loopback switch here: a driver without it dials the external address and never reaches a
-    # head that has it (the CLI's head passes it to its drivers; core/ray_auth.py).
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    # Started the way the product starts its own head (core/ray_auth.py): token auth on, with a
+    # token of its own passed by path, and the loopback switch, so the head listens on loopback
+    # only (prx_data_tests/app/test_local_ray.py lists the suite's own sockets). The test
+    # process and every driver it starts get the same variables for the session.
+    from prx_data.compat.ray_config import refresh_loaded_ray
+    from prx_data.core.ray_auth import head_env, remove_token, write_token
+
+    token_path = write_token()
+    auth = head_env(token_path)
+    env = {**os.environ, **auth}
     head = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and head.poll() is None and not _listening(port):
         time.sleep(0.5)
     if head.poll() is not None or not _listening(port):
         _stop_group(head)
+        remove_token(token_path)
         yield None  # fall back to a Ray per run
         return
     time.sleep(2)  # the raylet registers shortly after the GCS port opens
+    saved = {key: os.environ.get(key) for key in auth}
+    os.environ.update(auth)
+    refresh_loaded_ray()
     os.environ["PRX_RAY_ADDRESS"] = f"127.0.0.1:{port}"
     try:
         yield os.environ["PRX_RAY_ADDRESS"]
     finally:
         os.environ.pop("PRX_RAY_ADDRESS", None)
         _stop_group(head)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        refresh_loaded_ray()
+        remove_token(token_path)
 
 
 def _stop_group(process) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -229,3 +230,28 @@ def test_next_command_stops_a_head_whose_command_and_watchdog_were_killed(tmp_pa
     assert session_members(sid) == []
     assert not os.path.exists(temp) and list(records.glob("*.json")) == []
     assert "stopped a local Ray head" in messages[0]
+
+
+def test_the_suites_own_ray_head_has_a_token_and_listens_on_loopback_only(shared_ray_head):
+    """The session's head (conftest.py) is started the way the product starts its own."""
+    if shared_ray_head is None:
+        pytest.skip("no session head in this run (PRX_RAY_ADDRESS given, or PRX_TEST_NO_SHARED_RAY)")
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    token_path = Path(os.environ["RAY_AUTH_TOKEN_PATH"])
+    assert stat.S_IMODE(token_path.stat().st_mode) == 0o600
+    seen = listening_sockets(process_tree(os.getpid()))  # the session head is this process's child
+    names = {comm for *_x, comm in seen}
+    assert {"gcs_server", "raylet"} <= names, seen
+    exposed = sorted(s for s in seen if not is_loopback(s[0]))
+    print("the test suite's own listening sockets:", sorted(seen))
+    assert exposed == [], f"listening beyond loopback: {exposed}"
+    # A driver without the token is refused (the first call a driver makes, without metadata).
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    messages: Any = gcs_service_pb2
+    with grpc.insecure_channel(shared_ray_head) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.GetClusterId(messages.GetClusterIdRequest(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value

@@ -11,6 +11,12 @@ on the isolated nodes only when it asks for the resource: PRX_RAY_TASK_RESOURCES
 (``TASK_RESOURCES_VAR``) for the pipeline, as a KubeRay worker group's custom resource would.
 ``Cluster.head_task_names`` tells which Ray tasks ran on the head (from its workers' logs).
 
+Token auth is on, as on a production cluster (Ray 2.60's default; KubeRay's ``authOptions``):
+the head and the driver read a token of the cluster's own by path and the worker nodes, whose
+``/tmp`` hides that file, get it as ``RAY_AUTH_TOKEN``, every node with ``RAY_AUTH_MODE=token``
+and the loopback switch (``core.ray_auth.head_env``), so every port listens on loopback.
+``Cluster.driver_env`` is what a driver needs to join.
+
 Ray's ports: the GCS, the client server and every agent port are free loopback ports picked
 here (nothing collides with another Ray on the machine); the nodes are stopped by their process
 groups, never with ``ray stop`` (which stops every Ray on the machine).
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prx_data.app.process_session import stop_session
+from prx_data.core.ray_auth import head_env, remove_token, write_token
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +50,7 @@ TASK_RESOURCES = {ISOLATED: 0.01}
 TASK_RESOURCES_VAR = {"PRX_RAY_TASK_RESOURCES": json.dumps(TASK_RESOURCES)}
 # Ray's worker processes write this marker and the task's name to their log when a task starts.
 _TASK_MARKER = re.compile(r":task_name:([A-Za-z0-9_.]+)")
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 
 
 class ClusterUnavailable(RuntimeError):
@@ -104,6 +111,7 @@ class Cluster:
     workers: list[subprocess.Popen] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
     keep: dict[str, str] = field(default_factory=dict)  # code folders under /tmp the nodes still see
+    driver_env: dict[str, str] = field(default_factory=dict)  # token auth and loopback for a driver
 
     def log_tail(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
@@ -125,6 +133,11 @@ class Cluster:
         # lazy: ray is a measured heavy import
         import ray
 
+        from prx_data.compat.ray_config import refresh_loaded_ray
+
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the path
+        os.environ.update(self.driver_env)
+        refresh_loaded_ray()
         ray.init(address=self.address, include_dashboard=False, configure_logging=False, log_to_driver=False)
         want = len(self.workers) + 1
         _wait_for(lambda: sum(1 for n in ray.nodes() if n["Alive"]) == want, f"{want} live nodes", self, timeout_s)
@@ -137,6 +150,8 @@ class Cluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
         shutil.rmtree(self.temp, ignore_errors=True)
+        if self.driver_env.get("RAY_AUTH_TOKEN_PATH"):
+            remove_token(self.driver_env["RAY_AUTH_TOKEN_PATH"])
         for mount_point in self.keep.values():  # empty on the host: the binds were the nodes' own
             with contextlib.suppress(OSError):
                 os.rmdir(mount_point)
@@ -206,7 +221,13 @@ def start_cluster(
     temp = tempfile.mkdtemp(prefix="prx-cluster-")
     logs = Path(log_dir or temp)
     port = _free_ports(1)[0]
-    node_env = {**os.environ, **RAY_ENV, **(env or {})}
+    token_path = write_token()
+    auth = head_env(token_path)
+    node_env = {**os.environ, **RAY_ENV, **auth, **(env or {})}
+    node_env.pop("RAY_AUTH_TOKEN", None)
+    # The worker nodes cannot see the token file (their /tmp is their own): the value instead.
+    worker_env = {**node_env, "RAY_AUTH_TOKEN": Path(token_path).read_text().strip()}
+    worker_env.pop("RAY_AUTH_TOKEN_PATH", None)
     head_log = logs / "head.log"
     head_cmd = [
         ray,
@@ -223,7 +244,7 @@ def start_cluster(
     ]
     with open(head_log, "wb") as out:
         head = subprocess.Popen(head_cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=node_env)
-    cluster = Cluster(address=f"127.0.0.1:{port}", temp=temp, head=head, logs=[head_log], keep=_code_under_tmp())
+    cluster = Cluster(address=f"127.0.0.1:{port}", temp=temp, head=head, logs=[head_log], keep=_code_under_tmp(), driver_env=auth)
     try:
         _wait_for(lambda: b"Ray runtime started" in head_log.read_bytes(), "the head", cluster, timeout_s)
         for k in range(n_workers):
@@ -248,7 +269,7 @@ def start_cluster(
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    env=node_env,
+                    env=worker_env,
                 )
             cluster.workers.append(proc)
             cluster.logs.append(log)

@@ -186,3 +186,24 @@ def test_pipeline_on_isolated_nodes_equals_one_process(
     # Two export tasks wrote the cluster's shards (one per node: each node has one CPU).
     shards = lance.dataset(multi.exports_table(SOURCE), storage_options=options).to_table()["shard"].to_pylist()
     assert {name.rsplit("/", 1)[1].split(".")[1] for name in shards if name} == {"p1", "p2"}
+
+
+def test_the_cluster_has_token_auth_on_and_listens_on_loopback_only(cluster: Cluster) -> None:
+    """As a production cluster runs (token auth on), and still nothing beyond loopback."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    from prx_data_tests.app.sockets import is_loopback, listening_sockets, process_tree
+
+    messages: Any = gcs_service_pb2
+    with grpc.insecure_channel(cluster.address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.GetClusterId(messages.GetClusterIdRequest(), timeout=10)  # no token
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value
+    seen = listening_sockets([pid for node in (cluster.head, *cluster.workers) for pid in process_tree(node.pid)])
+    names = {comm for *_x, comm in seen}
+    assert {"gcs_server", "raylet"} <= names, seen
+    exposed = sorted(s for s in seen if not is_loopback(s[0]))
+    print("cluster listening sockets:", sorted(seen))
+    assert exposed == [], f"listening beyond loopback: {exposed}"
