@@ -13,8 +13,10 @@ on the isolated nodes only when it asks for the resource: PRX_RAY_TASK_RESOURCES
 
 Token auth is on, as on a production cluster (Ray 2.60's default; KubeRay's ``authOptions``):
 the head and the driver read a token of the cluster's own by path and the worker nodes, whose
-``/tmp`` hides that file, get it as ``RAY_AUTH_TOKEN``, every node with ``RAY_AUTH_MODE=token``
-and the loopback switch (``core.ray_auth.head_env``), so every port listens on loopback.
+``/tmp`` hides that file, get it as ``RAY_AUTH_TOKEN``, every node with ``RAY_AUTH_MODE=token``.
+The head and the driver also get the loopback switch (``core.ray_auth.head_env``), so the head
+listens on loopback only; a joining node refuses that switch (Ray: "Multi-node Ray clusters are
+not supported"), so the worker nodes listen on the machine's address, behind the token.
 ``Cluster.driver_env`` is what a driver needs to join.
 
 Ray's ports: the GCS, the client server and every agent port are free loopback ports picked
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prx_data.app.process_session import stop_session
-from prx_data.core.ray_auth import head_env, remove_token, write_token
+from prx_data.core.ray_auth import LOOPBACK_SWITCH, head_env, remove_token, write_token
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -228,6 +230,9 @@ def start_cluster(
     # The worker nodes cannot see the token file (their /tmp is their own): the value instead.
     worker_env = {**node_env, "RAY_AUTH_TOKEN": Path(token_path).read_text().strip()}
     worker_env.pop("RAY_AUTH_TOKEN_PATH", None)
+    # A node that joins a head refuses to start with the loopback switch ("Multi-node Ray
+    # clusters are not supported"): worker nodes listen on the machine's address, behind the token.
+    worker_env.pop(LOOPBACK_SWITCH, None)
     head_log = logs / "head.log"
     head_cmd = [
         ray,
