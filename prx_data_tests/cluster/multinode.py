@@ -14,9 +14,9 @@ on the isolated nodes only when it asks for the resource: PRX_RAY_TASK_RESOURCES
 Token auth is on, as on a production cluster (Ray 2.60's default; KubeRay's ``authOptions``):
 the head and the driver read a token of the cluster's own by path and the worker nodes, whose
 ``/tmp`` hides that file, get it as ``RAY_AUTH_TOKEN``, every node with ``RAY_AUTH_MODE=token``.
-The head and the driver also get the loopback switch (``core.ray_auth.head_env``), so the head
-listens on loopback only; a joining node refuses that switch (Ray: "Multi-node Ray clusters are
-not supported"), so the worker nodes listen on the machine's address, behind the token.
+Not the loopback switch: a node that joins a head refuses it (Ray: "Multi-node Ray clusters are
+not supported"), so the nodes listen on the machine's address too, behind the token (the test
+lists them and shows a call without the token refused).
 ``Cluster.driver_env`` is what a driver needs to join.
 
 Ray's ports: the GCS, the client server and every agent port are free loopback ports picked
@@ -224,15 +224,15 @@ def start_cluster(
     logs = Path(log_dir or temp)
     port = _free_ports(1)[0]
     token_path = write_token()
-    auth = head_env(token_path)
+    # Token auth as on a production cluster. Not the loopback switch: a node that joins a head
+    # refuses it ("Multi-node Ray clusters are not supported"), and without it on one node Ray
+    # advertises every node, the head's GCS included, at the machine's address.
+    auth = {**head_env(token_path), LOOPBACK_SWITCH: "1"}
     node_env = {**os.environ, **RAY_ENV, **auth, **(env or {})}
     node_env.pop("RAY_AUTH_TOKEN", None)
     # The worker nodes cannot see the token file (their /tmp is their own): the value instead.
     worker_env = {**node_env, "RAY_AUTH_TOKEN": Path(token_path).read_text().strip()}
     worker_env.pop("RAY_AUTH_TOKEN_PATH", None)
-    # A node that joins a head refuses to start with the loopback switch ("Multi-node Ray
-    # clusters are not supported"): worker nodes listen on the machine's address, behind the token.
-    worker_env.pop(LOOPBACK_SWITCH, None)
     head_log = logs / "head.log"
     head_cmd = [
         ray,
