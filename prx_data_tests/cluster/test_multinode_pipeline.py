@@ -210,7 +210,20 @@ def test_the_cluster_has_token_auth_on(cluster: Cluster) -> None:
     names = {comm for *_x, comm in seen}
     assert {"gcs_server", "raylet"} <= names, seen
     print("cluster listening sockets:", sorted(seen))
-    own = {"::", "0.0.0.0", *sockets_module.gethostbyname_ex(sockets_module.gethostname())[2]}
+    own = {"::", "0.0.0.0", *sockets_module.gethostbyname_ex(sockets_module.gethostname())[2], _outbound_address()}
     own |= {f"::ffff:{ip}" for ip in list(own)}
     elsewhere = sorted(s for s in seen if not is_loopback(s[0]) and s[0] not in own)
     assert elsewhere == [], f"listening on an address that is not this machine's: {elsewhere}"
+
+
+def _outbound_address() -> str:
+    """This machine's address on its default route, the one Ray picks for a node (a UDP
+    ``connect`` sends nothing)."""
+    import socket as sockets_module
+
+    with sockets_module.socket(sockets_module.AF_INET, sockets_module.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.254", 9))
+            return probe.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
