@@ -239,7 +239,11 @@ def test_the_suites_own_ray_head_has_a_token_and_listens_on_loopback_only(shared
     assert os.environ["RAY_AUTH_MODE"] == "token"
     token_path = Path(os.environ["RAY_AUTH_TOKEN_PATH"])
     assert stat.S_IMODE(token_path.stat().st_mode) == 0o600
-    seen = listening_sockets(process_tree(os.getpid()))  # the session head is this process's child
+    seen: set[tuple[str, int, str]] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not {"gcs_server", "raylet"} <= {comm for *_x, comm in seen}:
+        seen |= listening_sockets(process_tree(os.getpid()))  # the session head is this process's child
+        time.sleep(0.5)
     names = {comm for *_x, comm in seen}
     assert {"gcs_server", "raylet"} <= names, seen
     exposed = sorted(s for s in seen if not is_loopback(s[0]))
