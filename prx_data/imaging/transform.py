@@ -111,7 +111,7 @@ def prepare(
         # Decode no smaller than the resized (pre-crop) image, so the reduced JPEG decode
         # never costs resolution the bucket keeps.
         min_size = (math.ceil(header.width * scale), math.ceil(header.height * scale))
-        pixels = load_pixels(header, "YCbCr", min_size)
+        pixels = load_pixels(header, "YCbCr", min_size, srgb=True)
         box = picture_box(header, pixels)
         if pixels.mode == "YCbCr":
             resized = _resize_ycbcr_for_420(pixels, target, box)
