@@ -170,3 +170,49 @@ def test_profiled_photos_export_as_srgb_through_prx_data_run(storage_root, files
     assert code == 0, out
     (record,) = json.loads(out)
     assert record["row"]["colour_space"] == INVALID and "does not parse" in record["row"]["colour_error"]
+
+
+def test_exports_made_before_colour_spaces_redo_exactly_the_profiled_rows(files, data_root, tmp_path):
+    """A table exported before colour spaces were read (older code: sRGB pixels assumed) gets
+    its colour spaces on the next run; the export then re-encodes the converted rows only, through
+    its changed-row path (new placements, the old ones superseded), and then nothing."""
+    from prx_data.core.paths import StoragePaths
+    from prx_data.ingest.driver import ingest_source
+    from prx_data.ingest.registry import load_registry
+    from prx_data.stages.colour_stage import read_colour_spaces
+    from prx_data.stages.export_stage import export_source
+    from prx_data.stages.phash_stage import compute_phashes
+
+    write_source(data_root, {name: data for name, (data, _) in files.items()})
+    settings = get_settings()
+    paths = StoragePaths.from_settings(settings)
+    uri = paths.raw_table(SOURCE)
+    ingest_source(load_registry(settings.sources_dir).get(SOURCE), uri)
+    compute_phashes(uri, executor="local")
+
+    def export(require_caption: bool = False):
+        return export_source(
+            uri,
+            SOURCE,
+            mds_root=settings.mds_root,
+            exports_uri=paths.exports_table(SOURCE),
+            executor="local",
+            scratch_dir=str(tmp_path),
+            require_caption=require_caption,  # the captions stage is not part of this test
+            rewrite_share=0.9,  # keep the bucket: on 7 rows, 4 superseded would rewrite it
+        )
+
+    # Rows dropped at planning are named in the run's line, with their reasons.
+    uncaptioned = export(require_caption=True)
+    assert uncaptioned.summary == f"exported 0 of {len(files)} rows ({len(files)} dropped: no_caption {len(files)}; 0 encoded, 0 re-used, 0 kept in place)"
+    first = export()
+    assert first.encoded == len(files) and "colour_space" not in lance.dataset(uri).schema.names
+    read = read_colour_spaces(uri, executor="local")
+    assert (read.processed, read.failed) == (len(files), 1)  # the broken profile
+    converted = {name for name, (_, space) in files.items() if space not in (NONE, SRGB, INVALID)}
+    second = export()
+    assert (second.encoded, second.kept, second.superseded) == (len(converted), len(files) - len(converted), len(converted))
+    assert second.summary == f"exported {len(files)}/{len(files)} rows (4 encoded, 0 re-used, 3 kept in place)"
+    third = export()
+    assert (third.encoded, third.changed) == (0, False)
+    assert read_colour_spaces(uri, executor="local").processed == 0
