@@ -76,7 +76,9 @@ def write_source(root: Path, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         (folder / name).write_bytes(data)
         (folder / f"{Path(name).stem}.txt").write_text(f"a cup of coffee, {name}")
-    (root / "sources" / f"{SOURCE}.yaml").write_text(f"name: {SOURCE}\nshape: image_folder\nlocation: ../photos\npriority: 1\nlicense: CC0-1.0\n")
+    (root / "sources" / f"{SOURCE}.yaml").write_text(
+        f"name: {SOURCE}\nshape: image_folder\nlocation: ../photos\npriority: 1\nlicense: CC0-1.0\n"
+    )
 
 
 def lab(jpeg_bytes: bytes) -> np.ndarray:
@@ -204,7 +206,10 @@ def test_exports_made_before_colour_spaces_redo_exactly_the_profiled_rows(files,
 
     # Rows dropped at planning are named in the run's line, with their reasons.
     uncaptioned = export(require_caption=True)
-    assert uncaptioned.summary == f"exported 0 of {len(files)} rows ({len(files)} dropped: no_caption {len(files)}; 0 encoded, 0 re-used, 0 kept in place)"
+    assert (
+        uncaptioned.summary
+        == f"exported 0 of {len(files)} rows ({len(files)} dropped: no_caption {len(files)}; 0 encoded, 0 re-used, 0 kept in place)"
+    )
     first = export()
     assert first.encoded == len(files) and "colour_space" not in lance.dataset(uri).schema.names
     read = read_colour_spaces(uri, executor="local")
