@@ -276,8 +276,8 @@ def format_record(record: LineageRecord) -> str:
         lines.append(f"  size       {row['width']}x{row['height']} (as displayed)")
     if "colour_space" in row:
         space = row.get("colour_space") or "not read yet"
-        run = f" [run={row['colour_run_id']}]" if row.get("colour_run_id") else ""
-        lines.append(f"  colour     {space}" + (f"  ({row['colour_error']})" if row.get("colour_error") else "") + run)
+        read_by = f" [run={row['colour_run_id']}]" if row.get("colour_run_id") else ""
+        lines.append(f"  colour     {space}" + (f"  ({row['colour_error']})" if row.get("colour_error") else "") + read_by)
     if row.get("source_caption"):
         lines.append(f"  source cap {row['source_caption']}")
 
