@@ -11,6 +11,7 @@ import io
 import json
 from pathlib import Path
 
+import dagster as dg
 import lance
 import numpy as np
 import pytest
@@ -130,6 +131,10 @@ def test_profiled_photos_export_as_srgb_through_prx_data_run(storage_root, files
 
     code, out = _cli("run", "--root", str(root))
     assert code == 0, out
+    # The export's line in the run log says how many of the source's rows it holds.
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
+        messages = [event.user_message for run in instance.get_runs() for event in instance.all_logs(run.run_id)]
+    assert f"exported {len(files)}/{len(files)} rows ({len(files)} encoded, 0 re-used, 0 kept in place)" in messages
 
     # Every row's colour space is recorded; the broken profile's reason with it, none dropped.
     raw = lance.dataset(f"{lance_root}/sources/{SOURCE}.lance", storage_options=storage_root.options)
