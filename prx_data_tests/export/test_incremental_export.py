@@ -224,10 +224,11 @@ def test_killed_between_mds_commit_and_tables_is_completed_by_next_run(paths, mo
 def ray_driver(shared_ray_head, monkeypatch):
     import ray
 
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     if shared_ray_head:
+        # The session head's token and loopback switch are in the environment (conftest.py).
         ray.init(address=shared_ray_head, log_to_driver=False)
     else:
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
