@@ -33,7 +33,7 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from prx_data.compat.ray_config import in_process_ray_auth
 from prx_data.core.filters import one_of
-from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
+from prx_data.core.ids import escape_undecodable, is_utf8, normal_key, sample_id
 from prx_data.core.lance_io import chunked
 from prx_data.core.quiet import quiet_ray_env
 from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, ensure_ray, task_options
@@ -147,6 +147,8 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
             stats.seen += 1
             if not is_utf8(item.key):
                 item = undecodable_name(item)
+            # One spelling per key: two files whose names normalise alike are a repeated key.
+            item.key = normal_key(item.key)
             sid = sample_id(spec.name, item.key)
             if pos in skip or sid in local:
                 stats.duplicate_key_count += 1

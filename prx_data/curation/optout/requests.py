@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from prx_data.core.ids import normal_key
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
 from prx_data.core.urls import URL_KEY_PREFIX, key_uri, load_url_key, redact_url, url_key
@@ -78,7 +79,8 @@ class OptOutRequest(BaseModel):
         bad = [v for v in values if ":" not in v]
         if bad:
             raise ValueError(f"expected '<source>:<key>', got {bad[:3]}")
-        return values
+        # Keys are stored in NFC (core/ids.py): a request in either spelling names the row.
+        return [normal_key(v) for v in values]
 
     @field_validator("urls")
     @classmethod
