@@ -89,7 +89,7 @@ def test_the_newcomer_is_rejected_by_sources_and_the_sensor(built):
     from prx_data.definitions import build_defs
 
     data, paths, options = built
-    assert b"50-good.yaml" in try_read_bytes(locate(paths.spec_owner("good"), options))
+    assert b"50-good.yaml" in (try_read_bytes(locate(paths.spec_owner("good"), options)) or b"")
     defs = build_defs()
     with dg.instance_for_test() as instance:
         first = evaluate_sensor(defs, instance, SENSOR, None)
@@ -103,9 +103,11 @@ def test_the_newcomer_is_rejected_by_sources_and_the_sensor(built):
         tick = evaluate_sensor(defs, instance, SENSOR, first.cursor)
         assert isinstance(tick, dg.SensorResult) and not tick.run_requests  # no re-ingest from the newcomer
         (evaluation,) = [e for e in tick.asset_events if isinstance(e, dg.AssetCheckEvaluation)]
-        rows = [r.data for r in evaluation.metadata["problems"].value.records]
-        assert [r["file"].rsplit("/", 1)[-1] for r in rows] == ["00-other.yaml"]
-        assert "50-good.yaml" in rows[0]["message"]
+        problems = evaluation.metadata["problems"]
+        assert isinstance(problems, dg.TableMetadataValue)
+        rows = [r.data for r in problems.records]
+        assert [str(r["file"]).rsplit("/", 1)[-1] for r in rows] == ["00-other.yaml"]
+        assert "50-good.yaml" in str(rows[0]["message"])
     assert _keys(paths, options) == {"g0.jpg", "g1.jpg"}
 
 
