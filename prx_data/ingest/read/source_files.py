@@ -4,6 +4,7 @@ the item that stands for a file that cannot be read at all."""
 from __future__ import annotations
 
 import glob as globlib
+import os
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
@@ -62,6 +63,21 @@ def list_files(location: Path | str, suffixes: tuple[str, ...], root: AnyRoot | 
     # Directories matched by a glob are not files; everything else (symlinks, FIFOs) is vetted
     # when opened, so it becomes a row rather than vanishing here.
     return [f for f in files if f.is_symlink() or not f.is_dir()]
+
+
+def list_sized_files(location: Path | str, suffixes: tuple[str, ...], root: AnyRoot | None = None) -> list[tuple[PurePath, int | None]]:
+    """``list_files`` with each file's size (None where it cannot be taken: such a file is read
+    on its own, and its reader says why it cannot be opened)."""
+    if isinstance(root, ObjectRoot):
+        return [(PurePosixPath(p), size) for p, size in root.sized_files(str(location), suffixes)]
+    return [(f, _size(f)) for f in list_files(location, suffixes, root)]
+
+
+def _size(file: PurePath) -> int | None:
+    try:
+        return os.stat(file).st_size
+    except OSError:
+        return None
 
 
 def file_error(file: PurePath, refused_status: str, error: str) -> RawItem:
