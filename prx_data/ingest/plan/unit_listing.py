@@ -111,17 +111,17 @@ def list_units(
     group_bytes = URL_GROUP_BYTES if url_units else GROUP_BYTES
     groups = _Groups(shape, jsonl_lines if shape == "jsonl" else parquet_rows, group_bytes)
     for chunk in chunked(enumerate(files), 1024):
-        sigs, kept_flags = _decide_files(plan, [str(file) for _, (file, _) in chunk])
+        sigs, kept_flags = _decide_files(plan, [file for _, (file, _) in chunk])
         for (ordinal, (file, size)), sig, kept in zip(chunk, sigs, kept_flags):
             index = ordinal * PIECES
             if kept:
                 # A kept file ends the group before it: groups hold consecutive files only, so
                 # every key keeps its place in the source's order against the kept rows.
                 yield from groups.flush()
-                yield Kept(index, str(file))
+                yield Kept(index, file)
                 continue
-            objects = ((str(file), sig),) if plan is not None else ()
-            forced = plan is not None and str(file) in plan.forced
+            objects = ((file, sig),) if plan is not None else ()
+            forced = plan is not None and file in plan.forced
             small = size is not None and shape != "webdataset" and not forced and size <= group_bytes // 16
             # A file of no more bytes than a run has lines has no more lines than that: never split.
             ranges = None if shape != "jsonl" or (small and size <= jsonl_lines) else line_runs(file, root, jsonl_lines)
@@ -129,7 +129,7 @@ def list_units(
             pieces = row_group_runs(parquet_ctx, file, parquet_rows, split) if parquet_ctx is not None else None
             if small and not ranges and not pieces:
                 assert size is not None, "a small file has a size"
-                yield from groups.add(index, str(file), objects, size)
+                yield from groups.add(index, file, objects, size)
                 continue
             yield from groups.flush()
             if ranges:
@@ -137,7 +137,7 @@ def list_units(
                     yield Unit(
                         index,
                         shape,
-                        file=str(file),
+                        file=file,
                         byte_range=(start, end),
                         first_row=before,
                         label=f"{file}:{before + 1}",
@@ -146,13 +146,13 @@ def list_units(
                     index += 1
                 continue
             if not pieces:
-                yield Unit(index, shape, file=str(file), label=str(file), objects=objects)
+                yield Unit(index, shape, file=file, label=file, objects=objects)
                 continue
             for groups_of_rows, first_row, rows in pieces:
                 yield Unit(
                     index,
                     shape,
-                    file=str(file),
+                    file=file,
                     row_groups=groups_of_rows,
                     first_row=first_row,
                     rows=rows,

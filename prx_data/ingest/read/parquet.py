@@ -79,7 +79,7 @@ def read_parquet_file(
 
 
 def row_group_runs(
-    ctx: ReadContext, file: PurePath, rows: int, split: int | None = None
+    ctx: ReadContext, file: PurePath | str, rows: int, split: int | None = None
 ) -> list[tuple[tuple[int, ...], int, int | None]] | None:
     """(row groups, first row, rows or None for whole groups): runs of row groups of about
     ``rows`` rows; with ``split``, a row group of more than ``rows`` rows is also cut into
