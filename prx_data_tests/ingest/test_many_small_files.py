@@ -16,8 +16,7 @@ from prx_data.ingest.read import units as units_module
 from prx_data.ingest.registry import RegisteredSource, SourceSpec
 from prx_data_tests import images
 
-N = 2000
-FIRST_DUP, LATER_DUP = 100, 1500
+FIRST_DUP, LATER_DUP = 100, 450
 JPEG = base64.b64encode(images.jpeg(16, 16, seed=3)).decode()
 
 
@@ -36,7 +35,9 @@ def _rows(uri: str, options) -> dict[str, str]:
 
 
 def test_small_files_are_grouped_and_a_changed_file_rereads_only_itself(storage_root, tmp_path, monkeypatch):
-    for i in range(N):
+    # Fewer on moto, whose every object costs a request of a few ms to write and to read.
+    count = 2000 if storage_root.kind == "local" else 500
+    for i in range(count):
         storage_root.put("lines", _name(i), data=_record(i))
     spec = SourceSpec(
         name="many",
@@ -65,20 +66,20 @@ def test_small_files_are_grouped_and_a_changed_file_rereads_only_itself(storage_
             os.utime(place, ns=(1, 2 + i))  # a new mtime whatever the clock's resolution
 
     first = run()
-    assert len(opened) == N
-    assert first.units * 100 <= N, f"{first.units} units for {N} files: small files are not grouped"
-    assert (first.new, first.duplicate_key_count) == (N - 1, 1)
+    assert len(opened) == count
+    assert first.units * 100 <= count or first.units == 1, f"{first.units} units for {count} files: small files are not grouped"
+    assert (first.new, first.duplicate_key_count) == (count - 1, 1)
     rows = _rows(uri, options)
-    assert len(rows) == N - 1 and rows["dup"] == f"caption {FIRST_DUP}" and rows["k7"] == "caption 7"
+    assert len(rows) == count - 1 and rows["dup"] == f"caption {FIRST_DUP}" and rows["k7"] == "caption 7"
 
     again = run()
-    assert (again.units, again.objects_unchanged, again.unchanged, again.new) == (0, N, N - 1, 0)
+    assert (again.units, again.objects_unchanged, again.unchanged, again.new) == (0, count, count - 1, 0)
     assert opened == []
 
     change(7, "edited seven")
     edited = run()
     assert opened == [_name(7)]
-    assert (edited.units, edited.objects_unchanged, edited.metadata_updated, edited.unchanged) == (1, N - 1, 1, N - 2)
+    assert (edited.units, edited.objects_unchanged, edited.metadata_updated, edited.unchanged) == (1, count - 1, 1, count - 2)
     assert _rows(uri, options)["k7"] == "edited seven"
 
     # The later duplicate changed: read alone, it still loses to the kept first occurrence.
@@ -93,7 +94,7 @@ def test_small_files_are_grouped_and_a_changed_file_rereads_only_itself(storage_
     assert set(opened) == {_name(FIRST_DUP), _name(LATER_DUP)}
     assert earlier.duplicate_key_count == 1
     rows = _rows(uri, options)
-    assert len(rows) == N - 1 and rows["dup"] == "first duplicate edited" and rows["k7"] == "edited seven"
+    assert len(rows) == count - 1 and rows["dup"] == "first duplicate edited" and rows["k7"] == "edited seven"
 
     settled = run()
     assert (settled.new, settled.updated, settled.metadata_updated, settled.duplicate_key_count) == (0, 0, 0, 1), settled
