@@ -2,7 +2,9 @@
 object: the row says ``too_large`` naming the column or line, the other rows are ingested, and
 the Python heap of the run grows by far less than the oversized value (before, the value was
 copied into a Python ``bytes`` first: a 16 MB cell cost 16 MB more heap, a JSONL line up to
-its limit). Through ``ingest_source`` on a local root and on moto S3 (storage_parity)."""
+its limit). Through ``ingest_source`` on a local root and on moto S3 (storage_parity); the heap
+is bounded on the local root, where nothing else allocates in this process (moto serves S3 from
+it)."""
 
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ def test_parquet_cell_over_max_bytes_is_refused_before_python_sees_it(storage_ro
     status, error = got["r2"]
     assert status == "too_large" and "column 'img'" in error and f"{HUGE} bytes" in error and "rows.parquet" in error, error
     assert {k: s for k, (s, _) in got.items() if k != "r2"} == {f"r{i}": "ok" for i in range(6) if i != 2}
-    assert peak - base < HUGE // 4, f"the Python heap grew by {(peak - base) / 2**20:.1f} MB for one refused cell"
+    if storage_root.kind == "local":  # moto serves from this process: its heap would count too
+        assert peak - base < HUGE // 4, f"the Python heap grew by {(peak - base) / 2**20:.1f} MB for one refused cell"
 
 
 def test_jsonl_line_over_the_limit_is_skipped_without_being_held(storage_root, tmp_path):
@@ -72,4 +75,5 @@ def test_jsonl_line_over_the_limit_is_skipped_without_being_held(storage_root, t
     status, error = got["list.jsonl:3"]
     assert status == "too_large" and "line 3 of list.jsonl is longer than" in error, error
     assert sorted(got) == ["k0", "k1", "k3", "k4", "list.jsonl:3"] and got["k4"][0] == "missing"
-    assert peak - base < 4 * 1024 * 1024, f"the Python heap grew by {(peak - base) / 2**20:.1f} MB for one skipped line"
+    if storage_root.kind == "local":
+        assert peak - base < 4 * 1024 * 1024, f"the Python heap grew by {(peak - base) / 2**20:.1f} MB for one skipped line"
