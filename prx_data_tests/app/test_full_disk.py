@@ -43,10 +43,9 @@ def _photos(folder: Path, first: int, count: int) -> None:
 
 
 def _fill(folder: Path) -> None:
-    with open(folder / "filler", "wb") as handle, contextlib.suppress(OSError):
+    with contextlib.suppress(OSError), open(folder / "filler", "wb", buffering=0) as handle:
         while True:
             handle.write(b"\0" * 65536)
-            handle.flush()
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
@@ -85,12 +84,16 @@ def test_full_disk_fails_once_naming_the_cause(tmp_path: Path, monkeypatch, smal
     _photos(root / "photos", 6, 4)  # new rows to export onto the full disk
     code, out, err = _cli("run", "--root", str(root))
     assert code != 0
-    (failed,) = [line for line in out.splitlines() if "FAILED in mds_shards" in line]
+    failures = [line for line in out.splitlines() if "FAILED in" in line]
+    assert len(failures) == 1 and "FAILED in mds_shards" in failures[0], out
+    failed = failures[0]
     assert "No space left on device" in failed and str(small_disk) in failed, failed
     assert "max_retries" not in out, out
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        (run,) = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
-        retried = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"]
+        failed_runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], job_name="source_pipeline"))
+        assert len(failed_runs) == 1
+        events = instance.all_logs(failed_runs[0].run_id)
+        retried = [e for e in events if e.dagster_event and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"]
     assert retried == [], "a full disk was retried"
 
     (small_disk / "filler").unlink()  # space freed: the next run completes
