@@ -311,7 +311,14 @@ def _run(
         unit = in_flight.pop(result.unit)
         if recorded is not None:
             # A unit redone below for a duplicated key has its objects dropped at commit.
-            recorded.add_unit(unit, result.seen, dict(result.stats.rows_by_status), result.stats.file_errors)
+            recorded.add_unit(
+                unit,
+                result.seen,
+                dict(result.stats.rows_by_status),
+                result.stats.file_errors,
+                result.member_items,
+                result.incomplete_members,
+            )
         result.seen = None
         keep(result, 0)
     for table in kept_seen(manifest_uri, job.storage_options, kept, SEEN_SCHEMA):
