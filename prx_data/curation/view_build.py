@@ -34,14 +34,12 @@ from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.storage import delete_file, glob_files, locate, try_read_bytes, write_if_changed
 from prx_data.curation.view_where import parse_predicate
-from prx_data.curation.views import RULE_REASONS, View, ViewError, check_view, load_views
+from prx_data.curation.views import RECORD_FORMAT, RECORD_VERSION, RULE_REASONS, View, ViewError, check_view, load_views
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.skiplist import SkiplistReport, SpilledSkips, as_skip_rows, build_skiplists, iter_root_sidecars, view_names
 from prx_data.export.tree import SKIPLIST_MANIFEST_BASENAME, VIEWS_DIR, bucket_rels, list_buckets, view_record_path
 from prx_data.imaging.buckets import BucketConfig
 
-RECORD_FORMAT = "prx-view-build"
-RECORD_VERSION = 1
 _NOT_MAPPED = ("superseded", "folded")  # reasons of a placement, not of the sample: not carried to a folded copy
 
 
@@ -322,13 +320,6 @@ def write_record(mds_root: str, view: View, built: ViewBuilt, options: dict | No
     return path
 
 
-def read_record(mds_root: str, name: str, options: dict | None = None) -> dict | None:
-    import json
-
-    data = try_read_bytes(locate(view_record_path(mds_root, name), options))
-    return None if data is None else json.loads(data)
-
-
 def built_views(mds_root: str, options: dict | None = None) -> list[str]:
     """Names of the views with a build record under ``mds_root``."""
     folder = locate(mds_root, options).child(VIEWS_DIR)
@@ -404,4 +395,4 @@ def build_views(
     return out
 
 
-__all__ = ["ViewBuilt", "ViewSkips", "ViewsBuilt", "build_view", "build_views", "built_views", "read_record", "retire_view"]
+__all__ = ["ViewBuilt", "ViewSkips", "ViewsBuilt", "build_view", "build_views", "built_views", "retire_view"]

@@ -11,6 +11,7 @@ source's rows have is an error).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from prx_data.core.storage import locate, try_read_bytes
 from prx_data.curation.view_where import PredicateError, parse_predicate
-from prx_data.export.tree import BUCKET_RE, VIEW_NAME_RE
+from prx_data.export.tree import BUCKET_RE, VIEW_NAME_RE, view_record_path
 
 DEFAULT_VIEW = "default"
 DEDUP_REASON = "dedup"
@@ -36,6 +38,8 @@ RULE_REASONS = {
     "where": "view:where",
 }
 SUFFIXES = (".yaml", ".yml")
+RECORD_FORMAT = "prx-view-build"
+RECORD_VERSION = 1
 
 
 class ViewError(ValueError):
@@ -247,6 +251,12 @@ def check_view(
     return warnings
 
 
+def read_record(mds_root: str, name: str, options: dict | None = None) -> dict | None:
+    """A view's build record (``view_build.write_record``), or None when it was never built."""
+    data = try_read_bytes(locate(view_record_path(mds_root, name), options))
+    return None if data is None else json.loads(data)
+
+
 __all__ = [
     "DEFAULT_VIEW",
     "RULE_REASONS",
@@ -259,4 +269,5 @@ __all__ = [
     "find_view",
     "load_view",
     "load_views",
+    "read_record",
 ]
