@@ -52,6 +52,7 @@ from prx_data.export.tree import (
     SKIP_INFIX,
     SOURCE_RE,
     TIER_RE,
+    VIEW_PREFIX,
     list_buckets,
     list_sources,
     shard_buckets,
@@ -281,6 +282,19 @@ def shard_sidecars(mds_root: str, shard_rel: str, storage_options: dict | None =
         data = try_read_bytes(loc.child(name))
         if data is not None:
             out.append(parse_sidecar(data, posixpath.join(folder, name)))
+    return out
+
+
+def shard_view_sidecars(mds_root: str, shard_rel: str, storage_options: dict | None = None) -> list[tuple[str, Sidecar]]:
+    """(view, sidecar) of every ablation view's sidecar beside one shard, any storage."""
+    folder, shard = posixpath.split(shard_rel)
+    loc = locate(mds_root, storage_options).child(folder)
+    out = []
+    for name in glob_files(loc, glob_mod.escape(shard) + "." + VIEW_PREFIX + "*.json"):
+        view = name[len(shard) + 1 + len(VIEW_PREFIX) :].split(".", 1)[0]
+        data = try_read_bytes(loc.child(name))
+        if data is not None:
+            out.append((view, parse_sidecar(data, posixpath.join(folder, name), infix=view_sidecar_infix(view))))
     return out
 
 
