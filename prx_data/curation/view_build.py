@@ -37,7 +37,7 @@ from prx_data.curation.view_where import parse_predicate
 from prx_data.curation.views import RECORD_FORMAT, RECORD_VERSION, RULE_REASONS, View, ViewError, check_view, load_views
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.export.skiplist import SkiplistReport, SpilledSkips, as_skip_rows, build_skiplists, iter_root_sidecars, view_names
-from prx_data.export.tree import SKIPLIST_MANIFEST_BASENAME, VIEWS_DIR, bucket_rels, list_buckets, view_record_path
+from prx_data.export.tree import INDEX_BASENAME, SKIPLIST_MANIFEST_BASENAME, VIEWS_DIR, bucket_rels, list_buckets, view_record_path
 from prx_data.imaging.buckets import BucketConfig
 
 _NOT_MAPPED = ("superseded", "folded")  # reasons of a placement, not of the sample: not carried to a folded copy
@@ -270,6 +270,14 @@ def build_view(
             report.streams["bucket"].to_pylist(), report.streams["samples"].to_pylist(), report.streams["skipped"].to_pylist()
         )
     }
+    root = locate(paths.mds_root, options)
+    for rel, counts in buckets.items():
+        left = counts["samples"] - counts["skipped"]
+        if left and try_read_bytes(root.child(rel, INDEX_BASENAME)) is None:
+            warnings.append(
+                f"view {view.name}: bucket {rel} holds {left} sample(s) of this view but the default cut does not publish it "
+                "(too few samples there): the view does not train them"
+            )
     built = ViewBuilt(
         view=view.name,
         exported=exported,
