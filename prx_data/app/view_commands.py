@@ -77,6 +77,12 @@ def cmd_views_build(args: argparse.Namespace, settings: Any, priorities: Callabl
         )
         for warning in view.warnings:
             print(f"  warning: {warning}", file=sys.stderr)
+    if built.built:
+        from prx_data.curation.report import build_data_card
+
+        for name in sorted(built.built):
+            card = build_data_card(StoragePaths.from_settings(settings), sorted(priorities()), options=settings.storage_options, view=name)
+            print(f"view {name}: data card {card.write(settings.mds_root, settings.storage_options)}")
     for name in built.retired:
         print(f"view {name}: retired (its file left the views folder)")
     for why in built.errors.values():

@@ -131,12 +131,19 @@ def rebuild_skip_lists(
     )
 
 
-def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None):
-    """(card, where it was written) for the current export of ``sources``."""
+def write_data_card(
+    paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None, views: Iterable[str] = ()
+):
+    """(card, where it was written) for the current export of ``sources``; each of ``views``
+    (built ablation views) gets its own card beside it (``<mds>/_reports/views/<name>.md``)."""
     # lazy: pulls in lance
     from prx_data.curation.report import build_data_card
 
     card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options)
+    for view in views:
+        build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options, view=view).write(
+            paths.mds_root, options
+        )
     return card, card.write(paths.mds_root, options)
 
 
@@ -187,7 +194,8 @@ def refresh(
         options=options,
         views_dir=views_dir,
     )
-    card_path = write_data_card(paths, sources, exclude_labels=exclude_labels, options=options)[1] if write_card else None
+    views = sorted(rebuilt.views.built) if rebuilt.views is not None else []
+    card_path = write_data_card(paths, sources, exclude_labels=exclude_labels, options=options, views=views)[1] if write_card else None
     return Applied(
         optouts=report,
         skipped_samples=rebuilt.skipped_samples,

@@ -133,6 +133,11 @@ def test_a_view_excluding_a_source_keeps_every_picture_an_included_source_holds(
     assert _cli("views", "build") == 0
     out = capsys.readouterr().out
     assert "view no-alpha:" in out and "view no-beta:" in out
+    from prx_data.core.storage import locate, read_bytes
+    from prx_data.export.tree import view_card_path
+
+    card = read_bytes(locate(view_card_path(world.mds_root, "no-beta"), world.options)).decode()
+    assert card.startswith("# Data card: view no-beta") and "## Excluded by skip lists" in card and "| view:source |" in card
 
     for left_out, kept in (("alpha", ("beta", "gamma")), ("beta", ("alpha", "gamma"))):
         got = _yielded(world, tmp_path, f"no-{left_out}")

@@ -120,8 +120,15 @@ def corpus_report(
 ) -> dg.MaterializeResult:
     # lazy: the code location loads without lance (Dagster imports it in every process)
     from prx_data.curation.refresh import write_data_card
+    from prx_data.curation.view_build import built_views
 
-    card, path = write_data_card(storage.paths, registry.load().sources, exclude_labels=export.exclude_labels, options=storage.options)
+    card, path = write_data_card(
+        storage.paths,
+        registry.load().sources,
+        exclude_labels=export.exclude_labels,
+        options=storage.options,
+        views=built_views(storage.mds_root, storage.options),
+    )
     retired = receipts(storage.mds_root, storage.options)
     if retired:
         # The receipt of every retired source (curation/retire.py) belongs on the card.
