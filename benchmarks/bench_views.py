@@ -14,6 +14,8 @@ and the same rows skipped by a view; full epochs of PrxStreamingDataset with and
 ``view=`` (median samples/s, target within 5 %).
 
     .venv/bin/python benchmarks/bench_views.py [--samples 1000000] [--repeats 3] [--loader-samples 30000]
+
+``--samples 0`` runs the loader part alone.
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ def main() -> None:
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="bench-views-")
     try:
+        if not args.samples:
+            raise SystemExit(loader_part(args))
         start = time.perf_counter()
         paths, priorities = corpus(root, args.samples)
         print(f"{args.samples} samples, sources {sorted(priorities)}, made in {time.perf_counter() - start:.1f}s under {root}")
@@ -147,8 +151,12 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
+    loader_part(args)
+
+
+def loader_part(args) -> int:
     if not args.loader_samples:
-        return
+        return 0
     root = tempfile.mkdtemp(prefix="bench-views-loader-")
     try:
         lineage = build_loader_tree(root, args.loader_samples, 4096)
@@ -166,6 +174,7 @@ def main() -> None:
         print(f"[loader] samples/s with a view / default cut: {med['view'] / med['default cut']:.3f} (target >= 0.95)")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
