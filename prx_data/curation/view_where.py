@@ -20,6 +20,7 @@ import operator
 import re
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 _TOKEN = re.compile(
@@ -139,7 +140,8 @@ class _Parser:
             while self.accept("punct", ","):
                 values.append(self.literal())
             self.take("punct", ")")
-            found = column.isin(values)
+            # SQL's IN: null for a null value (pyarrow's is_in says False), so NOT IN keeps no null.
+            found = pc.if_else(column.is_null(), pa.scalar(None, pa.bool_()), column.isin(values))
             return ~found if negate else found
         if negate:
             raise PredicateError(f"expected 'IN' after 'NOT' following {name!r}")

@@ -294,6 +294,11 @@ def test_bad_view_files_fail_alone_with_the_file_and_field_named(tmp_path, monke
     # The good view was built and trains; the default cut is unaffected.
     assert {source for source, _ in _yielded(world, tmp_path, "good")} == {"alpha", "gamma"}
     assert _pictures(world, _yielded(world, tmp_path, None)) == [0, 1, 2, 3, 4, 5, 6]
+    # The default cut's own build lists, checks and removes only its files: the view still trains.
+    from prx_data.curation.refresh import refresh
+
+    refresh(world.paths, world.optout_dir, world.priorities(), exclude_labels=(), write_card=False)
+    assert {source for source, _ in _yielded(world, tmp_path, "good")} == {"alpha", "gamma"}
     # Lineage names each view that skips a sample, and why.
     from prx_data.core.ids import sample_id
 
