@@ -28,6 +28,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -60,7 +61,7 @@ def corpus(root: str, samples: int) -> tuple[StoragePaths, dict[str, int]]:
     phash[copies] = phash[rng.choice(n, n // 10, replace=False)]
     table = table.set_column(table.schema.get_field_index("phash"), "phash", pa.array(phash))
     paths = StoragePaths(lance_root=os.path.join(root, "lance"), mds_root=mds)
-    priorities = {}
+    priorities: dict[str, int] = {}
     for source in sorted(set(table["source"].to_pylist())):
         part = table.filter(pc.equal(table["source"], source))
         exports = part.select(["sample_id", "source", "tier", "bucket", "shard", "index_in_shard", "phash"])
@@ -92,7 +93,7 @@ def default_build(paths: StoragePaths, priorities: dict[str, int], scratch: str)
         write_skip_lists(paths.mds_root, skips)
 
 
-VIEWS = {
+VIEWS: dict[str, dict[str, Any]] = {
     "no-b-long": {"exclude": {"sources": ["src-b"], "min_caption_words": 5}},
     "no-b": {"exclude": {"sources": ["src-b"]}},
     "no-a": {"exclude": {"sources": ["src-a"]}},
@@ -133,7 +134,7 @@ def main() -> None:
         for name, spec in VIEWS.items():
             (views_dir / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **spec}))
         one = load_view(views_dir / "no-b-long.yaml")
-        kwargs = dict(bucket_cfg=BucketConfig(), exclude_labels=("nsfw",), dedup_radius=2, scratch_dir=root)
+        kwargs: dict[str, Any] = dict(bucket_cfg=BucketConfig(), exclude_labels=("nsfw",), dedup_radius=2, scratch_dir=root)
         default_s, view_s, ten_s = [], [], []
         for _ in range(args.repeats):  # interleaved so machine drift hits all three
             default_s += timed(lambda: default_build(paths, priorities, root), 1)
@@ -163,7 +164,7 @@ def loader_part(args) -> int:
         ten = loader_skips(lineage, 0.10)
         build_skiplists(ten, root)
         build_skiplists(ten, root, names=view_names("same"))
-        common = dict(batch_size=BATCH, shuffle=True, shuffle_seed=1, batching_method="per_stream")
+        common: dict[str, Any] = dict(batch_size=BATCH, shuffle=True, shuffle_seed=1, batching_method="per_stream")
         runs: dict[str, list[float]] = {"default cut": [], "view": []}
         for _ in range(args.repeats):
             runs["default cut"].append(epoch(lambda: PrxStreamingDataset(streams=build_bucket_streams(root), **common))[1])
