@@ -13,6 +13,7 @@ from pathlib import Path
 
 from prx_data.app.local_ray import starting_local_ray
 from prx_data.app.ui import install_config, serve_ui
+from prx_data.app.view_commands import add_parsers as add_view_parsers
 from prx_data.core.native_memory import cap_malloc_arenas
 from prx_data.core.ray_tasks import connection_held, prefetch_ray, ray_provider
 from prx_data.core.reasons import reason_code
@@ -504,6 +505,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         min_stream_samples=settings.min_stream_samples,
         dedup_radius=settings.dedup_radius,
         fold=FoldPolicy.from_settings(settings),
+        views_dir=settings.views_dir,
     )
     report = applied.optouts
     for error in report.errors:
@@ -523,6 +525,20 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         f"receipts: prx-data optout report --id ID"
     )
     return 1 if report.errors else 0
+
+
+def _views_command(command):
+    """A ``prx-data views`` command, given the settings of ``--root`` and the registry's priorities."""
+
+    def run(args: argparse.Namespace) -> int:
+        from prx_data.core.settings import get_settings
+
+        if getattr(args, "root", None):
+            _use_data_root(Path(args.root).resolve())
+        settings = get_settings()
+        return command(args, settings, lambda: _registry_priorities(settings))
+
+    return run
 
 
 def cmd_optout_report(args: argparse.Namespace) -> int:
@@ -585,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     lineage.add_argument("--runs", action="store_true", help="also look up the Dagster runs of each asset (slower)")
     lineage.add_argument("--root")
     lineage.set_defaults(func=cmd_lineage)
+    add_view_parsers(sub, _views_command)
 
     optout = sub.add_parser("optout", help="opt-out requests")
     optout_sub = optout.add_subparsers(dest="optout_command", required=True)

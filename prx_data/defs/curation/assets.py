@@ -120,9 +120,14 @@ def corpus_report(
 ) -> dg.MaterializeResult:
     # lazy: the code location loads without lance (Dagster imports it in every process)
     from prx_data.curation.refresh import write_data_card
+    from prx_data.curation.view_build import built_views
 
     card, path = write_data_card(
-        storage.paths, registry.load(storage).sources, exclude_labels=export.exclude_labels, options=storage.options
+        storage.paths,
+        registry.load(storage).sources,
+        exclude_labels=export.exclude_labels,
+        options=storage.options,
+        views=built_views(storage.mds_root, storage.options),
     )
     retired = receipts(storage.mds_root, storage.options)
     if retired:
