@@ -13,6 +13,7 @@ from pathlib import Path
 
 from prx_data.app.local_ray import starting_local_ray
 from prx_data.app.ui import install_config, serve_ui
+from prx_data.app.view_commands import add_parsers as add_view_parsers
 from prx_data.core.native_memory import cap_malloc_arenas
 from prx_data.core.ray_tasks import connection_held, prefetch_ray, ray_provider
 from prx_data.core.reasons import reason_code
@@ -170,11 +171,12 @@ def _run_everything(args: argparse.Namespace) -> int:
     # lazy: pulls in tqdm
     from prx_data.core.progress import enable_bars
     from prx_data.core.settings import get_settings
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry
 
     enable_bars()  # drawn only when stderr is a terminal
     settings = get_settings()
-    registry = load_registry(settings.sources_dir)
+    registry = load_registry(settings.sources_dir, SpecOwners.of(settings))
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}")
     unknown = sorted(set(args.source or ()) - set(registry.sources))
@@ -292,11 +294,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def cmd_sources(args: argparse.Namespace) -> int:
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.core.settings import get_settings
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry, wide_root_warning
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
-    registry = load_registry(get_settings().sources_dir)
+    registry = load_registry(get_settings().sources_dir, SpecOwners.of(get_settings()))
     if args.action == "remove":
         return _remove_source(registry, args.name)
     for name, source in registry.sources.items():
@@ -370,6 +373,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
     # lazy: pulls in lance, pandas, pyarrow
     from prx_data.curation.lineage import find, format_record
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry
 
     if args.root:
@@ -381,7 +385,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     try:
         records = find(
             StoragePaths.from_settings(settings),
-            sorted(load_registry(settings.sources_dir).sources),
+            sorted(load_registry(settings.sources_dir, SpecOwners.of(settings)).sources),
             sample_id=args.id,
             url=args.url,
             source_key=args.key,
@@ -442,9 +446,10 @@ def _warn_unknown_sources(source_keys: list[str]) -> None:
     """A key whose source is not registered (most often a misspelt name) matches nothing: say so
     now, not only in the next apply's unmatched list. It stays filed: the source may come later."""
     from prx_data.core.settings import get_settings
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry
 
-    known = set(load_registry(get_settings().sources_dir).sources)
+    known = set(load_registry(get_settings().sources_dir, SpecOwners.of(get_settings())).sources)
     unknown = sorted({key.split(":", 1)[0] for key in source_keys} - known)
     if unknown:
         print(
@@ -456,9 +461,10 @@ def _warn_unknown_sources(source_keys: list[str]) -> None:
 
 def _registry_priorities(settings) -> dict[str, int]:
     # lazy: pulls in pydantic
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry
 
-    registry = load_registry(settings.sources_dir)
+    registry = load_registry(settings.sources_dir, SpecOwners.of(settings))
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}", file=sys.stderr)
     return {name: src.spec.priority for name, src in registry.sources.items()}
@@ -503,6 +509,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         min_stream_samples=settings.min_stream_samples,
         dedup_radius=settings.dedup_radius,
         fold=FoldPolicy.from_settings(settings),
+        views_dir=settings.views_dir,
     )
     report = applied.optouts
     for error in report.errors:
@@ -522,6 +529,20 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         f"receipts: prx-data optout report --id ID"
     )
     return 1 if report.errors else 0
+
+
+def _views_command(command):
+    """A ``prx-data views`` command, given the settings of ``--root`` and the registry's priorities."""
+
+    def run(args: argparse.Namespace) -> int:
+        from prx_data.core.settings import get_settings
+
+        if getattr(args, "root", None):
+            _use_data_root(Path(args.root).resolve())
+        settings = get_settings()
+        return command(args, settings, lambda: _registry_priorities(settings))
+
+    return run
 
 
 def cmd_optout_report(args: argparse.Namespace) -> int:
@@ -584,6 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
     lineage.add_argument("--runs", action="store_true", help="also look up the Dagster runs of each asset (slower)")
     lineage.add_argument("--root")
     lineage.set_defaults(func=cmd_lineage)
+    add_view_parsers(sub, _views_command)
 
     optout = sub.add_parser("optout", help="opt-out requests")
     optout_sub = optout.add_subparsers(dest="optout_command", required=True)
@@ -654,6 +676,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        # A full disk or a read-only filesystem: its cause and path in one line, no traceback
+        # (a retry cannot help; the user frees space and runs the command again).
+        from prx_data.core.retry import permanent_cause
+
+        cause = permanent_cause(exc)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
+        return 1
 
 
 def entry() -> None:

@@ -64,6 +64,7 @@ class Settings(BaseSettings):
     data_root: str = Field(description="Root of all data (a folder or an s3:// / gs:// URI).")
     sources_dir: str = Field(description="Folder holding one YAML spec per source.")
     optout_dir: str = Field(description="Folder holding opt-out requests (YAML/JSON).")
+    views_dir: str = Field(description="Folder holding one YAML file per ablation view (docs/views.md).")
     lance_root: str
     mds_root: str
     # Credentials and endpoint for object storage, passed to Lance and MDS as-is. Read from
@@ -157,6 +158,7 @@ class Settings(BaseSettings):
         data["data_root"] = data_root
         data.setdefault("sources_dir", str(Path(local_base) / "sources"))
         data.setdefault("optout_dir", str(Path(local_base) / "optout"))
+        data.setdefault("views_dir", str(Path(local_base) / "views"))
         data.setdefault("lance_root", f"{data_root.rstrip('/')}/lance")
         data.setdefault("mds_root", f"{data_root.rstrip('/')}/mds")
         return data

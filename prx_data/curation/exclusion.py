@@ -142,17 +142,21 @@ def spilled_dedup_rows(
     scratch_dir: str | None = None,
     on_batch: Callable[[pa.Table], None] | None = None,
     sink: Callable[[pa.Table], None] | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> pa.Table:
     """``dedup_rows(exported_samples(...))`` without holding the corpus: the exports stream from
     Lance into partitions spilled under ``scratch_dir`` (see curation.dedup.spilled_duplicates). ``on_batch``
     sees every export batch (``EXPORTED_SCHEMA``) of that one scan. With ``sink``, the rows go to
-    it partition by partition (SKIP_SCHEMA) and an empty table is returned."""
+    it partition by partition (SKIP_SCHEMA) and an empty table is returned. ``keep`` narrows each
+    batch (after ``on_batch``) to the rows dedup decides among: an ablation view's included rows."""
     total, batches = exported_batches(paths, priorities, options)
 
     def shaped():
         for batch in batches:
             if on_batch is not None:
                 on_batch(batch)
+            if keep is not None:
+                batch = keep(batch)
             yield _with_shape(batch)
 
     dups = spilled_duplicates(
@@ -336,6 +340,7 @@ def scan_skips(
     min_buffer_rows: int = MIN_BUFFER_ROWS,
     into: SpilledSkips | None = None,
     placements_into: SpilledPlacements | None = None,
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> SkipScan:
     """Every skip over the whole corpus from one streamed scan of the exports: dedup spills one
     partition of at most ``max_partition_rows`` (exact dedup) under ``scratch_dir`` (the system
@@ -343,7 +348,8 @@ def scan_skips(
     ``min_buffer_rows`` exports (see curation.skip_reasons). With ``into``, every skip row goes
     there as it is found (left open) and ``SkipScan.skips`` is empty; without, they come back as
     one table. ``placements``: the placements come back as one table; ``placements_into``: they
-    go there, spilled by bucket, instead (what the fold policy's plan reads)."""
+    go there, spilled by bucket, instead (what the fold policy's plan reads). ``keep``: the rows
+    dedup decides among, per batch (``spilled_dedup_rows``); labels and opt-outs see every row."""
     cfg = dedup_config(bucket_cfg, dedup_radius)
     lookup = reason_lookup(paths, priorities, exclude_labels, read_optout_samples(paths, options), options)
     sink = into.add if into is not None else None
@@ -362,7 +368,15 @@ def scan_skips(
 
     try:
         dups = spilled_dedup_rows(
-            paths, priorities, cfg, options, max_partition_rows=max_partition_rows, scratch_dir=scratch_dir, on_batch=on_batch, sink=sink
+            paths,
+            priorities,
+            cfg,
+            options,
+            max_partition_rows=max_partition_rows,
+            scratch_dir=scratch_dir,
+            on_batch=on_batch,
+            sink=sink,
+            keep=keep,
         )
         labels, optouts = reasons.finish(SKIP_SCHEMA)
     finally:

@@ -16,9 +16,9 @@ from prx_data.core.filters import Expr, any_of, equals, one_of
 from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import SCAN_ROWS, open_table
 from prx_data.core.paths import StoragePaths
-from prx_data.core.urls import key_uri, load_url_key, redact_text, redact_url, url_key
+from prx_data.core.urls import key_uri, load_url_key, normalize_url, redact_text, redact_url, url_keys
 from prx_data.curation.optout.files import UnreadableFile, read_image_file
-from prx_data.export.skiplist import shard_sidecars
+from prx_data.export.skiplist import shard_sidecars, shard_view_sidecars
 
 ROW_COLUMNS = (
     "sample_id",
@@ -68,6 +68,7 @@ class Placement:
     export_run_id: str | None = None  # the run that placed (or dropped) it
     skipped: list[dict] = field(default_factory=list)  # reason, sidecar, kept_sample_id
     folded_from: str | None = None  # "tier/HxW": a copy the fold policy made (curation/fold.py)
+    views: list[dict] = field(default_factory=list)  # view, reason, sidecar: ablation views that skip it
 
 
 @dataclass
@@ -122,10 +123,10 @@ def _shown(row: dict) -> dict:
 def _url_filter(url: str, key: bytes | None) -> Expr:
     """Rows of this URL: by the keyed hash of the original (redacted rows), or the URL as
     stored (rows from before redaction, or a query given in redacted form)."""
-    redacted = redact_url(url)
-    wanted = {url, redacted} if redacted else {url}
+    spellings = {url, normalize_url(url)}
+    wanted = spellings | {r for r in map(redact_url, spellings) if r}
     where = one_of("source_url", sorted(wanted))
-    return any_of(where, equals("source_url_key", url_key(url, key))) if key else where
+    return any_of(where, one_of("source_url_key", url_keys(url, key))) if key else where
 
 
 def _url_rows(paths: StoragePaths, sources: Iterable[str], url: str, key: bytes | None, options: dict | None) -> list[dict]:
@@ -169,6 +170,9 @@ def _placements(paths: StoragePaths, mds_root: str, source: str, sid: str, optio
                     i = sidecar.sample_ids.index(sid)
                     kept = sidecar.kept_sample_ids[i] if sidecar.kept_sample_ids else None
                     placement.skipped.append({"reason": sidecar.reason, "sidecar": sidecar.path, "kept_sample_id": kept})
+            for view, sidecar in shard_view_sidecars(mds_root, row["shard"], options):
+                if sid in sidecar.sample_ids:
+                    placement.views.append({"view": view, "reason": sidecar.reason, "sidecar": sidecar.path})
         out.append(placement)
     return out
 
@@ -316,6 +320,8 @@ def format_record(record: LineageRecord) -> str:
         for s in p.skipped:
             kept = f", kept copy {s['kept_sample_id']}" if s.get("kept_sample_id") else ""
             lines.append(f"  SKIPPED    {s['reason']}{kept}  ({s['sidecar']})")
+        for v in p.views:
+            lines.append(f"  view       {v['view']} skips it: {v['reason']}  ({v['sidecar']})")
     if record.placements and not record.skipped and any(p.shard for p in record.placements):
         lines.append("  training   yielded by the loader (no skip list names it)")
     for request in record.optout_requests:

@@ -5,7 +5,8 @@ one sequence behind the ``skip_lists`` and ``corpus_report`` assets and ``prx-da
 1. ``rebuild_skip_lists``: compute the skips (duplicates, excluded labels, opt-outs), fold sparse
    buckets when the policy is on (it adds 'folded' skips: skip lists without them would let
    folded originals back in), write the per-shard sidecars, then publish the bucket indexes again so the buckets a trainer sees follow
-   the current skip lists.
+   the current skip lists; then rebuild every ablation view of the views folder over the same
+   state (``curation.view_build``), so views follow the corpus in the same run.
 2. ``write_data_card``: the data card over the same state.
 """
 
@@ -27,6 +28,7 @@ from prx_data.imaging.buckets import BucketConfig
 
 if TYPE_CHECKING:  # fold pulls in streaming (torch): imported where it runs, below
     from prx_data.curation.fold import FoldReport
+    from prx_data.curation.view_build import ViewsBuilt
 
 
 @dataclass
@@ -37,6 +39,7 @@ class SkipListsRebuilt:
     report: SkiplistReport  # sidecars written / unchanged / removed, per-stream shares
     merged: list  # export.corpus_index merge results, one per bucket (published or not)
     folds: FoldReport
+    views: ViewsBuilt | None = None  # the ablation views rebuilt after the default cut
 
 
 def rebuild_skip_lists(
@@ -52,11 +55,15 @@ def rebuild_skip_lists(
     options: dict | None = None,
     run_id: str | None = None,
     scratch_dir: str | None = None,
+    views_dir: str | None = None,
 ) -> SkipListsRebuilt:
     """``fold`` is a ``curation.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
     call's, so folding and publication agree on what is sparse. The skip rows (and, with the
     fold policy on, the placements) are spilled under ``scratch_dir`` (``export.skiplist.SpilledSkips``,
-    ``curation.exclusion.SpilledPlacements``) and read a bucket or a sample-id range at a time."""
+    ``curation.exclusion.SpilledPlacements``) and read a bucket or a sample-id range at a time.
+    ``views_dir``: the ablation views folder; every view in it is rebuilt after the default cut
+    (a bad view file is reported in ``views.errors``; the others are built), and views whose
+    file left it are retired. None: views are left as they are."""
     # lazy: fold pulls in streaming (torch) through export.mds_writer; exclusion pulls in lance
     from prx_data.curation.exclusion import PLACEMENT_SCHEMA, SpilledPlacements, exported_row_count, scan_skips, write_skip_lists
     from prx_data.curation.fold import FoldPolicy, fold_sparse_buckets
@@ -99,6 +106,20 @@ def rebuild_skip_lists(
         skipped, per_source = skips.distinct_samples()
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
     merged = merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples)
+    views = None
+    if views_dir is not None:
+        from prx_data.curation.view_build import build_views
+
+        views = build_views(
+            paths,
+            views_dir,
+            priorities,
+            bucket_cfg=bucket_cfg,
+            exclude_labels=tuple(exclude_labels),
+            dedup_radius=dedup_radius,
+            options=options,
+            scratch_dir=scratch_dir,
+        )
     return SkipListsRebuilt(
         exported_samples=scan.exported,
         skipped_samples=skipped,
@@ -106,15 +127,23 @@ def rebuild_skip_lists(
         report=report,
         merged=merged,
         folds=folds,
+        views=views,
     )
 
 
-def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None):
-    """(card, where it was written) for the current export of ``sources``."""
+def write_data_card(
+    paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None, views: Iterable[str] = ()
+):
+    """(card, where it was written) for the current export of ``sources``; each of ``views``
+    (built ablation views) gets its own card beside it (``<mds>/_reports/views/<name>.md``)."""
     # lazy: pulls in lance
     from prx_data.curation.report import build_data_card
 
     card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options)
+    for view in views:
+        build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options, view=view).write(
+            paths.mds_root, options
+        )
     return card, card.write(paths.mds_root, options)
 
 
@@ -128,6 +157,7 @@ class Applied:
     build_id: str | None
     card_path: str | None
     seconds: float
+    views: ViewsBuilt | None = None
 
 
 def refresh(
@@ -142,9 +172,11 @@ def refresh(
     min_stream_samples: int = 1,
     dedup_radius: int | None = None,
     fold=None,
+    views_dir: str | None = None,
 ) -> Applied:
     """Apply the opt-out folder now: resolve requests, rebuild the skip lists over the current
-    export and refresh the data card. Nothing is re-exported, so this takes seconds."""
+    export and refresh the data card. Nothing is re-exported, so this takes seconds.
+    ``views_dir``: the ablation views rebuilt with the default cut (see ``rebuild_skip_lists``)."""
     # lazy: pulls in lance
     from prx_data.curation.exclusion import DEFAULT_DEDUP_RADIUS, RecordedSkiplistReport
 
@@ -160,8 +192,10 @@ def refresh(
         dedup_radius=DEFAULT_DEDUP_RADIUS if dedup_radius is None else dedup_radius,
         fold=fold,
         options=options,
+        views_dir=views_dir,
     )
-    card_path = write_data_card(paths, sources, exclude_labels=exclude_labels, options=options)[1] if write_card else None
+    views = sorted(rebuilt.views.built) if rebuilt.views is not None else []
+    card_path = write_data_card(paths, sources, exclude_labels=exclude_labels, options=options, views=views)[1] if write_card else None
     return Applied(
         optouts=report,
         skipped_samples=rebuilt.skipped_samples,
@@ -169,4 +203,5 @@ def refresh(
         build_id=rebuilt.report.build_id if isinstance(rebuilt.report, RecordedSkiplistReport) else None,
         card_path=card_path,
         seconds=time.perf_counter() - started,
+        views=rebuilt.views,
     )

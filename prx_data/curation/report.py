@@ -19,19 +19,20 @@ from prx_data.core.paths import StoragePaths
 from prx_data.core.spill import SpilledPartitions, partition_count, range_bounds
 from prx_data.core.storage import Entry, locate, write_bytes
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
-from prx_data.export.skiplist import iter_root_sidecars, root_sidecar_entries
-from prx_data.export.tree import INDEX_BASENAME, data_card_path
+from prx_data.export.skiplist import DEFAULT_NAMES, SkipNames, iter_root_sidecars, root_sidecar_entries, view_names
+from prx_data.export.tree import INDEX_BASENAME, data_card_path, view_card_path
 
 
 @dataclass
 class DataCard:
     markdown: str
     totals: dict[str, int] = field(default_factory=dict)
+    view: str | None = None  # an ablation view's card (docs/views.md); None: the default cut's
 
     def write(self, mds_root: str, options: dict | None = None) -> str:
         """Write the data card into the tree at ``mds_root`` (a folder or an object-store root,
         via ``options``); returns its path."""
-        path = data_card_path(mds_root)
+        path = data_card_path(mds_root) if self.view is None else view_card_path(mds_root, self.view)
         write_bytes(locate(path, options), self.markdown.encode())
         return path
 
@@ -173,13 +174,20 @@ def _tally_exports(tally: _Tally, exports: lance.LanceDataset, ids: SpilledParti
     return exported
 
 
-def _skipped_ids(tally: _Tally, mds_root: str, options: dict | None, entries: list[Entry], ids: SpilledPartitions | None = None) -> None:
+def _skipped_ids(
+    tally: _Tally,
+    mds_root: str,
+    options: dict | None,
+    entries: list[Entry],
+    ids: SpilledPartitions | None = None,
+    names: SkipNames = DEFAULT_NAMES,
+) -> None:
     """Every reason of the sidecars ``entries`` counted into ``tally``; the sample ids they skip
     spilled into ``ids`` (a folded original is trained from its copy, so not counted)."""
     # lazy: pulls in streaming (torch)
     from prx_data.curation.fold import FOLDED
 
-    for sidecar in iter_root_sidecars(mds_root, options, entries=entries):
+    for sidecar in iter_root_sidecars(mds_root, options, entries=entries, names=names):
         tally.reasons[sidecar.reason] += len(sidecar.indices)
         if ids is not None and sidecar.reason != FOLDED:
             ids.add(pa.table({"sample_id": pa.array(sidecar.sample_ids, pa.string())}))
@@ -201,18 +209,27 @@ def _exported_and_skipped(exported: SpilledPartitions, skipped: SpilledPartition
 
 
 def build_data_card(
-    paths: StoragePaths, sources: list[str], *, exclude_labels=(), options: dict | None = None, generated_at: datetime | None = None
+    paths: StoragePaths,
+    sources: list[str],
+    *,
+    exclude_labels=(),
+    options: dict | None = None,
+    generated_at: datetime | None = None,
+    view: str | None = None,
 ) -> DataCard:
     """The card of ``sources`` under ``paths`` (local or object-store roots alike, via ``options``).
     ``generated_at`` (default: now) is the one line that differs between two equal corpora.
 
     Tables are scanned in batches and counted in Arrow; what is held across batches is counts.
     A source's exported and skipped sample ids are spilled by sample-id range to a temporary
-    folder and counted one range at a time, so memory follows neither a source nor the corpus."""
+    folder and counted one range at a time, so memory follows neither a source nor the corpus.
+    ``view``: the card of an ablation view's cut (its sidecars instead of the default cut's),
+    with the same sections."""
+    names = DEFAULT_NAMES if view is None else view_names(view)
     tally = _Tally()
     # Sidecars sit under <tier>/<HxW>/<source>/: a source's skips are read with its exports.
     sidecars: dict[str, list[Entry]] = {}
-    for entry in root_sidecar_entries(locate(paths.mds_root, options)):
+    for entry in root_sidecar_entries(locate(paths.mds_root, options), names.glob):
         sidecars.setdefault(entry.name.split("/")[2], []).append(entry)
     per_source: list[tuple[str, int, int, int]] = []
     totals = {"exported": 0, "skipped": 0}
@@ -229,18 +246,18 @@ def build_data_card(
                 exported_ids = SpilledPartitions(os.path.join(folder, "exported"), _IDS, bounds)
                 skipped_ids = SpilledPartitions(os.path.join(folder, "skipped"), _IDS, bounds)
                 exported = _tally_exports(tally, exp, exported_ids)
-                _skipped_ids(tally, paths.mds_root, options, sidecars.pop(source, []), skipped_ids)
+                _skipped_ids(tally, paths.mds_root, options, sidecars.pop(source, []), skipped_ids, names)
                 distinct, skipped = _exported_and_skipped(exported_ids, skipped_ids)
             # A sample id hashes its source's name, so ids of two sources never meet: totals add.
             totals["exported"] += distinct
             totals["skipped"] += skipped
         per_source.append((source, rows, ok, exported))
     for entries in sidecars.values():  # sources not on the card: their skips still count by reason
-        _skipped_ids(tally, paths.mds_root, options, entries)
+        _skipped_ids(tally, paths.mds_root, options, entries, names=names)
     totals["trainable"] = totals["exported"] - totals["skipped"]
 
     lines = [
-        "# Data card",
+        "# Data card" if view is None else f"# Data card: view {view}",
         "",
         f"Generated {(generated_at or datetime.now(UTC)).isoformat(timespec='seconds')}. "
         f"{totals['exported']} samples exported, {totals['skipped']} skipped, **{totals['trainable']} trainable**.",
@@ -285,4 +302,4 @@ def build_data_card(
     if tally.words:
         lines += _table(("min", "p10", "median", "p90", "max"), [summary_row(tally.words)])
     lines += ["", "Captioner and prompt versions:", *_table(("captioner / prompt", "captions"), sorted(tally.caption_models.items())), ""]
-    return DataCard("\n".join(lines), totals)
+    return DataCard("\n".join(lines), totals, view)

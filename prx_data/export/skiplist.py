@@ -46,7 +46,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from prx_data.core.spill import RowsByKey, SpilledRows, TableByKey
 from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
 from prx_data.export._fs import dumps_stable, sha256_bytes
-from prx_data.export.tree import BUCKET_RE, INDEX_BASENAME, SKIP_INFIX, SOURCE_RE, TIER_RE, list_buckets, list_sources, shard_buckets
+from prx_data.export.tree import (
+    BUCKET_RE,
+    INDEX_BASENAME,
+    SKIP_INFIX,
+    SOURCE_RE,
+    TIER_RE,
+    VIEW_PREFIX,
+    list_buckets,
+    list_sources,
+    shard_buckets,
+    view_manifest_name,
+    view_sidecar_infix,
+)
 from prx_data.export.tree import SKIPLIST_MANIFEST_BASENAME as MANIFEST_BASENAME
 
 SIDECAR_FORMAT: Final = "prx-skiplist"
@@ -62,6 +74,27 @@ _TOKEN_RE = re.compile(r"^(?:[A-Za-z0-9-]|_[0-9A-F]{2})+$")
 
 class SkiplistError(ValueError):
     """A sidecar or manifest is missing, malformed or inconsistent; the message names the file."""
+
+
+@dataclass(frozen=True)
+class SkipNames:
+    """The file names of one cut of the tree: the default cut's (``.skip.`` sidecars and
+    ``skiplists.json``), or an ablation view's (``export.tree.view_sidecar_infix``). Each cut's
+    build lists, checks and removes only files of its own names."""
+
+    infix: str = SKIP_INFIX
+    manifest: str = MANIFEST_BASENAME
+
+    @property
+    def glob(self) -> str:
+        return "*" + self.infix + "*.json"
+
+
+DEFAULT_NAMES: Final = SkipNames()
+
+
+def view_names(view: str) -> SkipNames:
+    return SkipNames(view_sidecar_infix(view), view_manifest_name(view))
 
 
 # Reason tokens ------------------------------------------------------------------------------
@@ -95,16 +128,16 @@ def decode_reason(token: str) -> str:
     return raw.decode("utf-8")
 
 
-def sidecar_name(shard_basename: str, reason: str) -> str:
-    return f"{shard_basename}{SKIP_INFIX}{encode_reason(reason)}.json"
+def sidecar_name(shard_basename: str, reason: str, infix: str = SKIP_INFIX) -> str:
+    return f"{shard_basename}{infix}{encode_reason(reason)}.json"
 
 
-def split_sidecar_name(name: str) -> tuple[str, str]:
+def split_sidecar_name(name: str, infix: str = SKIP_INFIX) -> tuple[str, str]:
     """'shard.00003.mds.skip.label_3Ansfw.json' -> ('shard.00003.mds', 'label:nsfw')."""
     base = posixpath.basename(name)
-    if not base.endswith(".json") or SKIP_INFIX not in base:
+    if not base.endswith(".json") or infix not in base:
         raise ValueError(f"not a sidecar name: {name!r}")
-    shard, token = base[: -len(".json")].rsplit(SKIP_INFIX, 1)
+    shard, token = base[: -len(".json")].rsplit(infix, 1)
     return shard, decode_reason(token)
 
 
@@ -185,14 +218,14 @@ class Sidecar:
     kept_sample_ids: list[str] | None
 
 
-def parse_sidecar(data: bytes, path: str, shard_samples: int | None = None) -> Sidecar:
+def parse_sidecar(data: bytes, path: str, shard_samples: int | None = None, infix: str = SKIP_INFIX) -> Sidecar:
     """Validate a sidecar's bytes; every error names ``path``."""
     try:
         obj = SidecarFile.model_validate_json(data)
     except ValidationError as error:
         raise SkiplistError(f"malformed skip-list sidecar {path}: {_why(error)}") from None
     try:
-        shard_from_name, reason_from_name = split_sidecar_name(path)
+        shard_from_name, reason_from_name = split_sidecar_name(path, infix)
     except ValueError as error:
         raise SkiplistError(f"malformed skip-list sidecar {path}: {error}") from None
     if obj.shard != shard_from_name or obj.reason != reason_from_name:
@@ -213,25 +246,27 @@ def read_sidecar(path: str, shard_samples: int | None = None, storage_options: d
     return parse_sidecar(data, path, shard_samples)
 
 
-def iter_root_sidecars(mds_root: str, storage_options: dict | None = None, entries: list[Entry] | None = None):
+def iter_root_sidecars(
+    mds_root: str, storage_options: dict | None = None, entries: list[Entry] | None = None, names: SkipNames = DEFAULT_NAMES
+):
     """Every skip-list sidecar under an MDS root (or those of ``entries``, from
     :func:`root_sidecar_entries`), parsed; ``Sidecar.path`` is relative to the root.
 
     The report, the CLI summary and lineage count skips from here, so an ``s3://`` root reports
     the same numbers as a local one."""
     root = locate(mds_root, storage_options)
-    for rel in root_sidecar_entries(root) if entries is None else entries:
+    for rel in root_sidecar_entries(root, names.glob) if entries is None else entries:
         data = try_read_bytes(root.child(rel.name))
         if data is not None:  # removed by a concurrent rebuild since the listing
-            yield parse_sidecar(data, rel.name)
+            yield parse_sidecar(data, rel.name, infix=names.infix)
 
 
-def root_sidecar_entries(root: Location) -> list[Entry]:
+def root_sidecar_entries(root: Location, pattern: str = SIDECAR_GLOB) -> list[Entry]:
     """Sidecars of committed source folders under an MDS root, in one listing; ``Entry.name`` is
     '<tier>/<HxW>/<source>/<sidecar>'. Folders that are not a source's (a dot in the name) are
     left out, so no sidecar is counted twice."""
     out = []
-    for entry in glob_entries(root, SIDECAR_GLOB, recursive=True):
+    for entry in glob_entries(root, pattern, recursive=True):
         parts = entry.name.split("/")
         if len(parts) == 4 and TIER_RE.fullmatch(parts[0]) and BUCKET_RE.fullmatch(parts[1]) and SOURCE_RE.fullmatch(parts[2]):
             out.append(entry)
@@ -247,6 +282,19 @@ def shard_sidecars(mds_root: str, shard_rel: str, storage_options: dict | None =
         data = try_read_bytes(loc.child(name))
         if data is not None:
             out.append(parse_sidecar(data, posixpath.join(folder, name)))
+    return out
+
+
+def shard_view_sidecars(mds_root: str, shard_rel: str, storage_options: dict | None = None) -> list[tuple[str, Sidecar]]:
+    """(view, sidecar) of every ablation view's sidecar beside one shard, any storage."""
+    folder, shard = posixpath.split(shard_rel)
+    loc = locate(mds_root, storage_options).child(folder)
+    out = []
+    for name in glob_files(loc, glob_mod.escape(shard) + "." + VIEW_PREFIX + "*.json"):
+        view = name[len(shard) + 1 + len(VIEW_PREFIX) :].split(".", 1)[0]
+        data = try_read_bytes(loc.child(name))
+        if data is not None:
+            out.append((view, parse_sidecar(data, posixpath.join(folder, name), infix=view_sidecar_infix(view))))
     return out
 
 
@@ -295,6 +343,8 @@ def load_bucket_skips(
     fetch: Callable[[str], str] | None = None,
     expected_sources: dict[str, str] | None = None,
     storage_options: dict | None = None,
+    names: SkipNames = DEFAULT_NAMES,
+    reasons: Callable[[str], bool] | None = None,
 ) -> BucketSkips:
     """Load and check every sidecar a bucket's manifest lists, unioned per shard.
 
@@ -306,7 +356,8 @@ def load_bucket_skips(
     ``shard_samples`` (shard basename -> samples) checks each sidecar against the index in use.
     ``expected_sources`` (source -> index sha256, from the merged index in use) must equal what
     the lists were built against: indices into another export of a source would skip the wrong
-    samples.
+    samples. ``names``: the cut whose files are read (default: the default cut's).
+    ``reasons``: only the sidecars whose reason it accepts are read (every one is still listed).
     """
     bucket = locate(bucket_dir, storage_options)
 
@@ -316,7 +367,7 @@ def load_bucket_skips(
         local = fetch(rel)
         return local, locate(local)
 
-    manifest_path, manifest_loc = where(MANIFEST_BASENAME)
+    manifest_path, manifest_loc = where(names.manifest)
     manifest = _read_manifest_at(manifest_loc, manifest_path)
     sources = dict(manifest.sources)
     if expected_sources is not None and sources != expected_sources:
@@ -327,31 +378,31 @@ def load_bucket_skips(
     for entry in manifest.sidecars:
         rel = entry.path
         listed.add(rel)
+        if reasons is not None and not reasons(entry.reason):
+            continue
         shown, loc = where(rel)
         data = try_read_bytes(loc)
         if data is None:
             raise SkiplistError(f"missing skip-list sidecar {shown} (listed in {manifest_path})")
         if sha256_bytes(data) != entry.sha256:
             raise SkiplistError(f"skip-list sidecar {shown} changed since {manifest_path} was written")
-        shard_rel = f"{posixpath.dirname(rel)}/{split_sidecar_name(rel)[0]}"
+        shard_rel = f"{posixpath.dirname(rel)}/{split_sidecar_name(rel, names.infix)[0]}"
         expected = None if shard_samples is None else shard_samples.get(shard_rel)
         if shard_samples is not None and expected is None:
             raise SkiplistError(f"skip-list sidecar {shown} names shard {shard_rel}, which the index lacks")
-        per_shard[shard_rel].append(parse_sidecar(data, shown, expected).indices)
+        per_shard[shard_rel].append(parse_sidecar(data, shown, expected, names.infix).indices)
     if fetch is None:
-        for rel in _bucket_sidecars(bucket, storage_options):
+        for rel in _bucket_sidecars(bucket, storage_options, names.glob):
             if rel not in listed:
                 raise SkiplistError(f"skip-list sidecar {join(bucket_dir, rel)} is not listed in {manifest_path}: rebuild skip lists")
     skipped = {shard: np.unique(np.concatenate(parts)) for shard, parts in sorted(per_shard.items())}
     return BucketSkips(manifest_path, sources, skipped, sum(len(v) for v in skipped.values()))
 
 
-def _bucket_sidecars(bucket: Location, storage_options: dict | None) -> list[str]:
+def _bucket_sidecars(bucket: Location, storage_options: dict | None, pattern: str = SIDECAR_GLOB) -> list[str]:
     """'<source>/<sidecar name>' of every sidecar in a bucket's committed source folders."""
     return [
-        f"{source}/{name}"
-        for source in list_sources(bucket.uri, storage_options)
-        for name in glob_files(bucket.child(source), SIDECAR_GLOB)
+        f"{source}/{name}" for source in list_sources(bucket.uri, storage_options) for name in glob_files(bucket.child(source), pattern)
     ]
 
 
@@ -388,10 +439,10 @@ def _sizes_of_index(data: bytes) -> dict[str, int]:
 
 
 def _sync_bucket(
-    bucket_loc: Location, written: set[str], storage_options: dict | None, report: SkiplistReport
+    bucket_loc: Location, written: set[str], storage_options: dict | None, report: SkiplistReport, pattern: str = SIDECAR_GLOB
 ) -> tuple[dict[str, str], int]:
     """Remove a bucket's sidecars that are not in ``written``; (source digests, samples)."""
-    for rel in _bucket_sidecars(bucket_loc, storage_options):
+    for rel in _bucket_sidecars(bucket_loc, storage_options, pattern):
         if rel not in written:
             delete_file(bucket_loc.child(*rel.split("/")))
             report.removed += 1
@@ -581,7 +632,11 @@ def _skips_by_bucket(table: pa.Table) -> TableByKey:
 
 
 def build_skiplists(
-    table: pa.Table | RowsByKey, mds_root: str, rewrite_share: float = REWRITE_SHARE, storage_options: dict | None = None
+    table: pa.Table | RowsByKey,
+    mds_root: str,
+    rewrite_share: float = REWRITE_SHARE,
+    storage_options: dict | None = None,
+    names: SkipNames = DEFAULT_NAMES,
 ) -> SkiplistReport:
     """Make the sidecars under ``mds_root`` say exactly what ``table`` says.
 
@@ -596,7 +651,7 @@ def build_skiplists(
 
     Memory is bounded by a bucket, not the corpus (beyond a table's own Arrow columns when one
     is given): one bucket's rows, their sample ids as Python strings and their sidecar bytes at a
-    time. Every bucket is checked (conflicts, shards, ranges) before the first file is written,
+    time. ``names``: the cut written (an ablation view's files leave the default cut's alone). Every bucket is checked (conflicts, shards, ranges) before the first file is written,
     so bad rows change nothing.
     """
     root = locate(mds_root, storage_options)
@@ -647,7 +702,7 @@ def build_skiplists(
                     if chunk.null_count < len(chunk):
                         kept = ["" if value is None else value for value in chunk.to_pylist()]
                 data = _sidecar_bytes(basename, reason, samples, rows.index[start:end], sids, kept)
-                rel = f"{source}/{sidecar_name(basename, reason)}"
+                rel = f"{source}/{sidecar_name(basename, reason, names.infix)}"
                 if write_if_changed(bucket_loc.child(*rel.split("/")), data):
                     report.written += 1
                 else:
@@ -658,11 +713,11 @@ def build_skiplists(
             if len(rows.index):
                 skipped = len(np.unique(rows.shard_code.astype(np.int64) * (int(rows.index.max()) + 1) + rows.index))
             del rows, kept_column
-        digests, total = _sync_bucket(bucket_loc, set(entries), storage_options, report)
+        digests, total = _sync_bucket(bucket_loc, set(entries), storage_options, report, names.glob)
         if not digests:
             # Every source left this bucket: no manifest (corpus_index retires the bucket; a
             # manifest here would make it look like a stream that does not open).
-            delete_file(bucket_loc.child(MANIFEST_BASENAME))  # tolerates its absence
+            delete_file(bucket_loc.child(names.manifest))  # tolerates its absence
             continue
         manifest = ManifestFile(
             format=MANIFEST_FORMAT,
@@ -674,7 +729,7 @@ def build_skiplists(
                 ManifestEntry(path=rel, reason=reason, count=count, sha256=sha) for rel, (sha, reason, count) in sorted(entries.items())
             ],
         )
-        if write_if_changed(bucket_loc.child(MANIFEST_BASENAME), manifest.to_bytes()):
+        if write_if_changed(bucket_loc.child(names.manifest), manifest.to_bytes()):
             report.manifests_written += 1
         if total:
             share = skipped / total

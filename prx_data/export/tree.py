@@ -41,6 +41,12 @@ RETIRED_DIR = "_retired"  # '<source>/<stamp>/<tier>/<HxW>/': a retired source's
 RETIRE_RECEIPT_BASENAME = "receipt.json"  # beside them: what moved where
 REPORTS_DIR = "_reports"
 DATA_CARD_BASENAME = "data_card.md"
+# Ablation views (curation.views): a view's files sit beside the default cut's, under names of
+# their own, so the default build never lists, counts or removes them.
+VIEW_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+VIEW_PREFIX = "view-"  # '<shard>.view-<name>.<reason token>.json', 'skiplists.view-<name>.json'
+VIEWS_DIR = "_views"  # at the MDS root: '<name>.json', a view's build record
+VIEW_REPORTS_DIR = "views"  # under REPORTS_DIR: '<name>.md', a view's data card
 
 
 def running_marker_name(source: str, run_id: str) -> str:
@@ -61,6 +67,31 @@ def retired_source_dir(mds_root: str, source: str, stamp: str) -> str:
 
 def data_card_path(mds_root: str) -> str:
     return join(mds_root, REPORTS_DIR, DATA_CARD_BASENAME)
+
+
+def view_sidecar_infix(view: str) -> str:
+    """The infix of a view's sidecars, in place of ``SKIP_INFIX``."""
+    return f".{VIEW_PREFIX}{check_view_name(view)}."
+
+
+def view_manifest_name(view: str) -> str:
+    """A bucket's manifest of a view's sidecars, beside ``skiplists.json``."""
+    stem, ext = SKIPLIST_MANIFEST_BASENAME.rsplit(".", 1)
+    return f"{stem}.{VIEW_PREFIX}{check_view_name(view)}.{ext}"
+
+
+def view_record_path(mds_root: str, view: str) -> str:
+    return join(mds_root, VIEWS_DIR, f"{check_view_name(view)}.json")
+
+
+def view_card_path(mds_root: str, view: str) -> str:
+    return join(mds_root, REPORTS_DIR, VIEW_REPORTS_DIR, f"{check_view_name(view)}.md")
+
+
+def check_view_name(view: str) -> str:
+    if not VIEW_NAME_RE.fullmatch(view):
+        raise ValueError(f"invalid view name {view!r}: lowercase letters, digits, '-', '_' only")
+    return view
 
 
 def check_source(source: str) -> str:

@@ -47,7 +47,8 @@ from prx_data.compat.streaming_internals import reset_weights as _reset_weights
 from prx_data.core.storage import local_path, locate, try_read_bytes
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
-from prx_data.export.tree import INDEX_BASENAME, UNPUBLISHED_BASENAME, list_buckets
+from prx_data.export.tree import INDEX_BASENAME, UNPUBLISHED_BASENAME, list_buckets, view_manifest_name
+from prx_data.training.views import view_counts, view_missing, view_stream_skips
 
 Weights = None | Mapping[str, float] | Literal["by_count"]
 
@@ -63,16 +64,19 @@ class PrxStreamingDataset(StreamingDataset):
         require_skiplists: a stream without ``skiplists.json`` is an error (default). With False,
             such a stream is read whole; a manifest that exists is still fully checked.
         decode_images: yield ``image`` as a PIL image instead of the stored JPEG bytes.
+        view: an ablation view's cut instead of the default one (docs/views.md); its manifest is
+            always required, and the default cut's opt-outs always apply.
         **kwargs: StreamingDataset arguments (``streams`` or ``local``/``remote``, ``batch_size``,
             ``shuffle``, ``shuffle_seed``, ``batching_method``, ``epoch_size`` ...).
     """
 
-    def __init__(self, *, require_skiplists: bool = True, decode_images: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, require_skiplists: bool = True, decode_images: bool = False, view: str | None = None, **kwargs: Any) -> None:
         for stream in kwargs.get("streams") or ():
             _reset_weights(stream)  # lets a list of Streams be reused across datasets
         super().__init__(**kwargs)
         self.decode_images = decode_images
         self.require_skiplists = require_skiplists
+        self.view = view
         skipped = [self._load_stream_skips(stream_id) for stream_id in range(self.num_streams)]
         skip_ids = np.concatenate(skipped) if skipped else np.empty(0, np.int64)  # sorted global ids
         self.num_skipped = int(skip_ids.size)
@@ -121,9 +125,10 @@ class PrxStreamingDataset(StreamingDataset):
             # Always fetch fresh: a cached manifest from an older build would silently un-skip.
             scratch = f"_prx_skip_fetch/{uuid.uuid4().hex}"
             fetch = lambda rel: download_stream_file(stream, rel, f"{scratch}/{rel}")  # noqa: E731
+        manifest_name = view_manifest_name(self.view) if self.view else MANIFEST_BASENAME
         try:
             if not stream.remote:
-                has_manifest = os.path.exists(os.path.join(local_dir, MANIFEST_BASENAME))
+                has_manifest = os.path.exists(os.path.join(local_dir, manifest_name))
                 if index_digests:
                     check_merged_fresh(local_dir)
             else:
@@ -131,11 +136,13 @@ class PrxStreamingDataset(StreamingDataset):
                 # permissions) raises, since reading on without the lists would un-skip samples.
                 assert fetch is not None, "set above for every remote stream"
                 try:
-                    fetch(MANIFEST_BASENAME)
+                    fetch(manifest_name)
                     has_manifest = True
                 except FileNotFoundError:
                     has_manifest = False
             if not has_manifest:
+                if self.view:
+                    raise view_missing(self.view, os.path.join(stream.remote or local_dir, stream.split or "", manifest_name))
                 if self.require_skiplists:
                     where = os.path.join(stream.remote or local_dir, stream.split or "", MANIFEST_BASENAME)
                     raise SkiplistError(
@@ -144,12 +151,15 @@ class PrxStreamingDataset(StreamingDataset):
                     )
                 return np.empty(0, np.int64)
             sizes = {shard_basename(shard): int(shard.samples) for shard in shards}
-            skips = load_bucket_skips(local_dir, shard_samples=sizes, fetch=fetch, expected_sources=index_digests)
+            if self.view:
+                skipped = view_stream_skips(local_dir, self.view, sizes, fetch, index_digests)
+            else:
+                skipped = load_bucket_skips(local_dir, shard_samples=sizes, fetch=fetch, expected_sources=index_digests).skipped
         finally:
             if scratch:
                 shutil.rmtree(os.path.join(local_dir, scratch), ignore_errors=True)
         offsets = {shard_basename(shard): int(self.sample_offset_per_shard[first + i]) for i, shard in enumerate(shards)}
-        parts = [offsets[name] + indices for name, indices in skips.skipped.items() if len(indices)]
+        parts = [offsets[name] + indices for name, indices in skipped.items() if len(indices)]
         return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
     # Epoch construction ---------------------------------------------------------------------
@@ -313,6 +323,8 @@ def make_loader(
     streams: Sequence[Stream] | None = None,
     cache_dir: str | None = None,
     storage_options: dict | None = None,
+    view: str | None = None,
+    views_dir: str | None = None,
     **dataset_kwargs: Any,
 ) -> StreamingDataLoader:
     """A StreamingDataLoader (checkpointable) over every trainable bucket, one shape per batch.
@@ -326,11 +338,19 @@ def make_loader(
     shard downloads, in this process and in DataLoader workers alike, with no ``S3_ENDPOINT_URL``
     needed in the environment (``compat.streaming_internals.configure_downloads``). Streams
     passed in ``streams`` are bound to them too.
+
+    ``view``: train an ablation view's cut (docs/views.md) instead of the default one; a view
+    never built, or built before the tree's current export or default cut, raises
+    ``training.views.ViewNotReadyError`` naming it. ``views_dir``: where the view files are
+    (``PRX_VIEWS_DIR``); when given, a view whose file changed since its build is stale too.
     """
     need = smallest_trainable_stream(batch_size, batching_method)
     left_out: dict[str, str] = {}
     if streams is None:
         buckets = published_buckets(mds_root, storage_options)
+        if view is not None:
+            in_view = view_counts(mds_root, view, buckets, storage_options, views_dir)
+            buckets = [BucketStream(b.rel, b.uri, *in_view[b.rel]) for b in buckets]
         if isinstance(weights, Mapping):
             published = {b.rel for b in buckets}
             in_tree = {ref.rel for ref in list_buckets(mds_root, storage_options)}
@@ -386,6 +406,7 @@ def make_loader(
         batching_method=batching_method,
         require_skiplists=require_skiplists,
         decode_images=decode_images,
+        view=view,
         **dataset_kwargs,
     )
     return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_fn)

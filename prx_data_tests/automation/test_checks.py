@@ -78,6 +78,7 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
         "corpus_index:bucket_streams_readable": True,
         "optout_requests:every_request_loads": True,
         "skip_lists:skipped_share_per_stream": True,
+        "skip_lists:view_files_valid": True,
     }
 
     bad = auto.run("bad", PER_SOURCE)

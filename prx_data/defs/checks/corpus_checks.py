@@ -91,3 +91,28 @@ def _skipped_examples(storage: StorageResource, streams: dict[str, float], per_s
                 room = per_stream - len(out[bucket])
                 out[bucket] += [f"{sample_id}: {sidecar.reason}" for sample_id in sidecar.sample_ids[:room]]
     return out
+
+
+@dg.asset_check(
+    asset=SKIP_LISTS,
+    description="Every ablation view file in PRX_VIEWS_DIR loaded and was built by the last skip_lists "
+    "run (docs/views.md). Failing: each bad view file, named with the field and why; the other views "
+    f"and the default cut were built regardless; see {CHECKS_DOC}.",
+)
+def view_files_valid(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    event = context.instance.get_latest_materialization_event(SKIP_LISTS)
+    meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    errors: dict[str, str] = meta["view_errors"].value if "view_errors" in meta else {}
+    views: dict[str, Any] = meta["views"].value if "views" in meta else {}
+    for why in errors.values():
+        context.log.error(why)
+    return dg.AssetCheckResult(
+        passed=not errors,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{len(errors)} view file(s) not built: {', '.join(sorted(errors))}" if errors else None,
+        metadata={
+            "views_built": dg.MetadataValue.json(sorted(views)),
+            "bad_view_files": dg.MetadataValue.json(errors),
+            "guide": dg.MetadataValue.path(CHECKS_DOC),
+        },
+    )

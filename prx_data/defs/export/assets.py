@@ -170,7 +170,7 @@ def skip_lists(
     from prx_data.curation.fold import FoldPolicy
     from prx_data.curation.refresh import rebuild_skip_lists
 
-    reg = registry.load()
+    reg = registry.load(storage)
     priorities = {name: src.spec.priority for name, src in reg.sources.items()}
     min_samples = get_settings().min_stream_samples
     rebuilt = rebuild_skip_lists(
@@ -184,8 +184,12 @@ def skip_lists(
         writer_cfg=export.writer_config(),
         options=storage.options,
         run_id=context.run_id,
+        views_dir=get_settings().views_dir,
     )
     report, merged, folds = rebuilt.report, rebuilt.merged, rebuilt.folds
+    views = rebuilt.views
+    for why in (views.errors if views else {}).values():
+        context.log.error(f"view not built: {why}")
     per_reason = _sum_by(report.counts, "reason")
     # In samples: a sample skipped for two reasons is one sample.
     per_source = rebuilt.skipped_per_source
@@ -213,8 +217,32 @@ def skip_lists(
             "folded_samples": folds.folded,
             "fold_images_encoded": folds.encoded,
             **publication_metadata(storage.mds_root, merged, min_samples),
+            **views_metadata(views),
         }
     )
+
+
+def views_metadata(views) -> dict:
+    """Per ablation view: trainable samples, skipped placements per rule, per bucket counts;
+    and the view files that were not built, with why."""
+    if views is None:
+        return {}
+    return {
+        "views": dg.MetadataValue.json(
+            {
+                name: {
+                    "trainable": b.trainable,
+                    "skipped": b.skipped,
+                    "per_rule": b.per_rule,
+                    "per_bucket": b.buckets,
+                    "warnings": b.warnings,
+                }
+                for name, b in sorted(views.built.items())
+            }
+        ),
+        "view_errors": dg.MetadataValue.json(dict(sorted(views.errors.items()))),
+        "retired_views": dg.MetadataValue.json(views.retired),
+    }
 
 
 def _sum_by(counts, key: str) -> dict[str, int]:
