@@ -19,12 +19,12 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PRX_PYTHON:-$REPO/.venv/bin/python}
-DEMO=1 UI=1 BASE=0 EXPLORE=0 DEMO_SOURCES=()
+DEMO=1 UI=1 BASE_INSTALL=0 EXPLORE=0 DEMO_SOURCES=()
 while [ $# -gt 0 ]; do
   case $1 in
     --no-demo) DEMO=0 ;;
     --no-ui) UI=0 ;;
-    --base) BASE=1 ;;
+    --base) BASE_INSTALL=1 ;;
     --explore) EXPLORE=1 ;;
     --demo-source) DEMO_SOURCES+=(--source "$2"); shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -71,7 +71,7 @@ BASE=$("$PY" -c 'import sys; print(sys._base_executable)')
 VPY="$WORK/venv/bin/python"
 "$PY" -m pip --python "$VPY" install -q --no-deps "$WHEEL"
 DEPS_PY=$PY
-if [ "$BASE" = 1 ]; then
+if [ "$BASE_INSTALL" = 1 ]; then
   step "the base install's packages (scripts/base_env.sh)"
   DEPS_PY=$(bash "$REPO/scripts/base_env.sh")
   step "borrowing $(du -sh "$(dirname "$(dirname "$DEPS_PY")")" | cut -f1) of packages from $(dirname "$(dirname "$DEPS_PY")")"
@@ -113,7 +113,7 @@ for text in dist.requires or []:
 assert not unmet, f"declared requirements not met: {unmet}"
 print(f"{len(loaded)} prx_data modules from the wheel; {len(dist.requires or [])} declared requirements met")
 PY
-if [ "$BASE" = 1 ]; then
+if [ "$BASE_INSTALL" = 1 ]; then
   PYTHONWARNINGS=ignore run "$VPY" - <<'PY'
 import importlib.util
 present = [m for m in ("torch", "streaming", "transformers", "sentence_transformers", "torchvision", "triton") if importlib.util.find_spec(m)]
