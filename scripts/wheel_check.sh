@@ -141,6 +141,23 @@ if [ "$DEMO" = 1 ]; then
   grep -q "published bucket streams" "$WORK/demo.log" || { tail -40 "$WORK/demo.log"; echo "demo printed no summary" >&2; exit 1; }
   test -f "$WORK/demo/.dagster/dagster.yaml" || { echo "the packaged dagster.yaml was not installed" >&2; exit 1; }
   step "demo done: $(grep -c . "$WORK/demo.log") lines of output"
+  # The caption labels came from the MiniLM labeller (here without torch when --base).
+  run env PRX_DATA_ROOT="$WORK/demo" PYTHONWARNINGS=ignore "$VPY" - <<'PY'
+from collections import Counter
+import lance
+from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import get_settings
+from prx_data.ingest.registry import load_registry
+settings = get_settings()
+paths = StoragePaths.from_settings(settings)
+labels = Counter()
+for name in load_registry(settings.sources_dir).sources:
+    for row in lance.dataset(paths.raw_table(name)).to_table(columns=["label", "label_model"]).to_pylist():
+        if row["label"]:
+            labels[(row["label_model"], row["label"])] += 1
+assert any("MiniLM" in (model or "") for model, _ in labels), f"no MiniLM labels in the demo tables: {labels}"
+print("demo labels: " + ", ".join(f"{label} {n}" for (model, label), n in sorted(labels.items())) + f" ({sorted({m for m, _ in labels})})")
+PY
 fi
 
 if [ "$UI" = 1 ]; then
