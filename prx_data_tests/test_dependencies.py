@@ -111,3 +111,26 @@ def test_only_the_trainer_and_gpu_paths_import_the_train_extra():
     assert not outside, f"imported outside {sorted(TRAIN_IMPORTERS)}: {outside}"
     for module in TRAIN_EXTRA:
         assert imported.get(module), f"{module} is no longer imported: drop it from TRAIN_EXTRA"
+
+
+_WITHOUT_TRAIN_EXTRA = """
+import importlib.abc, sys
+class Absent(importlib.abc.MetaPathFinder):  # the base install: these distributions are not there
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("streaming", "torch", "transformers"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Absent())
+try:
+    from prx_data.loader import make_loader
+except ImportError as exc:
+    print("ERROR=" + str(exc))
+"""
+
+
+def test_the_loader_without_the_train_extra_names_it():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_TRAIN_EXTRA], capture_output=True, text=True, timeout=120, cwd=REPO)
+    errors = [line for line in out.stdout.splitlines() if line.startswith("ERROR=")]
+    assert errors, f"make_loader imported without streaming and torch: {out.stdout[-1000:]} {out.stderr[-2000:]}"
+    assert "pip install 'prx-data[train]'" in errors[0] and "streaming and torch" in errors[0], errors[0]

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import importlib.util
 
-_MISSING = [name for name in ("streaming", "torch") if importlib.util.find_spec(name) is None]
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a module set to None, or a finder that refuses it
+        return False
+
+
+_MISSING = [name for name in ("streaming", "torch") if not _installed(name)]
 if _MISSING:
     raise ImportError(
         f"prx_data.training (the training loader) needs {' and '.join(_MISSING)}, which the pipeline's own "
