@@ -6,7 +6,7 @@ matrix, how many good photos would be skipped, and the time per caption.
     .venv/bin/python benchmarks/bench_labels.py --engines       # numpy, ONNX Runtime, torch: cold start, CPU/token
 
 ``--engines`` measures the ONNX Runtime candidate (benchmarks/minilm_onnx.py) when onnxruntime and
-onnx are installed (``pip install onnxruntime onnx``; neither is a dependency of prx-data).
+onnx are installed (the ``bench`` extra; neither is a dependency of prx-data).
 
 The eval set (prx_data_tests/labeling_eval/eval.jsonl) was never used to tune the backend; the
 dev set was. Targets (issue 11): at most 2 % of ``visual`` captions labelled ``text`` or
@@ -117,7 +117,7 @@ def bench_engines(label_set: str, repeats: int) -> None:
     if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
         engines.insert(1, "onnx")
     else:
-        print("onnx   not measured: pip install onnxruntime onnx")
+        print("onnx   not measured: pip install 'prx-data[bench]' (onnxruntime, onnx)")
     for engine in engines:
         runs = []
         for _ in range(repeats):
