@@ -24,7 +24,7 @@ install() {
     || .venv/bin/python -m pip install --quiet "$@"
 }
 # The demo and the tests need dev: the pipeline's base install, the train extra (the loader over
-# streaming and torch), and the test tools. torch/torchvision are pinned in dev so this never
+# streaming and torch), and the test tools. torch/torchvision are pinned in train so this never
 # re-resolves them (see STACK.md).
 install -e '.[dev]'
 # Without their dependencies: the MiniLM checkpoint (requirements-nodeps.txt says why), and
