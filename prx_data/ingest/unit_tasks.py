@@ -33,12 +33,12 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from prx_data.compat.ray_config import in_process_ray_auth
 from prx_data.core.filters import one_of
-from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
+from prx_data.core.ids import escape_undecodable, is_utf8, normal_key, sample_id
 from prx_data.core.lance_io import chunked
 from prx_data.core.quiet import quiet_ray_env
 from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, ensure_ray, task_options
 from prx_data.core.schema import Status
-from prx_data.core.urls import redact_url
+from prx_data.core.urls import redact_url, url_key
 from prx_data.ingest.plan.seen_ids import REPLACED_SCHEMA, SEEN_SCHEMA
 from prx_data.ingest.read.raw_item import RawItem
 from prx_data.ingest.read.units import Unit, read_unit
@@ -104,21 +104,22 @@ class UnitResult:
 
 class _Stored:
     """The stored rows of one chunk's sample ids: (sha, status, metadata digest, row address,
-    stored source URL)."""
+    stored source URL, stored URL key)."""
 
     def __init__(self, ds: lance.LanceDataset | None) -> None:
         self.ds = ds
         self.columns = []
         if ds is not None:
-            extra = ["embedding"] if "embedding" in ds.schema.names else []
+            extra = [c for c in ("embedding", "source_url_key") if c in ds.schema.names]
             self.columns = ["sample_id", "image_sha256", "status", *METADATA_COLUMNS, *extra]
 
-    def lookup(self, ids: list[str]) -> dict[str, tuple[str | None, str, bytes, int, str | None]]:
+    def lookup(self, ids: list[str]) -> dict[str, tuple[str | None, str, bytes, int, str | None, str | None]]:
         if self.ds is None or not ids:
             return {}
         table = self.ds.to_table(columns=self.columns, filter=one_of("sample_id", ids), with_row_address=True)
         cols = {name: table.column(name).to_pylist() for name in (*self.columns, "_rowaddr")}
         embeddings = cols.get("embedding") or [None] * table.num_rows
+        keys = cols.get("source_url_key") or [None] * table.num_rows
         return {
             sid: (
                 cols["image_sha256"][i],
@@ -126,6 +127,7 @@ class _Stored:
                 metadata_digest(cols["source_caption"][i], cols["source_url"][i], cols["license"][i], embeddings[i]),
                 cols["_rowaddr"][i],
                 cols["source_url"][i],
+                keys[i],
             )
             for i, sid in enumerate(cols["sample_id"])
         }
@@ -147,6 +149,8 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
             stats.seen += 1
             if not is_utf8(item.key):
                 item = undecodable_name(item)
+            # One spelling per key: two files whose names normalise alike are a repeated key.
+            item.key = normal_key(item.key)
             sid = sample_id(spec.name, item.key)
             if pos in skip or sid in local:
                 stats.duplicate_key_count += 1
@@ -190,7 +194,7 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
                 apply_download(item, result)
             if fetched:
                 stats.rows_by_status[before[1]] += 1
-                _metadata_or_unchanged(before[2] != item_digest(item, spec), sid, item)
+                _metadata_or_unchanged(before[2] != item_digest(item, spec) or _rekeyed(before, item), sid, item)
                 continue
             row = item_row(source, item, job.now, job.optout, job.url_hash_key, probe)
             item.data = None  # the row holds the bytes now; the item may outlive this loop
@@ -199,7 +203,7 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
                 stats.errors_sample.append(f"{item.key}: {row['error']}")
             if before is not None and before[:2] == (row["image_sha256"], row["status"]):
                 digest = metadata_digest(row["source_caption"], row["source_url"], row["license"], row.get("embedding"))
-                _metadata_or_unchanged(before[2] != digest, sid, item)
+                _metadata_or_unchanged(before[2] != digest or _rekeyed(before, item), sid, item)
                 continue
             if before is None:
                 stats.new += 1
@@ -216,6 +220,10 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
                 rows = []
         if rows:
             yield to_batch(rows, job.schema)
+
+    def _rekeyed(before, item) -> bool:
+        # A row hashed under an earlier URL key rule gets the current key (core/urls.py).
+        return job.url_hash_key is not None and before[5] != url_key(item.source_url, job.url_hash_key)
 
     def _metadata_or_unchanged(changed: bool, sid, item) -> None:
         if changed:

@@ -38,7 +38,7 @@ from prx_data.ingest.registry import RegisteredSource
 
 # Bump when what a re-read would produce from the same bytes changes (probe rules, row layout):
 # every object is then read again once.
-MANIFEST_CODE_VERSION = "units-v1"
+MANIFEST_CODE_VERSION = "units-v2"
 # Unit index = object ordinal * PIECES + piece (a JSONL line run, a Parquet row-group run), so an
 # object's units keep their order and a kept object's pieces keep their indexes.
 PIECES = 1 << 20
