@@ -5,7 +5,8 @@ Two runs of the script, each within the 3 minutes a test may take: build, instal
 venv over the cached base install (scripts/base_env.sh: built once per pyproject.toml, 26 s with
 uv here), import the code location and check the declared requirements from the wheel, then
 `prx-data ui` serving the code location over HTTP in one, `prx-data demo` and `prx-data explore`
-serving the demo's corpus in the other (186 s for both in one run here: demo 76 s, UI 49 s).
+serving the demo's corpus in the other (58 s and 70 s here once the base install is cached;
+251 s for the second on a machine loaded to 16 runnable processes).
 """
 
 from __future__ import annotations
