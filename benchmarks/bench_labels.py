@@ -3,7 +3,10 @@ matrix, how many good photos would be skipped, and the time per caption.
 
     .venv/bin/python benchmarks/bench_labels.py                 # the eval set
     .venv/bin/python benchmarks/bench_labels.py --set dev       # the tuning set
-    .venv/bin/python benchmarks/bench_labels.py --engines       # numpy vs torch: cold start, CPU/token
+    .venv/bin/python benchmarks/bench_labels.py --engines       # numpy, ONNX Runtime, torch: cold start, CPU/token
+
+``--engines`` measures the ONNX Runtime candidate (benchmarks/minilm_onnx.py) when onnxruntime and
+onnx are installed (the ``bench`` extra; neither is a dependency of prx-data).
 
 The eval set (prx_data_tests/labeling_eval/eval.jsonl) was never used to tune the backend; the
 dev set was. Targets (issue 11): at most 2 % of ``visual`` captions labelled ``text`` or
@@ -16,6 +19,7 @@ label similarities, no cues, no abstention).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -78,14 +82,20 @@ from prx_data.models.labeling import minilm as M
 from prx_data_tests.labeling_eval import load
 from prx_data.models.labeling.config import MiniLMClassifierConfig
 captions = [r["caption"] for r in load(sys.argv[2])]
-classifier = M.MiniLMClassifier(MiniLMClassifierConfig(engine=sys.argv[1]))
+engine = sys.argv[1]
+classifier = M.MiniLMClassifier(MiniLMClassifierConfig(engine="numpy" if engine == "onnx" else engine))
+if engine == "onnx":  # the numpy engine's tokenizing and batching, the forward pass in ONNX Runtime
+    sys.path.insert(0, sys.argv[3])
+    from minilm_onnx import OnnxBertEncoder
+    classifier._numpy = OnnxBertEncoder(M.packaged_model_path(), max_tokens=M._MAX_TOKENS)
 classifier.label_batch(captions[:20])
 first_wall, first_cpu = time.perf_counter() - t0, time.process_time() - c0
 from prx_data.models.labeling.bert_numpy import NumpyBertEncoder
 tokens = NumpyBertEncoder(M.packaged_model_path()).count_tokens(captions)
 c1 = time.process_time()
 classifier.embed(captions)
-print(json.dumps({"engine": classifier.engine, "first_wall": first_wall, "first_cpu": first_cpu,
+labels = [r.label for r in classifier.label_batch(captions)]
+print(json.dumps({"engine": engine, "labels": labels, "first_wall": first_wall, "first_cpu": first_cpu,
                   "cpu": time.process_time() - c1, "captions": len(captions), "tokens": tokens}))
 """
 
@@ -102,25 +112,40 @@ def bench_engines(label_set: str, repeats: int) -> None:
     }
     print(f"load average: {os.getloadavg()}  (one thread per engine, as in a 1-CPU Ray task)")
     got: dict[str, dict[str, float]] = {}
-    for engine in ("numpy", "torch"):
+    labels: dict[str, list[str]] = {}
+    engines = ["numpy", "torch"]
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
+        engines.insert(1, "onnx")
+    else:
+        print("onnx   not measured: pip install 'prx-data[bench]' (onnxruntime, onnx)")
+    for engine in engines:
         runs = []
         for _ in range(repeats):
             out = subprocess.run(
-                [sys.executable, "-c", _ENGINE_PROBE, engine, label_set], env=env, capture_output=True, text=True, check=True
+                [sys.executable, "-c", _ENGINE_PROBE, engine, label_set, str(Path(__file__).resolve().parent)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
             )
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         assert all(r["engine"] == engine for r in runs), runs
         got[engine] = {k: statistics.median(r[k] for r in runs) for k in ("first_wall", "first_cpu", "cpu")}
         got[engine]["tokens"] = runs[0]["tokens"]
+        labels[engine] = runs[0]["labels"]
         print(
             f"{engine:<6} cold start to the first 20 labels: {got[engine]['first_wall']:6.2f} s wall, {got[engine]['first_cpu']:6.2f} s CPU;"
             f"  {runs[0]['captions']} captions warm: {got[engine]['cpu']:6.2f} s CPU"
         )
-    n, t = got["numpy"], got["torch"]
-    print(
-        f"ratio numpy/torch: cold start wall {n['first_wall'] / t['first_wall']:.2f}, CPU {n['first_cpu'] / t['first_cpu']:.2f};"
-        f" warm CPU per token {n['cpu'] / t['cpu']:.2f}"
-    )
+    t = got["torch"]
+    for engine in engines[:-1]:
+        e = got[engine]
+        same = sum(a == b for a, b in zip(labels[engine], labels["torch"]))
+        print(
+            f"ratio {engine}/torch: cold start wall {e['first_wall'] / t['first_wall']:.2f}, CPU {e['first_cpu'] / t['first_cpu']:.2f};"
+            f" warm CPU per token {e['cpu'] / t['cpu']:.2f}; labels equal to torch's: {same}/{len(labels['torch'])}"
+        )
+    n = got["numpy"]
     extra = (n["cpu"] - t["cpu"]) / n["tokens"] if n["tokens"] else 0.0
     if extra > 0:
         print(

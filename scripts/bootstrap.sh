@@ -23,8 +23,11 @@ install() {
   .venv/bin/python -m uv pip install --quiet "${compile[@]}" --python .venv/bin/python "$@" \
     || .venv/bin/python -m pip install --quiet "$@"
 }
-# torch/torchvision are pinned in pyproject.toml so this never re-resolves them (see STACK.md).
+# The demo and the tests need dev: the pipeline's base install, the train extra (the loader over
+# streaming and torch), and the test tools. torch/torchvision are pinned in train so this never
+# re-resolves them (see STACK.md).
 install -e '.[dev]'
-# dagster-postgres 0.29.28 (the match for dagster 1.13.28) is not published; 0.29.27 works with
-# 1.13.28 but pins dagster==1.13.27, so it is installed without its dependencies.
-install --no-deps dagster-postgres==0.29.27
+# Without their dependencies: the MiniLM checkpoint (requirements-nodeps.txt says why), and
+# dagster-postgres 0.29.27: 0.29.28 (the match for dagster 1.13.28) is not published, and 0.29.27
+# works with 1.13.28 but pins dagster==1.13.27.
+install --no-deps -r requirements-nodeps.txt dagster-postgres==0.29.27

