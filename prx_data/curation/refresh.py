@@ -109,12 +109,15 @@ def rebuild_skip_lists(
     )
 
 
-def write_data_card(paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None):
-    """(card, where it was written) for the current export of ``sources``."""
+def write_data_card(
+    paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None, bucket_cfg=None
+):
+    """(card, where it was written) for the current export of ``sources``; ``bucket_cfg`` is the
+    export's (its tiers and grid ratios mark the charts)."""
     # lazy: pulls in lance
     from prx_data.curation.report import build_data_card
 
-    card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options)
+    card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options, bucket_cfg=bucket_cfg)
     return card, card.write(paths.mds_root, options)
 
 

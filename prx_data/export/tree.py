@@ -41,6 +41,8 @@ RETIRED_DIR = "_retired"  # '<source>/<stamp>/<tier>/<HxW>/': a retired source's
 RETIRE_RECEIPT_BASENAME = "receipt.json"  # beside them: what moved where
 REPORTS_DIR = "_reports"
 DATA_CARD_BASENAME = "data_card.md"
+CARD_CHARTS_DIR = "charts"  # '<name>.png' beside the card, linked from it as 'charts/<name>.png'
+CARD_FIGURES_BASENAME = "card_figures.json"  # the numbers the charts are drawn from
 
 
 def running_marker_name(source: str, run_id: str) -> str:
@@ -61,6 +63,19 @@ def retired_source_dir(mds_root: str, source: str, stamp: str) -> str:
 
 def data_card_path(mds_root: str) -> str:
     return join(mds_root, REPORTS_DIR, DATA_CARD_BASENAME)
+
+
+def card_chart_rel(name: str) -> str:
+    """A chart's path relative to the data card (the link the card's Markdown holds)."""
+    return f"{CARD_CHARTS_DIR}/{name}.png"
+
+
+def card_chart_path(mds_root: str, name: str) -> str:
+    return join(mds_root, REPORTS_DIR, card_chart_rel(name))
+
+
+def card_figures_path(mds_root: str) -> str:
+    return join(mds_root, REPORTS_DIR, CARD_FIGURES_BASENAME)
 
 
 def check_source(source: str) -> str:
