@@ -4,6 +4,7 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from prx_data.core.ray_tasks import Executor
+from prx_data.defs import links
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import PER_SOURCE_TAG, sources_partitions
@@ -48,6 +49,6 @@ def phashes(
             "images_per_s": round(stats.rows_per_s, 1),
             "phash_version": PHASH_VERSION,
             "lance_version": stats.version,
-            "table": dg.MetadataValue.path(uri),
+            "table": links.location(uri),
         }
     )
