@@ -55,7 +55,7 @@ def test_card_and_charts_are_served_and_a_retired_source_leaves(explored) -> Non
         "/report/card_figures.json",
         "/report/charts/nope.png",
         "/report/../sources/links.yaml",
-        "/report/charts/../data_card.md",
+        "/report/charts%2F..%2F..%2Fsources%2Flinks.yaml",
     ):
         assert client.get(other).status_code == 404, other
 
