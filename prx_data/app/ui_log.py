@@ -36,7 +36,7 @@ class LineFilter:
         match = _RECORD.match(_ANSI.sub("", line))
         if match is None:
             return self._showing
-        self._showing = logging.getLevelName(match.group(1)) >= self.level and not any(n in line for n in _LIBRARY_NOTES)
+        self._showing = threshold(match.group(1)) >= self.level and not any(n in line for n in _LIBRARY_NOTES)
         return self._showing
 
 

@@ -48,7 +48,7 @@ from prx_data.explorer.security import SecurityHeaders, TokenAuth, allowed_hosts
 from prx_data.explorer.skips import SkipIndex
 from prx_data.explorer.stats import Figures, aspect_label, bucket_sort_key
 from prx_data.explorer.thumbs import SIZES, ThumbnailCache, placeholder_svg
-from prx_data.export.tree import card_chart_path, card_chart_rel, data_card_path, list_buckets
+from prx_data.export.tree import DATA_CARD_BASENAME, card_chart_path, card_chart_rel, data_card_path, list_buckets
 
 PACKAGE = "prx_data.explorer"
 
@@ -256,7 +256,7 @@ def report_file(request: Request) -> Response:
     explorer = _explorer(request)
     root = explorer.settings.mds_root
     name = request.path_params["name"]
-    if name == "data_card.md":
+    if name == DATA_CARD_BASENAME:
         uri, media = data_card_path(root), "text/markdown; charset=utf-8"
     elif name.startswith("charts/") and name.removeprefix("charts/").removesuffix(".png") in CHARTS and name.endswith(".png"):
         uri, media = card_chart_path(root, name.removeprefix("charts/").removesuffix(".png")), "image/png"
