@@ -85,7 +85,9 @@ def main() -> None:
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
             results[charts] = {k: statistics.median(r[k] for r in runs) for k in ("seconds", "charts")}
             label = "with charts" if charts == "1" else "no charts  "
-            print(f"{label} {args.n:,} rows: card {results[charts]['seconds']:.2f} s (drawing {results[charts]['charts']:.2f} s)", flush=True)
+            print(
+                f"{label} {args.n:,} rows: card {results[charts]['seconds']:.2f} s (drawing {results[charts]['charts']:.2f} s)", flush=True
+            )
         ratio = results["1"]["seconds"] / results["0"]["seconds"]
         print(f"card with charts / without: {ratio:.2f} (+{results['1']['seconds'] - results['0']['seconds']:.2f} s)")
 

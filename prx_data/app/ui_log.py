@@ -35,6 +35,8 @@ class LineFilter:
     def show(self, line: str) -> bool:
         match = _RECORD.match(_ANSI.sub("", line))
         if match is None:
+            if any(n in line for n in _LIBRARY_NOTES):  # printed by `warnings`, not logged
+                self._showing = False
             return self._showing
         self._showing = threshold(match.group(1)) >= self.level and not any(n in line for n in _LIBRARY_NOTES)
         return self._showing
