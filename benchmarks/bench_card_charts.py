@@ -63,7 +63,7 @@ def build_world(root: str, n: int) -> None:
             "sample_id": ids,
             "tier": pa.array(rng.choice([512, 1024], n).astype(np.int32)),
             "bucket": pa.array(rng.choice(["512x512", "448x576", "576x448"], n)),
-            "drop_reason": pa.array(np.where(rng.random(n) < 0.1, "too_small", None)),
+            "drop_reason": pa.array(["too_small" if d else None for d in rng.random(n) < 0.1], pa.string()),
         }
     )
     lance.write_dataset(exports, paths.exports_table("bench"))

@@ -204,7 +204,11 @@ def _opens_on_the_last_run_and_runs_a_chain_from_a_click(url: str, log: Path, da
 
         with dg.DagsterInstance.get() as instance:
             # Tagged as the CLI's say "cli", when the UI submits the run (just after creating it).
-            _wait_for(lambda: instance.get_run_by_id(run_id).tags.get("prx/launched_by") == "ui", 30, "the run's prx/launched_by tag")
+            _wait_for(
+                lambda: (r := instance.get_run_by_id(run_id)) is not None and r.tags.get("prx/launched_by") == "ui",
+                30,
+                "the run's prx/launched_by tag",
+            )
         page.goto(f"{url}/runs/{run_id}")
         # The run page follows the run live; the status tag turns to Success (or Failure).
         outcome = page.get_by_text(re.compile(r"^(Success|Failure)$")).first

@@ -53,10 +53,10 @@ def test_card_has_its_charts_and_their_numbers_agree(data_root) -> None:
         for r in lance.dataset(paths.exports_table(s)).to_table(columns=["tier", "bucket"], filter="shard IS NOT NULL").to_pylist()
     )
     assert figures.buckets == dict(placed)
-    sidecars = Counter()
+    sidecars: Counter[str] = Counter()
     for sidecar in iter_root_sidecars(mds, None):
         sidecars[sidecar.reason] += len(sidecar.indices)
-    per_source = Counter()
+    per_source: Counter[str] = Counter()
     for counts in figures.skips.values():
         per_source.update(counts)
     assert per_source == sidecars and sidecars  # the demo has skips (dedup, labels)
@@ -65,7 +65,7 @@ def test_card_has_its_charts_and_their_numbers_agree(data_root) -> None:
     assert card.totals["skipped"] == explorer_skipped
     assert f"; {explorer_skipped} of them named by a skip list" in text
     assert card.totals["trainable"] == card.totals["exported"] - card.totals["excluded"]
-    labels = Counter()
+    labels: Counter[str] = Counter()
     for counts in figures.labels.values():
         labels.update(counts)
     assert all(f"| {label} | {n} |" in text for label, n in labels.items())

@@ -33,7 +33,9 @@ def explored(data_root):
 
 
 def _source_options(html: str) -> list[str]:
-    select = re.search(r'<select name="source".*?</select>', html, re.S).group(0)
+    found = re.search(r'<select name="source".*?</select>', html, re.S)
+    assert found is not None, html[:2000]
+    select = found.group(0)
     return [v for v in re.findall(r'<option value="([^"]*)"', select) if v]
 
 
