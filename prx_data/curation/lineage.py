@@ -29,6 +29,8 @@ ROW_COLUMNS = (
     "source_url",
     "license",
     "image_format",
+    "colour_space",
+    "colour_error",
     "width",
     "height",
     "source_caption",
@@ -49,6 +51,7 @@ ROW_COLUMNS = (
     # The run that wrote each derived column group (stages.column_stage.run_id_column).
     "ingest_run_id",
     "phash_run_id",
+    "colour_run_id",
     "caption_run_id",
     "label_run_id",
 )
@@ -271,6 +274,10 @@ def format_record(record: LineageRecord) -> str:
             lines.append(f"  {key:<10} {row[key]}")
     if row.get("width"):
         lines.append(f"  size       {row['width']}x{row['height']} (as displayed)")
+    if "colour_space" in row:
+        space = row.get("colour_space") or "not read yet"
+        read_by = f" [run={row['colour_run_id']}]" if row.get("colour_run_id") else ""
+        lines.append(f"  colour     {space}" + (f"  ({row['colour_error']})" if row.get("colour_error") else "") + read_by)
     if row.get("source_caption"):
         lines.append(f"  source cap {row['source_caption']}")
 

@@ -104,7 +104,9 @@ def _retired(paths: StoragePaths, options: dict | None) -> list[str]:
     ]
 
 
-_RAW_COLUMNS = ("status", "width", "height", "caption", "caption_model", "caption_prompt_version", "label", "label_model")
+_RAW_COLUMNS = ("status", "width", "height", "caption", "caption_model", "caption_prompt_version", "label", "label_model", "colour_space")
+# What a usable row without a colour space yet (a table made before the column) is counted as.
+NOT_READ = "not read yet"
 
 
 @dataclass
@@ -119,6 +121,7 @@ class _Tally:
     label_models: Counter[str | None] = field(default_factory=Counter)
     words: Counter[int] = field(default_factory=Counter)  # caption length in words -> captions
     reasons: Counter[str] = field(default_factory=Counter)  # skip reason -> sidecar entries
+    colours: Counter[tuple[str, str]] = field(default_factory=Counter)  # (source, colour space) -> usable rows
     figures: CardFigures = field(default_factory=CardFigures)
     max_upscale: float = 4 / 3
 
@@ -145,7 +148,8 @@ def _count_groups(counter: Counter, table: pa.Table, keys: list[str], name) -> N
 
 
 def _tally_raw(tally: _Tally, raw: lance.LanceDataset, source: str) -> tuple[int, int]:
-    """(rows, usable rows) of one raw table, its sizes, captions and labels counted into ``tally``."""
+    """(rows, usable rows) of one raw table, its sizes, captions, labels and colour spaces
+    counted into ``tally``."""
     cols = [c for c in _RAW_COLUMNS if c in raw.schema.names]
     rows = ok = 0
     labels = tally.figures.labels.setdefault(source, Counter())
@@ -155,6 +159,8 @@ def _tally_raw(tally: _Tally, raw: lance.LanceDataset, source: str) -> tuple[int
         ok += pc.sum(usable).as_py() or 0
         if "width" in batch.schema.names and "height" in batch.schema.names:
             tally.figures.add_sizes(batch.column("width").filter(usable), batch.column("height").filter(usable), tally.max_upscale)
+        spaces = pa.table({"c": pc.fill_null(_column(batch, "colour_space"), NOT_READ)}).filter(usable)
+        _count_groups(tally.colours, spaces, ["c"], lambda space: (source, space))
         caption = _column(batch, "caption")
         captioned = _non_empty(caption)
         if pc.any(captioned).as_py():
@@ -319,6 +325,13 @@ def build_data_card(
         *(["## Charts", "", *_charts_section(drawn)] if drawn else []),
         "## Sources",
         *_table(("source", "rows", "usable", "exported"), per_source),
+        "",
+        "## Colour spaces",
+        "The colour space each usable image's embedded ICC profile declares. Export converts "
+        "every one but `srgb`, `none` (no profile) and `invalid-profile` (a profile that does not "
+        "parse or fit its image: used as sRGB) to sRGB.",
+        "",
+        *_table(("source", "colour space", "rows"), [(src, space, n) for (src, space), n in sorted(tally.colours.items())]),
         "",
         "## Resolution tiers",
         *_table(("tier", "samples"), sorted(tally.tiers.items())),

@@ -70,8 +70,9 @@ def mds_shards(
         require_caption=export.require_caption,
         max_caption_chars=export.max_caption_chars,
         storage_options=storage.options,
-        progress=ProgressLogger(context.log, "exported"),
+        progress=ProgressLogger(context.log, "encoded"),
     )
+    context.log.info(stats.summary)
     return dg.MaterializeResult(
         metadata={
             "exported": stats.exported,
