@@ -16,7 +16,7 @@ from prx_data.core.filters import Expr, any_of, equals, one_of
 from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import SCAN_ROWS, open_table
 from prx_data.core.paths import StoragePaths
-from prx_data.core.urls import key_uri, load_url_key, redact_text, redact_url, url_key
+from prx_data.core.urls import key_uri, load_url_key, normalize_url, redact_text, redact_url, url_keys
 from prx_data.curation.optout.files import UnreadableFile, read_image_file
 from prx_data.export.skiplist import shard_sidecars
 
@@ -122,10 +122,10 @@ def _shown(row: dict) -> dict:
 def _url_filter(url: str, key: bytes | None) -> Expr:
     """Rows of this URL: by the keyed hash of the original (redacted rows), or the URL as
     stored (rows from before redaction, or a query given in redacted form)."""
-    redacted = redact_url(url)
-    wanted = {url, redacted} if redacted else {url}
+    spellings = {url, normalize_url(url)}
+    wanted = spellings | {r for r in map(redact_url, spellings) if r}
     where = one_of("source_url", sorted(wanted))
-    return any_of(where, equals("source_url_key", url_key(url, key))) if key else where
+    return any_of(where, one_of("source_url_key", url_keys(url, key))) if key else where
 
 
 def _url_rows(paths: StoragePaths, sources: Iterable[str], url: str, key: bytes | None, options: dict | None) -> list[dict]:

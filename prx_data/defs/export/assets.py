@@ -168,7 +168,7 @@ def skip_lists(
     from prx_data.curation.fold import FoldPolicy
     from prx_data.curation.refresh import rebuild_skip_lists
 
-    reg = registry.load()
+    reg = registry.load(storage)
     priorities = {name: src.spec.priority for name, src in reg.sources.items()}
     min_samples = get_settings().min_stream_samples
     rebuilt = rebuild_skip_lists(
