@@ -48,15 +48,19 @@ def pick_port(port: int | None, host: str = "127.0.0.1") -> int:
     return DEFAULT_PORT if not listening(DEFAULT_PORT, host) else free_port()
 
 
+def ui_log_level() -> str:
+    # The daemon logs every sensor tick and automation evaluation at INFO (~22 lines a minute),
+    # and every run its step events at DEBUG, which scrolls the address away;
+    # PRX_UI_LOG_LEVEL=info (or debug) brings them back.
+    return os.environ.get("PRX_UI_LOG_LEVEL", "warning")
+
+
 def dagster_dev_command(workspace: Path, port: int, host: str) -> list[str]:
     dagster = Path(sys.executable).with_name("dagster")
     # Without the script beside this Python (a venv that reuses another's packages), run
     # Dagster's module with this Python rather than whatever `dagster` PATH finds first.
     launcher = [str(dagster)] if dagster.exists() else [sys.executable, "-m", "dagster"]
-    # The daemon logs every sensor tick and automation evaluation at INFO (~22 lines a minute),
-    # which scrolls the address away; PRX_UI_LOG_LEVEL=info brings them back.
-    level = os.environ.get("PRX_UI_LOG_LEVEL", "warning")
-    return [*launcher, "dev", "-w", str(workspace), "-p", str(port), "-h", host, "--log-level", level]
+    return [*launcher, "dev", "-w", str(workspace), "-p", str(port), "-h", host, "--log-level", ui_log_level()]
 
 
 def repeat_address_on_request(line: str) -> None:
@@ -119,7 +123,14 @@ def serve_ui(data_root: Path, dagster_home: Path, port: int | None = None, host:
     # installs no KeyboardInterrupt for it.
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     with shared_local_ray(records_dir=dagster_home / RECORDS_DIR) as ray_address:
-        process = start_ui(dagster_home, port, host)
+        process = start_ui(dagster_home, port, host, log_file=subprocess.PIPE)
+        # lazy: only the UI command reads its child's output
+        import threading
+
+        from prx_data.app.ui_log import forward
+
+        assert process.stdout is not None
+        threading.Thread(target=forward, args=(process.stdout, sys.stdout, ui_log_level()), name="prx-ui-log", daemon=True).start()
         try:
             print(f"Dagster UI on {data_root}")
             print(f"  DAGSTER_HOME={dagster_home}")

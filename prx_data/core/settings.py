@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     # 32 by default: PRX's device_per_stream reader at per-device batches up to 32 never meets a
     # stream it cannot fill; raise it to your global batch size.
     min_stream_samples: int = Field(32, ge=1)
+    # Where `prx-data explore` answers: the Dagster UI's links to the data card, a source's
+    # samples and a bucket's shards point there.
+    explorer_url: str = "http://127.0.0.1:8765"
     # On by default: re-export the unskipped images of a sparse bucket (fewer than
     # min_stream_samples) into the nearest bucket of the same tier that is published on its own,
     # at most fold_max_steps aspect-grid steps away (each step crops about 11 % more of the long

@@ -132,18 +132,25 @@ def rebuild_skip_lists(
 
 
 def write_data_card(
-    paths: StoragePaths, sources: Iterable[str], *, exclude_labels: Iterable[str], options: dict | None = None, views: Iterable[str] = ()
+    paths: StoragePaths,
+    sources: Iterable[str],
+    *,
+    exclude_labels: Iterable[str],
+    options: dict | None = None,
+    views: Iterable[str] = (),
+    bucket_cfg=None,
 ):
-    """(card, where it was written) for the current export of ``sources``; each of ``views``
-    (built ablation views) gets its own card beside it (``<mds>/_reports/views/<name>.md``)."""
+    """(card, where it was written) for the current export of ``sources``; ``bucket_cfg`` is the
+    export's (its tiers and grid ratios mark the charts). Each of ``views`` (built ablation views)
+    gets its own card beside it (``<mds>/_reports/views/<name>.md``)."""
     # lazy: pulls in lance
     from prx_data.curation.report import build_data_card
 
-    card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options)
+    card = build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options, bucket_cfg=bucket_cfg)
     for view in views:
-        build_data_card(paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options, view=view).write(
-            paths.mds_root, options
-        )
+        build_data_card(
+            paths, sorted(sources), exclude_labels=tuple(exclude_labels), options=options, view=view, bucket_cfg=bucket_cfg
+        ).write(paths.mds_root, options)
     return card, card.write(paths.mds_root, options)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,23 +20,46 @@ from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
 from prx_data.core.paths import StoragePaths
 from prx_data.core.spill import SpilledPartitions, partition_count, range_bounds
 from prx_data.core.storage import Entry, locate, write_bytes
+from prx_data.curation.card_figures import CardFigures
 from prx_data.export.corpus_index import retired_buckets, unpublished_buckets
 from prx_data.export.skiplist import DEFAULT_NAMES, SkipNames, iter_root_sidecars, root_sidecar_entries, view_names
-from prx_data.export.tree import INDEX_BASENAME, data_card_path, view_card_path
+from prx_data.export.tree import INDEX_BASENAME, card_chart_path, card_chart_rel, card_figures_path, data_card_path, view_card_path
+from prx_data.imaging.buckets import BucketConfig
 
 
 @dataclass
 class DataCard:
     markdown: str
     totals: dict[str, int] = field(default_factory=dict)
+    figures: CardFigures | None = None
+    charts: dict[str, bytes] = field(default_factory=dict)  # name -> PNG, linked from the Markdown
+    chart_seconds: float = 0.0  # what drawing the charts cost
     view: str | None = None  # an ablation view's card (docs/views.md); None: the default cut's
 
     def write(self, mds_root: str, options: dict | None = None) -> str:
-        """Write the data card into the tree at ``mds_root`` (a folder or an object-store root,
-        via ``options``); returns its path."""
-        path = data_card_path(mds_root) if self.view is None else view_card_path(mds_root, self.view)
+        """Write the data card, its charts and their numbers into the tree at ``mds_root`` (a
+        folder or an object-store root, via ``options``); returns the card's path. The charts go
+        first, so a card never links a chart that is not there. A view's card has no charts of
+        its own: the default card's are the corpus's."""
+        if self.view is not None:
+            path = view_card_path(mds_root, self.view)
+            write_bytes(locate(path, options), self.markdown.encode())
+            return path
+        for name, png in self.charts.items():
+            write_bytes(locate(card_chart_path(mds_root, name), options), png)
+        if self.figures is not None:
+            write_bytes(locate(card_figures_path(mds_root), options), self.figures.to_json().encode())
+        path = data_card_path(mds_root)
         write_bytes(locate(path, options), self.markdown.encode())
         return path
+
+    def embedded_markdown(self) -> str:
+        """The Markdown with each chart inline (a ``data:`` URI): the Dagster UI shows the card
+        where no file beside it can be fetched."""
+        text = self.markdown
+        for name, png in self.charts.items():
+            text = text.replace(f"]({card_chart_rel(name)})", f"](data:image/png;base64,{base64.b64encode(png).decode()})")
+        return text
 
 
 def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
@@ -57,10 +82,8 @@ def _folded(paths: StoragePaths, sources: list[str], options: dict | None) -> li
     ]
 
 
-def _unpublished(paths: StoragePaths, options: dict | None) -> list[str]:
+def _unpublished(notes: dict[str, dict]) -> list[str]:
     """Buckets left out of training (too few unskipped samples), with their counts."""
-
-    notes = unpublished_buckets(paths.mds_root, options)
     if not notes:
         return ["Every bucket is published."]
     minimum = max(int(n.get("min_stream_samples", 1)) for n in notes.values())
@@ -87,7 +110,7 @@ def _retired(paths: StoragePaths, options: dict | None) -> list[str]:
     ]
 
 
-_RAW_COLUMNS = ("status", "caption", "caption_model", "caption_prompt_version", "label", "label_model", "colour_space")
+_RAW_COLUMNS = ("status", "width", "height", "caption", "caption_model", "caption_prompt_version", "label", "label_model", "colour_space")
 # What a usable row without a colour space yet (a table made before the column) is counted as.
 NOT_READ = "not read yet"
 
@@ -105,6 +128,8 @@ class _Tally:
     words: Counter[int] = field(default_factory=Counter)  # caption length in words -> captions
     reasons: Counter[str] = field(default_factory=Counter)  # skip reason -> sidecar entries
     colours: Counter[tuple[str, str]] = field(default_factory=Counter)  # (source, colour space) -> usable rows
+    figures: CardFigures = field(default_factory=CardFigures)
+    max_upscale: float = 4 / 3
 
 
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -129,14 +154,17 @@ def _count_groups(counter: Counter, table: pa.Table, keys: list[str], name) -> N
 
 
 def _tally_raw(tally: _Tally, raw: lance.LanceDataset, source: str) -> tuple[int, int]:
-    """(rows, usable rows) of one raw table, its captions, labels and colour spaces counted
-    into ``tally``."""
+    """(rows, usable rows) of one raw table, its sizes, captions, labels and colour spaces
+    counted into ``tally``."""
     cols = [c for c in _RAW_COLUMNS if c in raw.schema.names]
     rows = ok = 0
+    labels = tally.figures.labels.setdefault(source, Counter())
     for batch in scan_text(raw, cols):
         rows += batch.num_rows
         usable = pc.fill_null(pc.equal(_column(batch, "status"), "ok"), False)
         ok += pc.sum(usable).as_py() or 0
+        if "width" in batch.schema.names and "height" in batch.schema.names:
+            tally.figures.add_sizes(batch.column("width").filter(usable), batch.column("height").filter(usable), tally.max_upscale)
         spaces = pa.table({"c": pc.fill_null(_column(batch, "colour_space"), NOT_READ)}).filter(usable)
         _count_groups(tally.colours, spaces, ["c"], lambda space: (source, space))
         caption = _column(batch, "caption")
@@ -148,6 +176,7 @@ def _tally_raw(tally: _Tally, raw: lance.LanceDataset, source: str) -> tuple[int
         label = _column(batch, "label")
         labelled = pa.table({"l": label, "m": _column(batch, "label_model")}).filter(_non_empty(label))
         _count_groups(tally.labels, labelled, ["l"], lambda value: value)
+        _count_groups(labels, labelled, ["l"], lambda value: value)
         _count_groups(tally.label_models, labelled, ["m"], lambda value: value)
     return rows, ok
 
@@ -178,34 +207,52 @@ def _skipped_ids(
     tally: _Tally,
     mds_root: str,
     options: dict | None,
+    source: str,
     entries: list[Entry],
     ids: SpilledPartitions | None = None,
+    excluded: SpilledPartitions | None = None,
     names: SkipNames = DEFAULT_NAMES,
 ) -> None:
-    """Every reason of the sidecars ``entries`` counted into ``tally``; the sample ids they skip
-    spilled into ``ids`` (a folded original is trained from its copy, so not counted)."""
+    """Every reason of the sidecars ``entries`` (of ``source``'s folders) counted into ``tally``;
+    the sample ids they skip spilled into ``ids``, and into ``excluded`` unless the reason is
+    ``folded`` (a folded original is trained from its copy)."""
     # lazy: pulls in streaming (torch)
     from prx_data.curation.fold import FOLDED
 
+    reasons = tally.figures.skips.setdefault(source, Counter())
     for sidecar in iter_root_sidecars(mds_root, options, entries=entries, names=names):
         tally.reasons[sidecar.reason] += len(sidecar.indices)
-        if ids is not None and sidecar.reason != FOLDED:
-            ids.add(pa.table({"sample_id": pa.array(sidecar.sample_ids, pa.string())}))
+        reasons[sidecar.reason] += len(sidecar.indices)
+        skipped = pa.table({"sample_id": pa.array(sidecar.sample_ids, pa.string())})
+        if ids is not None:
+            ids.add(skipped)
+        if excluded is not None and sidecar.reason != FOLDED:
+            excluded.add(skipped)
 
 
-def _exported_and_skipped(exported: SpilledPartitions, skipped: SpilledPartitions) -> tuple[int, int]:
-    """(distinct exported ids, how many of them are skipped), one sample-id range at a time: an
-    id lives in one range, so the counts add up."""
+def _exported_and_skipped(exported: SpilledPartitions, *skipped: SpilledPartitions) -> tuple[int, ...]:
+    """(distinct exported ids, how many of them each of ``skipped`` holds), one sample-id range at
+    a time: an id lives in one range, so the counts add up."""
     exported.close()
-    skipped.close()
-    distinct = hit = 0
+    for spilled in skipped:
+        spilled.close()
+    distinct = 0
+    hits = [0] * len(skipped)
     for part in range(exported.partitions):
         ids = pc.unique(exported.read(part)["sample_id"])
         distinct += len(ids)
-        skips = skipped.read(part)["sample_id"]
-        if len(skips):
-            hit += pc.sum(pc.is_in(ids, value_set=pc.unique(skips))).as_py() or 0
-    return distinct, hit
+        for i, spilled in enumerate(skipped):
+            skips = spilled.read(part)["sample_id"]
+            if len(skips):
+                hits[i] += pc.sum(pc.is_in(ids, value_set=pc.unique(skips))).as_py() or 0
+    return (distinct, *hits)
+
+
+def _charts_section(card_charts: dict[str, bytes]) -> list[str]:
+    # lazy: the titles live with the drawing code
+    from prx_data.curation.card_charts import CHARTS
+
+    return [f"![{CHARTS[name]}]({card_chart_rel(name)})\n" for name in card_charts]
 
 
 def build_data_card(
@@ -216,23 +263,30 @@ def build_data_card(
     options: dict | None = None,
     generated_at: datetime | None = None,
     view: str | None = None,
+    bucket_cfg: BucketConfig | None = None,
+    charts: bool = True,
 ) -> DataCard:
     """The card of ``sources`` under ``paths`` (local or object-store roots alike, via ``options``).
     ``generated_at`` (default: now) is the one line that differs between two equal corpora.
+    ``bucket_cfg`` (the export's) gives the charts their tiers, floors and grid ratios.
+
+    "Skipped" counts the exported samples any skip list names, ``folded`` ones included (what
+    the explorer counts); "trainable" leaves out all but the folded, which train from their copy.
 
     Tables are scanned in batches and counted in Arrow; what is held across batches is counts.
     A source's exported and skipped sample ids are spilled by sample-id range to a temporary
     folder and counted one range at a time, so memory follows neither a source nor the corpus.
     ``view``: the card of an ablation view's cut (its sidecars instead of the default cut's),
-    with the same sections."""
+    with the same sections and no charts."""
     names = DEFAULT_NAMES if view is None else view_names(view)
-    tally = _Tally()
+    cfg = bucket_cfg or BucketConfig()
+    tally = _Tally(figures=CardFigures.for_config(cfg), max_upscale=cfg.max_upscale)
     # Sidecars sit under <tier>/<HxW>/<source>/: a source's skips are read with its exports.
     sidecars: dict[str, list[Entry]] = {}
     for entry in root_sidecar_entries(locate(paths.mds_root, options), names.glob):
         sidecars.setdefault(entry.name.split("/")[2], []).append(entry)
     per_source: list[tuple[str, int, int, int]] = []
-    totals = {"exported": 0, "skipped": 0}
+    totals = {"exported": 0, "skipped": 0, "excluded": 0}
     for source in sources:
         raw = open_table(paths.raw_table(source), options)
         if raw is None:
@@ -245,23 +299,41 @@ def build_data_card(
                 bounds = range_bounds(partition_count(exp.count_rows(), ID_RANGE_ROWS))
                 exported_ids = SpilledPartitions(os.path.join(folder, "exported"), _IDS, bounds)
                 skipped_ids = SpilledPartitions(os.path.join(folder, "skipped"), _IDS, bounds)
+                excluded_ids = SpilledPartitions(os.path.join(folder, "excluded"), _IDS, bounds)
                 exported = _tally_exports(tally, exp, exported_ids)
-                _skipped_ids(tally, paths.mds_root, options, sidecars.pop(source, []), skipped_ids, names)
-                distinct, skipped = _exported_and_skipped(exported_ids, skipped_ids)
+                _skipped_ids(tally, paths.mds_root, options, source, sidecars.pop(source, []), skipped_ids, excluded_ids, names)
+                distinct, skipped, excluded = _exported_and_skipped(exported_ids, skipped_ids, excluded_ids)
             # A sample id hashes its source's name, so ids of two sources never meet: totals add.
             totals["exported"] += distinct
             totals["skipped"] += skipped
+            totals["excluded"] += excluded
         per_source.append((source, rows, ok, exported))
-    for entries in sidecars.values():  # sources not on the card: their skips still count by reason
-        _skipped_ids(tally, paths.mds_root, options, entries, names=names)
-    totals["trainable"] = totals["exported"] - totals["skipped"]
+    for folder_name, entries in sidecars.items():  # sources not on the card: their skips still count by reason
+        _skipped_ids(tally, paths.mds_root, options, folder_name, entries, names=names)
+    totals["trainable"] = totals["exported"] - totals["excluded"]
+    folded = totals["skipped"] - totals["excluded"]
+
+    notes = unpublished_buckets(paths.mds_root, options)
+    tally.figures.buckets = dict(tally.buckets)
+    tally.figures.unpublished = sorted(notes)
+    started = time.perf_counter()
+    drawn: dict[str, bytes] = {}
+    if charts and view is None:
+        # lazy: matplotlib is imported only by the card's writer
+        from prx_data.curation.card_charts import render_charts
+
+        drawn = render_charts(tally.figures)
+    chart_seconds = time.perf_counter() - started
 
     lines = [
         "# Data card" if view is None else f"# Data card: view {view}",
         "",
         f"Generated {(generated_at or datetime.now(UTC)).isoformat(timespec='seconds')}. "
-        f"{totals['exported']} samples exported, {totals['skipped']} skipped, **{totals['trainable']} trainable**.",
+        f"{totals['exported']} samples exported; {totals['skipped']} of them named by a skip list "
+        f"({totals['excluded']} left out of training, {folded} folded into a neighbour bucket and "
+        f"trained from their copy); **{totals['trainable']} trainable**.",
         "",
+        *(["## Charts", "", *_charts_section(drawn)] if drawn else []),
         "## Sources",
         *_table(("source", "rows", "usable", "exported"), per_source),
         "",
@@ -279,7 +351,7 @@ def build_data_card(
         *_table(("bucket", "samples"), sorted(tally.buckets.items())),
         "",
         "## Buckets not published for training",
-        *_unpublished(paths, options),
+        *_unpublished(notes),
         "",
         "## Retired buckets",
         *_retired(paths, options),
@@ -290,7 +362,9 @@ def build_data_card(
         "## Dropped at export",
         *_table(("reason", "samples"), sorted(tally.drops.items())),
         "",
-        "## Excluded by skip lists",
+        "## Skip lists, by reason",
+        "Sidecar entries per reason; `folded` originals train from their copy in a neighbour bucket.",
+        "",
         *_table(("reason", "samples"), sorted(tally.reasons.items())),
         "",
         "## Caption labels",
@@ -302,4 +376,4 @@ def build_data_card(
     if tally.words:
         lines += _table(("min", "p10", "median", "p90", "max"), [summary_row(tally.words)])
     lines += ["", "Captioner and prompt versions:", *_table(("captioner / prompt", "captions"), sorted(tally.caption_models.items())), ""]
-    return DataCard("\n".join(lines), totals, view)
+    return DataCard("\n".join(lines), totals, tally.figures, drawn, chart_seconds, view)

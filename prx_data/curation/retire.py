@@ -95,6 +95,11 @@ def archive_source(paths: StoragePaths, source: str, *, reason: str, options: di
     return receipt
 
 
+def receipt_path(mds_root: str, receipt: Receipt) -> str:
+    """Where ``receipt`` was written (beside the retired source's shards)."""
+    return join(retired_source_dir(mds_root, receipt.source, receipt.retired_at), RETIRE_RECEIPT_BASENAME)
+
+
 def receipts(mds_root: str, options: dict | None = None, source: str | None = None) -> list[Receipt]:
     """Every retirement recorded under ``mds_root``, oldest first (of ``source`` only, if given)."""
     base = locate(join(mds_root, RETIRED_DIR), options)

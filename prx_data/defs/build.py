@@ -5,6 +5,7 @@ The tree is built from the imported ``prx_data.defs`` package rather than found 
 pyproject.toml, loads the same Definitions as a source checkout.
 """
 
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -19,9 +20,21 @@ def build_defs() -> dg.Definitions:
     and the catalogue cost ~0.25 s of every code-location load (run workers, daemon ticks, UI
     reloads). The tree stays attached so the UI can still show it.
     """
+    quiet_dagster_notes()
     # lazy: the defs package is loaded by the call, not at import
     import prx_data.defs
 
     package_dir = Path(prx_data.defs.__file__).parent
     tree = dg.ComponentTree.from_module(defs_module=prx_data.defs, project_root=package_dir.parent)
     return dg.Definitions.merge(tree.build_defs(package_dir), dg.Definitions(component_tree=tree))
+
+
+def quiet_dagster_notes() -> None:
+    """Silence Dagster's notes on its preview and beta APIs in this process.
+
+    The defs folder, partitioned checks, observable sources and sensor owners are used on
+    purpose; their notes would repeat in every process that loads the code location (each run,
+    each reload), some when Dagster resolves the Definitions lazily, after this module returns,
+    so the filter is the process's, not a ``catch_warnings`` block's."""
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)

@@ -7,7 +7,9 @@ Routes (GET only; the app never writes):
     /similar/{source}/{sample_id}     nearest neighbours by the source's embedding
     /thumb/{source}/{sample_id}       256 px JPEG (/preview/...: 1024 px)
     /lookup?id=<sample_id>            finds the sample's source and redirects to its page
-    /stats                            tiers, buckets and exclusions as charts
+    /stats                            tiers, buckets and exclusions as charts, and the data card's
+    /card                             the data card (``corpus_report``'s), its charts inline
+    /report/data_card.md              the data card's Markdown; /report/charts/<name>.png its charts
     /style.css, /healthz
 
 Blocking work (Lance, Pillow, the file system) runs in plain ``def`` endpoints, which Starlette
@@ -34,7 +36,8 @@ from starlette.templating import Jinja2Templates
 
 from prx_data.core.schema import LABELS
 from prx_data.core.settings import Settings, get_settings, load_settings
-from prx_data.core.storage import resolve_root
+from prx_data.core.storage import is_file, locate, resolve_root, try_read_bytes
+from prx_data.curation.card_charts import CHARTS
 from prx_data.explorer import validate
 from prx_data.explorer.catalog import Catalog
 from prx_data.explorer.charts import COLOURS, bar_chart
@@ -45,7 +48,7 @@ from prx_data.explorer.security import SecurityHeaders, TokenAuth, allowed_hosts
 from prx_data.explorer.skips import SkipIndex
 from prx_data.explorer.stats import Figures, aspect_label, bucket_sort_key
 from prx_data.explorer.thumbs import SIZES, ThumbnailCache, placeholder_svg
-from prx_data.export.tree import list_buckets
+from prx_data.export.tree import DATA_CARD_BASENAME, card_chart_path, card_chart_rel, data_card_path, list_buckets
 
 PACKAGE = "prx_data.explorer"
 
@@ -214,7 +217,55 @@ def stats_page(request: Request) -> Response:
         "export": bar_chart("Rows dropped at export, by reason", figures.total("drops").most_common(), COLOURS[4]),
         "skips": bar_chart("Exported samples skipped, by reason", figures.skip_reasons.most_common(), COLOURS[3]),
     }
-    return _page(request, "stats.html", figures=figures, charts=charts)
+    return _page(
+        request,
+        "stats.html",
+        figures=figures,
+        charts=charts,
+        card_charts=_card_charts(explorer),
+        retired=sorted(explorer.catalog.retired()),
+    )
+
+
+# The data card ----------------------------------------------------------------------------------
+def _report(explorer: Explorer, uri: str) -> bytes | None:
+    return try_read_bytes(locate(uri, explorer.settings.storage_options or None))
+
+
+def _card_charts(explorer: Explorer) -> list[tuple[str, str, str]]:
+    """(name, title, link) of each chart the last data card drew: the same PNG files the card
+    links, so the page and the card show the same numbers."""
+    root = explorer.settings.mds_root
+    found = []
+    for name, title in CHARTS.items():
+        if is_file(locate(card_chart_path(root, name), explorer.settings.storage_options or None)):
+            found.append((name, title, f"/report/{card_chart_rel(name)}"))
+    return found
+
+
+def card_page(request: Request) -> Response:
+    explorer = _explorer(request)
+    text = _report(explorer, data_card_path(explorer.settings.mds_root))
+    if text is None:
+        raise validate.NotFound("no data card yet: the corpus_report asset writes it")
+    return _page(request, "card.html", markdown=text.decode(errors="replace"), card_charts=_card_charts(explorer))
+
+
+def report_file(request: Request) -> Response:
+    """The card's Markdown or one of its charts; no other file of the tree is served."""
+    explorer = _explorer(request)
+    root = explorer.settings.mds_root
+    name = request.path_params["name"]
+    if name == DATA_CARD_BASENAME:
+        uri, media = data_card_path(root), "text/markdown; charset=utf-8"
+    elif name.startswith("charts/") and name.removeprefix("charts/").removesuffix(".png") in CHARTS and name.endswith(".png"):
+        uri, media = card_chart_path(root, name.removeprefix("charts/").removesuffix(".png")), "image/png"
+    else:
+        raise validate.NotFound(f"no report {name}")
+    data = _report(explorer, uri)
+    if data is None:
+        raise validate.NotFound(f"no {name} yet: the corpus_report asset writes it")
+    return Response(data, media_type=media, headers={"cache-control": "no-cache"})
 
 
 # Plumbing ------------------------------------------------------------------------------------
@@ -253,6 +304,8 @@ ROUTES = [
     Route("/preview/{source}/{sample_id}", preview),
     Route("/lookup", lookup),
     Route("/stats", stats_page),
+    Route("/card", card_page),
+    Route("/report/{name:path}", report_file),
     Route("/style.css", style),
     Route("/healthz", healthz),
 ]

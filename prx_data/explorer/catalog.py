@@ -1,7 +1,9 @@
 """Which tables exist, and what each can answer (text indexes, embeddings).
 
 Source names come from the data itself (the ``*.lance`` folders under ``<lance root>/sources``,
-a folder or an object-store prefix alike); a request can only pick one of those names.
+a folder or an object-store prefix alike); a request can only pick one of those names. A retired
+source (its export moved under ``<mds root>/_retired/`` and no exports table since) keeps its raw
+table but is not one of them: it is listed apart, as retired.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import lance
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.settings import Settings
-from prx_data.core.storage import join, list_dir, locate
+from prx_data.core.storage import exists, join, list_dir, locate
 from prx_data.explorer import validate
-from prx_data.export.tree import SOURCE_RE
+from prx_data.export.tree import RETIRED_DIR, SOURCE_RE
 
 TEXT_COLUMNS = ("caption", "source_caption")
 # Columns every page may show; the image blob and the embedding are read only when needed.
@@ -64,17 +66,32 @@ class Catalog:
         self.paths = StoragePaths.from_settings(settings)
         self.options = settings.storage_options or None
         self._list_ttl_s = list_ttl_s
-        self._listed: tuple[float, frozenset[str]] = (0.0, frozenset())
+        self._listed: tuple[float, frozenset[str], frozenset[str]] = (0.0, frozenset(), frozenset())
         self._lock = threading.Lock()
 
     # Names -------------------------------------------------------------------------------------
     def sources(self) -> frozenset[str]:
+        """The sources in the corpus now (retired ones left out)."""
+        return self._listing()[0]
+
+    def retired(self) -> frozenset[str]:
+        """Sources with a raw table whose export was retired and not made again."""
+        return self._listing()[1]
+
+    def _listing(self) -> tuple[frozenset[str], frozenset[str]]:
         with self._lock:
-            stamp, names = self._listed
+            stamp, names, retired = self._listed
             if time.monotonic() - stamp > self._list_ttl_s:
-                names = frozenset(self._list_sources())
-                self._listed = (time.monotonic(), names)
-            return names
+                found = self._list_sources()
+                retired = frozenset(self._list_retired(found))
+                names = frozenset(found - retired)
+                self._listed = (time.monotonic(), names, retired)
+            return names, retired
+
+    def _list_retired(self, names: set[str]) -> set[str]:
+        archived = {e.name for e in list_dir(locate(join(self.settings.mds_root, RETIRED_DIR), self.options)) if e.is_dir}
+        # Re-added and exported again: an exports table exists once more.
+        return {n for n in names & archived if not exists(locate(self.paths.exports_table(n), self.options))}
 
     def _list_sources(self) -> set[str]:
         # One listing of '<lance root>/sources' (a prefix listing on an object store).

@@ -47,6 +47,8 @@ VIEW_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 VIEW_PREFIX = "view-"  # '<shard>.view-<name>.<reason token>.json', 'skiplists.view-<name>.json'
 VIEWS_DIR = "_views"  # at the MDS root: '<name>.json', a view's build record
 VIEW_REPORTS_DIR = "views"  # under REPORTS_DIR: '<name>.md', a view's data card
+CARD_CHARTS_DIR = "charts"  # '<name>.png' beside the card, linked from it as 'charts/<name>.png'
+CARD_FIGURES_BASENAME = "card_figures.json"  # the numbers the charts are drawn from
 
 
 def running_marker_name(source: str, run_id: str) -> str:
@@ -92,6 +94,19 @@ def check_view_name(view: str) -> str:
     if not VIEW_NAME_RE.fullmatch(view):
         raise ValueError(f"invalid view name {view!r}: lowercase letters, digits, '-', '_' only")
     return view
+
+
+def card_chart_rel(name: str) -> str:
+    """A chart's path relative to the data card (the link the card's Markdown holds)."""
+    return f"{CARD_CHARTS_DIR}/{name}.png"
+
+
+def card_chart_path(mds_root: str, name: str) -> str:
+    return join(mds_root, REPORTS_DIR, card_chart_rel(name))
+
+
+def card_figures_path(mds_root: str) -> str:
+    return join(mds_root, REPORTS_DIR, CARD_FIGURES_BASENAME)
 
 
 def check_source(source: str) -> str:

@@ -62,11 +62,15 @@ class CaptionStage(ModelStage[CaptionerConfig, BaseCaptioner]):
                 upgrade=upgrade,
                 output_fingerprints={input_fingerprint_field("label").name: (CAPTION.value,)},
             )
+        # A model's error may pass on a retry (a timeout, a refusal); the source backend's verdict
+        # is a function of the source caption, whose fingerprint already redoes a changed row, so
+        # a row without a usable source caption is not retried on every run.
+        redo: tuple[str, ...] = () if isinstance(config, SourceCaptionerConfig) else (CAPTION.error,)
         return ColumnStage(
             name=self.name,
             columns=CAPTION_COLUMNS,
             current=current,
-            redo_if_set=(CAPTION.error,),
+            redo_if_set=redo,
             invalidates=tuple(f.name for f in LABEL_COLUMNS),
             inputs=inputs,
             upgrade=upgrade,

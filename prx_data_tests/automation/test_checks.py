@@ -70,9 +70,17 @@ def test_checks_pass_on_a_clean_source_and_fail_on_purpose(data_root, prx_defs, 
     good = auto.run("good", PER_SOURCE)
     assert good.success and _passed(good) == dict.fromkeys(SOURCE_CHECKS, True)
     (export,) = good.asset_materializations_for_node("mds_shards")
-    folders = export.metadata["shard_folders"]  # a table the UI renders, not a JSON blob
-    assert isinstance(folders, dg.TableMetadataValue)
-    assert [(r.data["samples"], str(r.data["folder"]).endswith("/good/")) for r in folders.records] == [(4, True)]
+    # A table the UI renders, each bucket a link to its samples in the explorer; the tables are links.
+    folders = export.metadata["shard_folders"]
+    assert isinstance(folders, dg.MarkdownMetadataValue)
+    rows = [line for line in folders.value.splitlines() if line.startswith("| [")]
+    assert len(rows) == 1 and rows[0].endswith("/good/` |") and "| 4 |" in rows[0], folders.value
+    bucket = rows[0].split("[", 1)[1].split("]", 1)[0]
+    tier, shape = bucket.split("/")
+    assert f"](http://127.0.0.1:8765/?source=good&tier={tier}&bucket={shape})" in rows[0]
+    exports_table = export.metadata["exports_table"]
+    assert isinstance(exports_table, dg.UrlMetadataValue) and exports_table.value.startswith("file:///")
+    assert exports_table.value.endswith("/exports/good.lance")
     corpus = auto.run(None, CORPUS)
     assert _passed(corpus) == {
         "corpus_index:bucket_streams_readable": True,

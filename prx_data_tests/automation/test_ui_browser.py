@@ -1,9 +1,10 @@
 """`prx-data ui` in a real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright):
 after `prx-data run`, the command opens the Dagster UI on that data with no argument, the CLI's
 runs are on the Overview timeline, every check is green, the Lineage link opens every group, the
-asset graph shows, one source's chain launched by clicking runs to success, and Ctrl-C stops it
-all. With the daemon on: a bad spec shows on its check, a configuration error fails once with its
-message first, and a removed source retires.
+asset graph shows, the data card's charts render on corpus_report's page, one source's chain
+launched by clicking runs to success tagged as the UI's, and Ctrl-C stops it all. With the daemon
+on: a bad spec shows on its check, a configuration error fails once with its message first, and a
+removed source retires and leaves the explorer. The terminal shows warnings and errors only.
 
 Skipped only when the browser or Playwright is not installed."""
 
@@ -145,12 +146,17 @@ def test_ui_opens_runs_a_chain_shows_a_bad_spec_retires_a_source_and_stops_on_ct
     url, process, log = ui
     _opens_on_the_last_run_and_runs_a_chain_from_a_click(url, log, data_root)
     _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url, data_root)
+    _the_retired_source_is_gone_from_the_explorer(data_root)
 
     # Ctrl-C in the terminal: the command stops the UI's process group and its Ray, and exits.
     port = int(url.rsplit(":", 1)[1])
     os.killpg(process.pid, signal.SIGINT)
     assert process.wait(timeout=90) == 0, log.read_text()[-3000:]
     assert not listening(port)
+    # As docs/ui.md says: warnings and errors only, though every run logs its steps at DEBUG.
+    records = re.findall(r" - [\w.\-]+ - (?:\x1b\[[0-9;]*m)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b", log.read_text())
+    assert records and set(records) <= {"WARNING", "ERROR", "CRITICAL"}, sorted(set(records))
+    assert "PreviewWarning" not in log.read_text() and "BetaWarning" not in log.read_text()
 
 
 def _opens_on_the_last_run_and_runs_a_chain_from_a_click(url: str, log: Path, data_root: Path) -> None:
@@ -176,6 +182,7 @@ def _opens_on_the_last_run_and_runs_a_chain_from_a_click(url: str, log: Path, da
         page.set_default_timeout(120_000)
         page.goto(url + "/overview/activity/timeline")
         page.get_by_text("corpus", exact=True).first.wait_for()  # only the CLI ran the corpus job
+        _the_card_charts_render(page, url)
         page.goto(lineage)  # asset nodes drawn, not collapsed group boxes
         for asset in ("raw_samples", "caption_labels", "mds_shards", "corpus_report"):
             page.get_by_text(asset, exact=True).first.wait_for()
@@ -195,12 +202,75 @@ def _opens_on_the_last_run_and_runs_a_chain_from_a_click(url: str, log: Path, da
         page.keyboard.press("Escape")
         page.get_by_role("button", name="Launch 1 run").click()
         run_id = _run_launched_from_the_ui(SOURCE)
+        import dagster as dg
+
+        with dg.DagsterInstance.get() as instance:
+            # Tagged as the CLI's say "cli", when the UI submits the run (just after creating it).
+            _wait_for(
+                lambda: (r := instance.get_run_by_id(run_id)) is not None and r.tags.get("prx/launched_by") == "ui",
+                30,
+                "the run's prx/launched_by tag",
+            )
         page.goto(f"{url}/runs/{run_id}")
         # The run page follows the run live; the status tag turns to Success (or Failure).
         outcome = page.get_by_text(re.compile(r"^(Success|Failure)$")).first
         outcome.wait_for(timeout=600_000)
         assert outcome.inner_text() == "Success", log.read_text()[-3000:]
         browser.close()
+
+
+def _the_card_charts_render(page, url: str) -> None:
+    """corpus_report's materialization (the CLI's run made it) shows the card with its six
+    charts drawn, not a path to them."""
+    page.goto(url + "/assets/corpus_report?view=events")
+    show = page.get_by_text("[Show Markdown]").first
+    show.wait_for()
+    page.wait_for_timeout(1000)
+    if page.get_by_role("button", name="Skip").count():  # Dagster's first-visit newsletter dialog
+        page.get_by_role("button", name="Skip").click()
+    show.click()
+    charts = page.locator('img[src^="data:image/png;base64,"]')
+    charts.first.wait_for()
+    assert charts.count() == 6
+    widths = charts.evaluate_all("imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+    assert all(w >= 500 for w in widths), widths  # decoded and drawn, not a broken image
+    page.keyboard.press("Escape")
+
+
+def _the_retired_source_is_gone_from_the_explorer(data_root: Path) -> None:
+    """`prx-data explore` on the same data after the retirement: the retired source is no filter
+    choice and no row of the stats, but is listed as retired; the card's charts show."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from prx_data.core.settings import load_settings
+    from prx_data.explorer.app import build_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(build_app(load_settings({"PRX_DATA_ROOT": str(data_root)})), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    _wait_for(lambda: server.started, 30, "the explorer to listen")
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(base + "/")
+            options = page.locator('select[name="source"] option').evaluate_all("os => os.map(o => o.value)")
+            assert SOURCE not in options, options
+            page.goto(base + "/stats")
+            assert SOURCE in page.locator("#retired").inner_text()
+            assert not page.locator("#per-source th", has_text=re.compile(rf"^{SOURCE}$")).count()
+            widths = page.locator("#card-charts img").evaluate_all("imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+            assert len(widths) == 6 and all(w >= 500 for w in widths), widths
+            browser.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def _wait_for(predicate, timeout_s: float, what: str):

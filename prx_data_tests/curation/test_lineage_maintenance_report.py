@@ -88,7 +88,13 @@ def test_maintenance_and_report_assets(data_root, prx_defs, instance):
     assert maint.metadata["tables"].value == 4
     (report,) = materializations(result, "corpus_report")
     card = report.metadata["data_card"].value
-    assert "# Data card" in card and "## Excluded by skip lists" in card and "dedup" in card
+    assert "# Data card" in card and "## Skip lists, by reason" in card and "dedup" in card
     assert report.metadata["exported"].value > report.metadata["trainable"].value > 0
-    assert (data_root / "mds" / "_reports" / "data_card.md").read_text() == card
+    # The file links its charts beside it; the UI's copy holds them inline (it cannot fetch files).
+    written = (data_root / "mds" / "_reports" / "data_card.md").read_text()
+    assert written.count("](charts/") == card.count("](data:image/png;base64,") == 6
+    assert written.split("## Sources")[1] == card.split("## Sources")[1]
+    path, page = report.metadata["path"], report.metadata["data_card_page"]
+    assert isinstance(path, dg.UrlMetadataValue) and path.value == (data_root / "mds" / "_reports" / "data_card.md").resolve().as_uri()
+    assert isinstance(page, dg.UrlMetadataValue) and page.value == "http://127.0.0.1:8765/card"
     del corpus

@@ -27,6 +27,7 @@ from streaming.base.util import clean_stale_shared_memory
 
 from prx_data.core.ids import sample_id
 from prx_data.core.storage import glob_files, locate, read_bytes, write_bytes
+from prx_data.export.tree import card_chart_path, card_figures_path
 from prx_data_tests.storage_parity import KINDS, StorageRoot
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -92,7 +93,15 @@ def test_data_card_and_report_counts_are_equal(worlds) -> None:
     exported, skipped = _expected_skipped(local["world"])
     assert len(COPY_PAIR & skipped) == 1 and OPTED_OUT in skipped
     for built in worlds.values():
-        assert built["card"].totals == {"exported": len(exported), "skipped": len(skipped), "trainable": len(exported - skipped)}
+        totals = {"exported": len(exported), "skipped": len(skipped), "excluded": len(skipped), "trainable": len(exported - skipped)}
+        assert built["card"].totals == totals
+    # The charts and their numbers are written beside the card on either root, byte for byte equal.
+    for name, png in local["card"].charts.items():
+        assert f"](charts/{name}.png)" in local["card"].markdown
+        written = {k: read_bytes(locate(card_chart_path(b["world"].mds_root, name), b["root"].options)) for k, b in worlds.items()}
+        assert written["local"] == written["s3"] == png == remote["card"].charts[name] and png.startswith(b"\x89PNG")
+    figures = {k: read_bytes(locate(card_figures_path(b["world"].mds_root), b["root"].options)) for k, b in worlds.items()}
+    assert figures["local"] == figures["s3"] and len(local["card"].charts) == 6
     reasons = {
         kind: Counter(sc.reason for sc in iter_root_sidecars(b["world"].mds_root, b["root"].options) for _ in sc.sample_ids)
         for kind, b in worlds.items()

@@ -53,6 +53,13 @@ def test_captions_then_labels_then_a_vlm_switch(data_root, prx_defs, instance, m
     cap_meta = _meta(result, "captions")
     assert cap_meta["captioned"] == len(with_source) and cap_meta["caption_model"] == "source"
     assert _meta(result, "caption_labels")["labelled"] == len(with_source)
+    assert cap_meta["failed"] == len(rows) - len(with_source) > 0
+
+    # Nothing changed: a row without a source caption gets the same verdict, so none is redone.
+    same = run_source(prx_defs, instance, "web", selection=[CAP])
+    assert same.success
+    rerun = _meta(same, "captions")
+    assert rerun["captioned"] == rerun["failed"] == 0 and rerun["skipped_current"] == len(rows), rerun
 
     with FakeChatServer() as server:
         defs = _reload(

@@ -9,6 +9,7 @@ from dagster_ray import RayResource
 
 from prx_data.core.histogram import median
 from prx_data.core.ray_tasks import Executor
+from prx_data.defs import links
 from prx_data.defs.caption.resources import CaptionerResource, ClassifierResource
 from prx_data.defs.code_versions import captions_code_version, labels_code_version
 from prx_data.defs.conditions import PER_SOURCE
@@ -64,7 +65,7 @@ def _materialize(
             # The identity the stage recorded in every row (its model and version columns).
             **{name: stats.extra[name] for name in (stage.columns.model, stage.columns.version)},
             "lance_version": stats.version,
-            "table": dg.MetadataValue.path(uri),
+            "table": links.location(uri),
         }
     )
 

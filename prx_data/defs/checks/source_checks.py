@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from prx_data.core.counts import reason_codes, value_counter, words_per_caption
 from prx_data.core.histogram import SortedHistogram
 from prx_data.core.lance_io import SCAN_ROWS, open_table, scan_text
+from prx_data.defs import links
 from prx_data.defs.checks.corpus_checks import CHECKS_DOC
 from prx_data.defs.partitions import sources_partitions
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -50,7 +51,7 @@ def _thresholds(registry: SourceRegistryResource, source: str) -> CheckThreshold
 
 
 def _missing(asset: str, uri: str) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(passed=False, description=f"no {asset} table at {uri}", metadata={"table": dg.MetadataValue.path(uri)})
+    return dg.AssetCheckResult(passed=False, description=f"no {asset} table at {uri}", metadata={"table": links.location(uri)})
 
 
 @dg.asset_check(
@@ -87,7 +88,7 @@ def ingest_error_share(
             "max_share": max_share,
             "rows_by_status": dg.MetadataValue.json(dict(sorted(counts.items()))),
             "examples": dg.MetadataValue.json(examples),
-            "table": dg.MetadataValue.path(uri),
+            "table": links.location(uri),
         },
     )
 

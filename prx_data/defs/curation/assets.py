@@ -4,7 +4,8 @@ import dataclasses
 
 import dagster as dg
 
-from prx_data.curation.retire import receipts, receipts_markdown
+from prx_data.curation.retire import receipt_path, receipts, receipts_markdown
+from prx_data.defs import links
 from prx_data.defs.conditions import CORPUS_SETTLED
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.failures import fail_fast
@@ -61,7 +62,7 @@ def optout_requests(context: dg.AssetExecutionContext, storage: StorageResource,
             "bad_requests": len(report.errors),
             "per_request": dg.MetadataValue.json({r["request_id"]: r["matched_samples"] for r in audit}),
             "shards_touched": dg.MetadataValue.json({r["request_id"]: r["shards_touched"] for r in audit}),
-            "audit_table": dg.MetadataValue.path(storage.paths.optout_audit_table()),
+            "audit_table": links.location(storage.paths.optout_audit_table()),
         },
     )
 
@@ -128,19 +129,28 @@ def corpus_report(
         exclude_labels=export.exclude_labels,
         options=storage.options,
         views=built_views(storage.mds_root, storage.options),
+        bucket_cfg=export.bucket_config(),
     )
     retired = receipts(storage.mds_root, storage.options)
     if retired:
         # The receipt of every retired source (curation/retire.py) belongs on the card.
         card = dataclasses.replace(card, markdown=card.markdown + receipts_markdown(retired))
         path = card.write(storage.mds_root, storage.options)
+    context.log.debug(f"data card charts drawn in {card.chart_seconds:.2f} s")
     return dg.MaterializeResult(
         metadata={
-            "data_card": dg.MetadataValue.md(card.markdown),
-            "path": dg.MetadataValue.path(path),
+            # The charts inline: the UI cannot fetch the PNG files beside the card.
+            "data_card": dg.MetadataValue.md(card.embedded_markdown()),
+            "path": links.location(path),
+            "data_card_page": links.explorer("/card"),
+            "stats_page": links.explorer("/stats"),
             "retired_sources": dg.MetadataValue.json({r.source: r.retired_at for r in retired}),
+            **{f"receipt/{r.source}": links.location(receipt_path(storage.mds_root, r)) for r in retired},
             "exported": card.totals["exported"],
+            # Every exported sample a skip list names, folded ones included (the explorer's count).
             "skipped": card.totals["skipped"],
+            "excluded": card.totals["excluded"],
             "trainable": card.totals["trainable"],
+            "chart_seconds": round(card.chart_seconds, 3),
         }
     )

@@ -10,6 +10,7 @@ import dagster as dg
 
 from prx_data.core.settings import get_settings
 from prx_data.curation.optout.requests import folder_version, load_requests
+from prx_data.defs import links
 from prx_data.defs.resources import SourceRegistryResource
 
 OPTOUT_FOLDER = dg.AssetKey("optout_folder")
@@ -25,7 +26,7 @@ OPTOUT_FOLDER = dg.AssetKey("optout_folder")
 def optout_folder(context) -> dg.ObserveResult:
     folder = context.resources.registry.optout_dir
     version, count = folder_version(folder)
-    return dg.ObserveResult(data_version=dg.DataVersion(version), metadata={"files": count, "folder": dg.MetadataValue.path(folder)})
+    return dg.ObserveResult(data_version=dg.DataVersion(version), metadata={"files": count, "folder": links.location(folder)})
 
 
 def optout_folder_tick(context: dg.SensorEvaluationContext, registry: SourceRegistryResource):
@@ -65,7 +66,7 @@ def optout_observation(version: str, count: int, folder: str) -> dg.AssetObserva
         asset_key=OPTOUT_FOLDER,
         # The tag observe functions write: automation compares these data versions.
         tags={"dagster/data_version": version},
-        metadata={"files": count, "folder": dg.MetadataValue.path(folder)},
+        metadata={"files": count, "folder": links.location(folder)},
     )
 
 

@@ -5,6 +5,7 @@ from dagster_ray import RayResource
 
 from prx_data.core.ray_tasks import Executor
 from prx_data.core.settings import get_settings
+from prx_data.defs import links
 from prx_data.defs.code_versions import export_code_version
 from prx_data.defs.conditions import CORPUS_SETTLED, PER_SOURCE
 from prx_data.defs.export.resources import ExportResource
@@ -90,20 +91,19 @@ def mds_shards(
             "rewritten_buckets": dg.MetadataValue.json(stats.rewritten_buckets),
             "changed": stats.changed,
             "export_version": stats.version,
-            "exports_table": dg.MetadataValue.path(storage.paths.exports_table(source)),
-            # Where this source's shards are, one folder per bucket.
-            "shard_folders": dg.MetadataValue.table(
-                records=[
-                    dg.TableRecord(
-                        {
-                            "bucket": bucket,
-                            "samples": int(stats.per_bucket[bucket]),
-                            "folder": f"{storage.mds_root.rstrip('/')}/{bucket}/{source}/",
-                        }
+            "exports_table": links.location(storage.paths.exports_table(source)),
+            # Where this source's shards are, one folder per bucket; each bucket links to its
+            # samples in the explorer (the UI's Markdown opens http links only).
+            "shard_folders": links.markdown_links(
+                [
+                    (
+                        (bucket, links.explorer_url("/", source=source, tier=bucket.split("/")[0], bucket=bucket.split("/")[1])),
+                        int(stats.per_bucket[bucket]),
+                        f"`{storage.mds_root.rstrip('/')}/{bucket}/{source}/`",
                     )
                     for bucket in sorted(stats.per_bucket)
                 ],
-                schema=dg.TableSchema(columns=[dg.TableColumn("bucket"), dg.TableColumn("samples", "int"), dg.TableColumn("folder")]),
+                ("bucket", "samples", "folder"),
             ),
         }
     )

@@ -5,6 +5,7 @@ import dagster as dg
 from dagster_ray import RayResource
 
 from prx_data.core.ray_tasks import Executor
+from prx_data.defs import links
 from prx_data.defs.code_versions import phashes_code_version
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.failures import fail_fast
@@ -57,6 +58,6 @@ def phashes(
             # Profiles that do not parse or fit their image: recorded, the image used as sRGB.
             "colour_profile_errors": colour.failed,
             "lance_version": colour.version or stats.version,
-            "table": dg.MetadataValue.path(uri),
+            "table": links.location(uri),
         }
     )

@@ -5,6 +5,7 @@ from pydantic import Field
 
 from prx_data.core.ids import printable
 from prx_data.curation.optout.requests import ingest_matcher
+from prx_data.defs import links
 from prx_data.defs.code_versions import INGEST_CODE_VERSION
 from prx_data.defs.conditions import PER_SOURCE
 from prx_data.defs.failures import fail_fast
@@ -82,8 +83,9 @@ def raw_samples(
         metadata={
             **{k: v for k, v in meta.items() if k != "rows_by_status"},
             "rows_by_status": dg.MetadataValue.json(meta["rows_by_status"]),
-            "table_uri": dg.MetadataValue.path(uri),
-            "spec": dg.MetadataValue.path(str(source.path)),
+            "table_uri": links.location(uri),
+            "samples": links.explorer("/", source=source.name),
+            "spec": links.location(str(source.path)),
             "spec_fingerprint": source.fingerprint,
             "duplicate_key_examples": dg.MetadataValue.json(stats.duplicate_keys),
         },

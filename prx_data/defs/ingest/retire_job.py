@@ -4,7 +4,8 @@
 import dagster as dg
 
 from prx_data.core.settings import get_settings
-from prx_data.curation.retire import archive_source
+from prx_data.curation.retire import archive_source, receipt_path
+from prx_data.defs import links
 from prx_data.defs.failures import fail_fast
 from prx_data.defs.partitions import SOURCES_PARTITION
 from prx_data.defs.resources import SourceRegistryResource, StorageResource
@@ -45,6 +46,7 @@ def retire_source(context: dg.OpExecutionContext, config: RetireConfig, storage:
                 "buckets": len(merged),
                 "samples": sum(m.num_samples for m in merged),
                 "retired_source": config.source,
+                "receipt": links.location(receipt_path(storage.mds_root, receipt)),
             },
         )
     )
