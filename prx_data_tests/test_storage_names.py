@@ -28,6 +28,8 @@ MDS_NAMES = (
     "_retired",
     "_reports",
     "data_card.md",
+    "superseded.json",
+    "_superseded",
 )
 LANCE_NAMES = (".lance", "staging-", "optout_audit", "optout_samples", "optout_builds", "optout_withdrawals")
 OWNER = {**dict.fromkeys(MDS_NAMES, "export/tree.py"), **dict.fromkeys(LANCE_NAMES, "core/paths.py")}

@@ -97,6 +97,11 @@ class Settings(BaseSettings):
     # 32 by default: PRX's device_per_stream reader at per-device batches up to 32 never meets a
     # stream it cannot fill; raise it to your global batch size.
     min_stream_samples: int = Field(32, ge=1)
+    # How long shards and bucket indexes that stopped being published (replaced by a re-export
+    # or a rewrite, or left by a retired bucket) stay in the tree before garbage collection may
+    # delete them, counted from the merge that stopped publishing them: a trainer that opened
+    # the tree before keeps reading for this long. Training runs last days to weeks.
+    shard_retention_days: float = Field(7.0, ge=0)
     # On by default: re-export the unskipped images of a sparse bucket (fewer than
     # min_stream_samples) into the nearest bucket of the same tier that is published on its own,
     # at most fold_max_steps aspect-grid steps away (each step crops about 11 % more of the long
@@ -129,6 +134,10 @@ class Settings(BaseSettings):
         # No .env file and no secrets directory: the environment (or the mapping given to
         # load_settings) is the only place settings come from.
         return init_settings, _MappingEnvSource(settings_cls)
+
+    @property
+    def shard_retention_s(self) -> float:
+        return self.shard_retention_days * 86400.0
 
     def lock_policy(self) -> LockPolicy:
         return LockPolicy(wait_s=self.lock_wait_s, ttl_s=self.lock_ttl_s)

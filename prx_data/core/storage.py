@@ -273,6 +273,12 @@ def is_file(loc: Location) -> bool:
     return loc.fs.get_file_info(loc.path).type == pafs.FileType.File
 
 
+def file_size(loc: Location) -> int | None:
+    """Bytes of a file or object (one HEAD on an object store); None when it does not exist."""
+    info = loc.fs.get_file_info(loc.path)
+    return info.size if info.type == pafs.FileType.File else None
+
+
 def is_dir(loc: Location) -> bool:
     """A folder, or on an object store a prefix that holds at least one object."""
     return loc.fs.get_file_info(loc.path).type == pafs.FileType.Directory
