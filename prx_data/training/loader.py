@@ -55,9 +55,9 @@ from prx_data.compat.streaming_internals import (
     world_ranks,
 )
 from prx_data.compat.streaming_internals import reset_weights as _reset_weights
-from prx_data.core.storage import local_path, locate, try_read_bytes
+from prx_data.core.storage import file_size, local_path, locate, try_read_bytes
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
-from prx_data.export.index_check import read_local_index
+from prx_data.export.index_check import MAX_INDEX_BYTES, check_size, parse_index, read_local_index
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
 from prx_data.export.tree import INDEX_BASENAME, UNPUBLISHED_BASENAME, list_buckets
 
@@ -320,10 +320,12 @@ def _counts(folder: str, storage_options: dict | None = None) -> tuple[int, int]
     """(samples, unskipped) of a stream folder from its index.json and skip-list manifest, or
     None when it has no index.json."""
     loc = locate(folder, storage_options)
+    where = loc.child(INDEX_BASENAME).uri
+    check_size(file_size(loc.child(INDEX_BASENAME)), MAX_INDEX_BYTES, where)
     raw = try_read_bytes(loc.child(INDEX_BASENAME))
     if raw is None:
         return None
-    total = sum(int(info["samples"]) for info in json.loads(raw)["shards"])
+    total = sum(int(info["samples"]) for info in parse_index(raw, where))
     manifest = try_read_bytes(loc.child(MANIFEST_BASENAME))
     skipped = parse_manifest(manifest, loc.child(MANIFEST_BASENAME).uri).skipped if manifest is not None else 0
     return total, total - skipped
