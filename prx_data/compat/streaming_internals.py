@@ -46,6 +46,7 @@ from streaming.base.storage.download import S3Downloader
 from streaming.base.util import number_abbrev_to_int
 from streaming.base.world import World
 
+from prx_data.core.s3_retry import boto3_config
 from prx_data.core.storage import s3_credentials
 
 # Re-read streaming's resample_streams and Stream.__init__ / apply_weights before changing this
@@ -99,11 +100,10 @@ class ConfiguredS3Downloader(S3Downloader):
 
     def _create_s3_client(self, unsigned: bool = False, timeout: float = 60) -> Any:
         from boto3.session import Session
-        from botocore.config import Config
 
         self._s3_client = Session().client(
             "s3",
-            config=Config(read_timeout=timeout, retries={"mode": "adaptive"}),
+            config=boto3_config(self.storage_options, read_timeout=timeout),
             **s3_credentials(self.storage_options).boto3_kwargs(),
         )
 

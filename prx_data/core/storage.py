@@ -33,6 +33,8 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from prx_data.core.s3_retry import boto3_config, pyarrow_retry_strategy
+
 SCHEMES = ("s3", "gs")
 # object_signatures' table.
 SIGNATURES_SCHEMA = pa.schema([pa.field("object", pa.large_string()), pa.field("signature", pa.string())])
@@ -142,11 +144,11 @@ def _s3(options: Mapping[str, str]) -> pafs.S3FileSystem:
             kwargs["session_token"] = credentials.session_token
     if credentials.region:
         kwargs["region"] = credentials.region
-    # Keep failures quick and visible: the default retry strategy turns a wrong endpoint into
-    # minutes of silence at startup.
+    # Short timeouts keep a wrong endpoint quick to report; throttling is retried with backoff
+    # (core.s3_retry).
     kwargs["connect_timeout"] = float(options.get("connect_timeout_s", 5))
     kwargs["request_timeout"] = float(options.get("request_timeout_s", 60))
-    kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=int(options.get("max_attempts", 3)))
+    kwargs["retry_strategy"] = pyarrow_retry_strategy(options)
     return pafs.S3FileSystem(**kwargs)
 
 
@@ -430,7 +432,7 @@ def object_signatures(uri: str, storage_options: Mapping[str, str] | None = None
     if urlparse(uri).scheme == "s3":
         import boto3  # lazy: only object-store sources list through boto3
 
-        client = boto3.client("s3", **s3_credentials(storage_options).boto3_kwargs())
+        client = boto3.client("s3", config=boto3_config(storage_options), **s3_credentials(storage_options).boto3_kwargs())
         bucket, _, key = loc.path.partition("/")
         for prefix in [key + "/", key] if key else [""]:
             for listed in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
