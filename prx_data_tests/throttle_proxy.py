@@ -45,9 +45,22 @@ class ThrottleProxy:
             def log_message(self, *_args) -> None:
                 pass
 
-            def _handle(self) -> None:
+            def _body(self) -> bytes:
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    parts = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass  # trailers
+                            return b"".join(parts)
+                        parts.append(self.rfile.read(size))
+                        self.rfile.readline()
                 length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
+                return self.rfile.read(length) if length else b""
+
+            def _handle(self) -> None:
+                body = self._body()
                 with proxy._lock:
                     throttle = proxy._rng.random() < proxy.share
                     if throttle:

@@ -18,17 +18,23 @@ surely; at ``MAX_ATTEMPTS`` (10) it is one in 10^8. Each client gets it here:
 Lance reaches object storage through its own client (Rust ``object_store``), which retries
 throttling and 5xx with exponential backoff by itself (10 retries by default).
 
+- whole-object reads of ``core.storage`` (``with_retries``): what the SDK reports as an internal
+  failure when a throttled GET's body lands in the read buffer.
+
 ``storage_options`` may set ``max_attempts`` to change the attempts for every client alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import pyarrow.fs as pafs
 
 MAX_ATTEMPTS = 10
+T = TypeVar("T")
 
 
 def max_attempts(options: Mapping[str, str] | None) -> int:
@@ -45,3 +51,25 @@ def boto3_config(options: Mapping[str, str] | None = None, **config: Any) -> Any
     from botocore.config import Config
 
     return Config(retries={"mode": "adaptive", "max_attempts": max_attempts(options)}, **config)
+
+
+# pyarrow reads an object into a buffer sized for its bytes; the AWS SDK writes a throttled
+# GET's error body into that buffer and reports a non-retryable INTERNAL_FAILURE ("Failed to
+# flush response stream") instead of the 503. Whole reads are retried here for these.
+_TRANSIENT = ("SLOW_DOWN", "SlowDown", "Failed to flush response stream", "HTTP status 503", "HTTP status 500", "SERVICE_UNAVAILABLE")
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError) and any(word in str(exc) for word in _TRANSIENT)
+
+
+def with_retries(call: Callable[[], T], attempts: int = MAX_ATTEMPTS) -> T:
+    """``call()``, again after an exponential, jittered wait while it fails transiently."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except OSError as exc:
+            if attempt == attempts or not is_transient(exc):
+                raise
+            time.sleep(min(5.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")

@@ -33,7 +33,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from prx_data.core.s3_retry import boto3_config, pyarrow_retry_strategy
+from prx_data.core.s3_retry import boto3_config, pyarrow_retry_strategy, with_retries
 
 SCHEMES = ("s3", "gs")
 # object_signatures' table.
@@ -197,8 +197,11 @@ def locate(uri: str, storage_options: Mapping[str, str] | None = None) -> Locati
 
 
 def read_bytes(loc: Location) -> bytes:
-    with loc.fs.open_input_stream(loc.path) as handle:
-        return handle.read()
+    def read() -> bytes:
+        with loc.fs.open_input_stream(loc.path) as handle:
+            return handle.read()
+
+    return read() if _is_local(loc) else with_retries(read)
 
 
 def try_read_bytes(loc: Location) -> bytes | None:
@@ -333,9 +336,13 @@ def fetch_local(loc: Location, scratch: str) -> str:
     target = os.path.join(scratch, *loc.path.split("/"))
     if not os.path.exists(target):
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with loc.fs.open_input_stream(loc.path) as src, open(target + ".part", "wb") as dst:
-            while block := src.read(16 * 1024 * 1024):
-                dst.write(block)
+
+        def copy() -> None:
+            with loc.fs.open_input_stream(loc.path) as src, open(target + ".part", "wb") as dst:
+                while block := src.read(16 * 1024 * 1024):
+                    dst.write(block)
+
+        with_retries(copy)
         os.replace(target + ".part", target)
     return target
 
