@@ -55,7 +55,7 @@ def build(root: str) -> None:
 
     rng = np.random.default_rng(0)
     lineages = []
-    for s, source in enumerate(("src-a", "src-b")):
+    for source in ("src-a", "src-b"):
         rows = [
             {
                 "tier": 512,

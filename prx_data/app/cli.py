@@ -499,6 +499,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         min_stream_samples=settings.min_stream_samples,
         dedup_radius=settings.dedup_radius,
         fold=FoldPolicy.from_settings(settings),
+        retention_s=settings.shard_retention_s,
     )
     report = applied.optouts
     for error in report.errors:

@@ -31,6 +31,8 @@ EnvName = Literal["local", "cluster"]
 # default of the export resource's ``exclude_labels``, of ``prx-data optout apply --exclude-label``
 # and of the plain functions that build skip lists.
 EXCLUDE_LABELS: tuple[str, ...] = ("nsfw", "text")
+# The default of PRX_SHARD_RETENTION_DAYS, and of the plain functions that collect garbage.
+SHARD_RETENTION_DAYS = 7.0
 
 ENV_PREFIX = "PRX_"
 # Values never echoed in an error message: they can hold a password.
@@ -101,7 +103,7 @@ class Settings(BaseSettings):
     # or a rewrite, or left by a retired bucket) stay in the tree before garbage collection may
     # delete them, counted from the merge that stopped publishing them: a trainer that opened
     # the tree before keeps reading for this long. Training runs last days to weeks.
-    shard_retention_days: float = Field(7.0, ge=0)
+    shard_retention_days: float = Field(SHARD_RETENTION_DAYS, ge=0)
     # On by default: re-export the unskipped images of a sparse bucket (fewer than
     # min_stream_samples) into the nearest bucket of the same tier that is published on its own,
     # at most fold_max_steps aspect-grid steps away (each step crops about 11 % more of the long

@@ -37,6 +37,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prx_data.core.settings import SHARD_RETENTION_DAYS
 from prx_data.core.storage import (
     Location,
     delete_file,
@@ -297,23 +298,19 @@ def merge_all(
     storage_options: dict | None = None,
     *,
     min_stream_samples: int = 1,
-    gc_min_age_s: float | None = None,
+    gc_min_age_s: float = SHARD_RETENTION_DAYS * 86400.0,
 ) -> list[MergedIndex]:
     """Merge every bucket of the tree, in sorted bucket order, and decide its publication.
 
     A bucket is published (gets its ``index.json``) only with at least ``min_stream_samples``
     unskipped samples (see the module doc). Then each bucket's garbage is collected
     (``export.retention``): shards and merged indexes that stopped being published more than
-    ``gc_min_age_s`` ago (default: the ``PRX_SHARD_RETENTION_DAYS`` setting) are deleted, the
+    ``gc_min_age_s`` ago (callers pass the ``PRX_SHARD_RETENTION_DAYS`` setting) are deleted, the
     rest recorded with the time they stopped. ``storage_options`` reach an object-store root
     (callers pass the settings' own).
     """
     if min_stream_samples < 1:
         raise ValueError(f"min_stream_samples must be at least 1, got {min_stream_samples}")
-    if gc_min_age_s is None:
-        from prx_data.core.settings import get_settings
-
-        gc_min_age_s = get_settings().shard_retention_s
     root = locate(mds_root, storage_options)
     merged, rels = [], []
     for ref in list_buckets(mds_root, storage_options):

@@ -40,7 +40,7 @@ def test_replaced_shards_wait_for_the_retention_then_gc_deletes_them(storage_roo
         for name in old:
             os.utime(os.path.join(root, name), (stamp, stamp))
     second = write_partition(_samples("alpha", 0), mds_root=root, source="alpha", storage_options=options, config=SMALL)
-    for _ in range(3):  # a run's two merges, and the next run's
+    for _ in range(3):  # a run's two merges, and the next run's, at the default retention
         merge_all(root, options)
     assert old <= _objects(root, options)
     bucket = locate(root, options).child(*BUCKET.split("/"))

@@ -101,11 +101,24 @@ class Trainer:
 
 
 def _run(world: World) -> None:
-    """What one ``prx-data run`` does for the source and the corpus after an opt-out."""
+    """What one ``prx-data run`` does for the source and the corpus after an opt-out, with the
+    retention the assets pass (the ``PRX_SHARD_RETENTION_DAYS`` setting)."""
+    from prx_data.curation.refresh import refresh
+
+    retention_s = get_settings().shard_retention_s
     world.ingest("s1")
     world.export("s1")
-    merge_all(world.mds_root, world.options, min_stream_samples=1)  # corpus_index
-    world.apply()  # skip_lists: skip lists, then the second merge
+    merge_all(world.mds_root, world.options, min_stream_samples=1, gc_min_age_s=retention_s)  # corpus_index
+    # skip_lists (and `prx-data optout apply`): skip lists, then the second merge
+    refresh(
+        world.paths,
+        world.optout_dir,
+        world.priorities(),
+        exclude_labels=(),
+        options=world.options,
+        write_card=False,
+        retention_s=retention_s,
+    )
 
 
 def _shards(world: World) -> set[str]:
@@ -127,7 +140,7 @@ def test_a_trainer_survives_curation_and_a_gone_shard_is_named(storage_root, tmp
     world = SmallShardWorld.on_root(storage_root, tmp_path / "data", monkeypatch)
     world.sources["s1"] = {f"k{i}": Item((i, "exact"), f"https://a.example.org/{i}.jpg") for i in range(10)}
     world.chain("s1")
-    merge_all(world.mds_root, world.options, min_stream_samples=1)
+    merge_all(world.mds_root, world.options, min_stream_samples=1, gc_min_age_s=get_settings().shard_retention_s)
     world.apply()
     first = _shards(world)
     assert len(first) >= 10

@@ -119,7 +119,7 @@ def mds_shards(
 @fail_fast
 def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
     min_samples = get_settings().min_stream_samples
-    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
+    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples, gc_min_age_s=get_settings().shard_retention_s)
     return dg.MaterializeResult(
         metadata={
             "buckets": len(merged),
@@ -181,6 +181,7 @@ def skip_lists(
         writer_cfg=export.writer_config(),
         options=storage.options,
         run_id=context.run_id,
+        retention_s=get_settings().shard_retention_s,
     )
     report, merged, folds = rebuilt.report, rebuilt.merged, rebuilt.folds
     per_reason = _sum_by(report.counts, "reason")
