@@ -55,7 +55,7 @@ def build_world(root: str, n: int, rows_per_fragment: int) -> None:
             "sample_id": ids,
             "tier": pa.array(rng.choice([256, 512, 1024], n).astype(np.int32)),
             "bucket": pa.array(rng.choice(["16x16", "12x20", "20x12"], n)),
-            "drop_reason": pa.array(np.where(dropped, "duplicate: of another sample", None)),
+            "drop_reason": pa.array(["duplicate: of another sample" if d else None for d in dropped]),
         }
     )
     lance.write_dataset(exports, paths.exports_table("bench"), max_rows_per_file=rows_per_fragment)

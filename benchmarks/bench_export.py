@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.photos import DEFAULT_CACHE, make_photo_jpegs  # noqa: E402
 from prx_data.export.mds_writer import write_partition  # noqa: E402
-from prx_data.imaging.buckets import Assignment, assign  # noqa: E402
+from prx_data.imaging.buckets import Assignment, Drop, assign  # noqa: E402
 from prx_data.imaging.decode import load_pixels, picture_box, read_header  # noqa: E402
 from prx_data.imaging.transform import encode_jpeg, prepare, resize_cover_crop  # noqa: E402
 
@@ -57,6 +57,7 @@ def split(paths: list[Path], root: Path) -> dict[str, float]:
         t1 = time.process_time()
         header = read_header(data)
         target = assign(header.width, header.height)
+        assert isinstance(target, Assignment)
         scale = max(target.width / header.width, target.height / header.height)
         pixels = load_pixels(header, "RGB", (math.ceil(header.width * scale), math.ceil(header.height * scale)))
         t2 = time.process_time()
@@ -81,6 +82,7 @@ def ours(paths: list[Path], root: Path) -> float:
     def gen():
         for i, path in enumerate(paths):
             p = prepare(path.read_bytes())
+            assert not isinstance(p, Drop)
             yield _sample(i, p.jpeg, Assignment(p.tier, p.height, p.width), p.original_width, p.original_height)
 
     write_partition(gen(), mds_root=str(root), source="bench")
@@ -95,6 +97,7 @@ def naive(paths: list[Path], root: Path) -> float:
             image = Image.open(path).convert("RGB")
             target = assign(*image.size)
             buffer = io.BytesIO()
+            assert isinstance(target, Assignment)
             image.resize((target.width, target.height), Image.Resampling.LANCZOS).save(buffer, format="JPEG", quality=92)
             yield _sample(i, buffer.getvalue(), target, *image.size)
 

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -112,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also run this checkout with export_source(max_partition_rows=...) (planning spilled in partitions)",
     )
     args = parser.parse_args(argv)
-    codes = {"this": (ROOT, {}), **({"baseline": (args.baseline.resolve(), {})} if args.baseline else {})}
+    codes: dict[str, tuple[Path, dict[str, Any]]] = {
+        "this": (ROOT, {}),
+        **({"baseline": (args.baseline.resolve(), {})} if args.baseline else {}),
+    }
     if args.max_partition_rows:
         codes[f"this/p{args.max_partition_rows}"] = (ROOT, {"max_partition_rows": args.max_partition_rows})
     top = Path(tempfile.mkdtemp(prefix="bench-export-mem-"))

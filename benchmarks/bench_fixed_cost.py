@@ -123,13 +123,15 @@ def bench_ray(env, repeats: int, old_stop: bool) -> None:
     from prx_data.app.local_ray import start_head, stop_process_group
 
     print("\n== local Ray head (median s) ==")
-    starts, stops = [], []
+    starts: list[float] = []
+    stops: list[float] = []
     saved = dict(os.environ)
     os.environ.update(env)
     try:
         for _ in range(repeats):
             head = start_head()
             head.wait_ready()
+            assert head.started_s is not None
             starts.append(head.started_s)
             t = time.perf_counter()
             head.stop()
@@ -183,7 +185,7 @@ def bench_no_change(env, root: Path, repeats: int, first: float | None = None, f
     run = _cli("run", "--root", str(root))
     again, out = _wall(run, env, repeats)
     skipped = out.count("inputs unchanged")
-    ratio = f"  ratio to first: wall {again / first:.3f}, cpu {CPU[' '.join(run)] / first_cpu:.3f}" if first else ""
+    ratio = f"  ratio to first: wall {again / first:.3f}, cpu {CPU[' '.join(run)] / first_cpu:.3f}" if first and first_cpu else ""
     print(f"  no-change run (median of {repeats}):     {again:6.2f} s  {_cpu(run)}  ({skipped} skip lines){ratio}")
     three = [*run, "--source", "photos", "--source", "shards", "--source", "web"]
     again3, _ = _wall(three, env, repeats)

@@ -70,11 +70,12 @@ def main() -> None:
     for minimum in args.min:
         policy = FoldPolicy(enabled=minimum > 1, max_steps=args.max_steps, min_stream_samples=minimum)
         plan = plan_folds(exports, skips, cfg, policy)
-        steps = Counter()
+        steps: Counter[int] = Counter()
         for rel_from, rel_to in plan.folds.items():
             tier = int(rel_from.split("/")[0])
             i = shape_index(tier, *parse_bucket(rel_from.split("/")[1]), cfg)
             j = shape_index(tier, *parse_bucket(rel_to.split("/")[1]), cfg)
+            assert i is not None and j is not None
             steps[abs(i - j)] += buckets[rel_from]
         folded = plan.rows.num_rows
         lost = sum(plan.refused.values()) if policy.enabled else sum(c for c in buckets.values() if c < minimum)

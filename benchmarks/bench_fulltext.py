@@ -21,6 +21,7 @@ import argparse
 import shutil
 import tempfile
 import time
+from typing import Any
 
 import lance
 import numpy as np
@@ -77,7 +78,7 @@ def queries(vocab: np.ndarray, n: int, rng: np.random.Generator) -> list[tuple[s
     return out
 
 
-def timed(fn) -> tuple[float, object]:
+def timed(fn) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
@@ -91,7 +92,9 @@ def percentiles(seconds: list[float]) -> tuple[float, float]:
 def fts_latencies(ds: lance.LanceDataset, qs: list[tuple[str, str]], k: int) -> tuple[list[float], dict[str, list[float]], int]:
     for _, q in qs[:5]:  # warm the index cache, as a running explorer would have
         ds.to_table(columns=["sample_id"], full_text_query=q, limit=k)
-    total, by_kind, hits = [], {}, 0
+    total: list[float] = []
+    by_kind: dict[str, list[float]] = {}
+    hits = 0
     for kind, q in qs:
         seconds, table = timed(lambda q=q: ds.to_table(columns=FTS_COLUMNS, full_text_query={"query": q, "columns": ["caption"]}, limit=k))
         total.append(seconds)

@@ -324,19 +324,20 @@ def run_sources_in_one_command(work: Path, n: int, k: int) -> list[str]:
     os.environ["DAGSTER_HOME"] = str(root / ".dagster")
     per_size: dict[int, list[dict[str, float]]] = {n: [], 4 * n: []}
     with dg.DagsterInstance.get() as instance:
-        records = sorted(instance.get_run_records(), key=lambda r: r.start_time)
+        records = sorted(instance.get_run_records(), key=lambda r: r.start_time or 0.0)
         for before, record in zip([None, *records], records):
             source = record.dagster_run.tags.get("dagster/partition")
-            images = dict(plan).get(source or "")
-            if images not in per_size or before is None:
+            size = dict(plan).get(source or "")
+            if size is None or size not in per_size or before is None:
                 continue  # the warm-up source and the corpus run
+            assert record.start_time and record.end_time and before.end_time
             figures = {
                 "source run, with the gap before it": record.end_time - before.end_time,
                 "source run (Dagster run start to end)": record.end_time - record.start_time,
             }
             for step in instance.get_run_step_stats(record.dagster_run.run_id):
-                figures[step.step_key] = step.end_time - step.start_time
-            per_size[images].append(figures)
+                figures[step.step_key] = (step.end_time or 0.0) - (step.start_time or 0.0)
+            per_size[size].append(figures)
     # Baseline, same run: each source as a command of its own (as separate sensor-started runs
     # meet it), so each pays the start-up, the code location and its own Ray.
     alone: dict[int, list[float]] = {n: [], 4 * n: []}

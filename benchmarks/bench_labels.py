@@ -153,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         results = classifier.label_batch(captions)
         times.append(time.perf_counter() - start)
-    predicted = [r.label for r in results]
+    predicted = [r.label for r in results if r.label is not None]
+    assert len(predicted) == len(results), [r.error for r in results if r.label is None][:3]
 
     sims = classifier.similarities(captions)
-    baseline = [max(LABELS, key=s.get) for s in sims]
+    baseline = [max(LABELS, key=s.__getitem__) for s in sims]
 
     print(
         f"# caption labels, minilm, {args.set} set: {len(rows)} captions ({', '.join(f'{label} {truth.count(label)}' for label in LABELS)})"

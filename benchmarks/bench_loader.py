@@ -18,6 +18,7 @@ import gc
 import shutil
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -143,7 +144,7 @@ def main() -> None:
         lineage = build(root, args.samples, args.payload)
         shards = len(set(lineage["shard"].to_pylist()))
         print(f"{lineage.num_rows} samples, {shards} shards, {len(BUCKETS)} buckets under {root}")
-        common = dict(batch_size=BATCH, shuffle=True, shuffle_seed=1, batching_method="per_stream")
+        common: dict[str, Any] = dict(batch_size=BATCH, shuffle=True, shuffle_seed=1, batching_method="per_stream")
         empty = skips(lineage, 0.0)
         ten = skips(lineage, 0.10)
 

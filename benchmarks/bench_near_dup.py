@@ -49,8 +49,8 @@ def _encode(image: Image.Image, quality: int) -> bytes:
 
 def variants(path: Path) -> dict[str, bytes]:
     original = path.read_bytes()
-    with Image.open(io.BytesIO(original)) as img:
-        img = img.convert("RGB")
+    with Image.open(io.BytesIO(original)) as opened:
+        img = opened.convert("RGB")
         w, h = img.size
         dx, dy = max(1, round(w * 0.01)), max(1, round(h * 0.01))
         return {
@@ -83,7 +83,8 @@ def quality_table(paths: list[Path], max_radius: int) -> dict:
     same_scene = scenes[i] == scenes[j]
     rows = []
     for k in range(max_radius + 1):
-        row = {"k": k}
+        row: dict[str, float] = {"k": k}
+
         for kind in POSITIVES:
             row[kind] = float(np.mean(dist[kind] <= k))
         row["flip_fp"] = float(np.mean(dist["flip"] <= k))

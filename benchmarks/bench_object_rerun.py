@@ -60,7 +60,7 @@ def main() -> None:
         opened["n"] += 1
         return real_open(self, path, **kw)
 
-    object_store.ObjectRoot.open = counting_open
+    object_store.ObjectRoot.open = counting_open  # type: ignore[method-assign]
     try:
         client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1")
         client.create_bucket(Bucket="bench")
@@ -93,7 +93,7 @@ def main() -> None:
             )
         print(f"ratio read all / signatures: {old_s / new_s:.1f}x (medians of {args.repeats})")
     finally:
-        object_store.ObjectRoot.open = real_open
+        object_store.ObjectRoot.open = real_open  # type: ignore[method-assign]
         server.stop()
 
 

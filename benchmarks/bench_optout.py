@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -89,7 +90,7 @@ def yielded(mds_root: str) -> set[str]:
     from prx_data.export.tree import list_buckets
     from prx_data.training.loader import PrxStreamingDataset
 
-    seen = set()
+    seen: set[str] = set()
     for ref in list_buckets(mds_root):
         if not os.path.isfile(os.path.join(ref.dir(mds_root), "index.json")):
             continue
@@ -108,8 +109,7 @@ def demo_part(root: Path | None, run_baseline: bool = False) -> None:
     from prx_data.core.paths import StoragePaths
     from prx_data.ingest.registry import load_registry
 
-    made = root is None
-    if made:
+    if root is None:
         root = Path(tempfile.mkdtemp(prefix="bench-optout-")) / "demo"
         print(f"processing the demo corpus in {root} (plain stages, in-process) ...", flush=True)
         started = time.perf_counter()
@@ -227,7 +227,8 @@ def write_requests(folder: Path, corpus: pa.Table, count: int) -> None:
     sources = corpus["source"]
     for i in range(count):
         pick = rng.integers(0, n, size=3)
-        request = {"id": f"req-{i:05d}"}
+        request: dict[str, Any] = {"id": f"req-{i:05d}"}
+
         kind = i % 4
         if kind == 0:
             request["sample_ids"] = [ids[int(p)].as_py() for p in pick]

@@ -49,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -223,7 +224,9 @@ def _tree_cpu() -> float:
 
 
 def _measure(served: Served, n: int, started: float, wall: float, cpu: float) -> Measure:
-    return Measure(wall, served.first_request - started, cpu, n / (served.last_answer - served.first_request))
+    first, last = served.first_request, served.last_answer
+    assert first is not None and last is not None, "the server saw no request"
+    return Measure(wall, first - started, cpu, n / (last - first))
 
 
 def raw_samples(served: Served, urls: list[str], tmp: Path, workers: int = 1, per_host: int | None = None) -> Measure:
@@ -351,10 +354,10 @@ def cpu_breakdown(n: int, images: list[bytes], tmp: Path, repeat: int) -> None:
                 from prx_data.ingest.http.connection_pool import Pool
                 from prx_data.ingest.http.netguard import parse_networks
 
-                client = Pool(user_agent="bench", timeout_s=30, allow=parse_networks(["127.0.0.0/8"]), max_idle=64, tls=trust)
+                pool_client = Pool(user_agent="bench", timeout_s=30, allow=parse_networks(["127.0.0.0/8"]), max_idle=64, tls=trust)
 
                 def get(url: str) -> int:
-                    with client.get(url) as resp:
+                    with pool_client.get(url) as resp:
                         return len(resp.read())
 
             with ThreadPoolExecutor(64) as pool:
@@ -435,7 +438,7 @@ def main() -> None:
     offset = 0
     steps = [(f"raw_samples w={w}", functools.partial(raw_samples, workers=w)) for w in args.workers]
     steps += [(f"raw_samples w=1 ph={ph}", functools.partial(raw_samples, per_host=ph)) for ph in args.per_host]
-    tools = [("img2dataset", img2dataset), *steps]
+    tools: list[tuple[str, Callable[..., Measure]]] = [("img2dataset", img2dataset), *steps]
     if args.i2d_decode:
         tools.insert(1, ("img2dataset decode", functools.partial(img2dataset, decode=True)))
     if not args.skip_run:

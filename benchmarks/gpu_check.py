@@ -106,9 +106,11 @@ def main(argv=None) -> int:
     import ray
 
     from prx_data.core.schema import LABELS
+    from prx_data.models.captioning.config import VLLMCaptionerConfig
     from prx_data.models.captioning.factory import parse_captioner_config
     from prx_data.models.captioning.vllm_ray import caption_engine_kwargs
     from prx_data.models.inference.vllm_engine import engine_kwargs
+    from prx_data.models.labeling.config import VLLMClassifierConfig
     from prx_data.models.labeling.factory import parse_classifier_config
     from prx_data.stages.caption_stage import compute_captions
     from prx_data.stages.label_stage import compute_labels
@@ -123,6 +125,7 @@ def main(argv=None) -> int:
     )
     ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     print(f"device {args.device} | {n} rows | ray resources {ray.cluster_resources()}")
+    assert isinstance(cap_cfg, VLLMCaptionerConfig) and isinstance(lab_cfg, VLLMClassifierConfig), "the GPU check runs the vLLM backends"
     print("caption engine:", json.dumps(caption_engine_kwargs(cap_cfg), sort_keys=True))
     print("label engine:  ", json.dumps(engine_kwargs(lab_cfg), sort_keys=True))
 

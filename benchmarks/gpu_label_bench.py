@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def synthetic_caption(rng: random.Random) -> str:
-    sentences = []
+    sentences: list[str] = []
     while sum(len(s.split()) for s in sentences) < 150:
         sentences.append(f"The image shows {rng.choice(SUBJECTS)} {rng.choice(DETAILS)}, {rng.choice(DETAILS)} and {rng.choice(DETAILS)}.")
     return " ".join(sentences)

@@ -9,7 +9,9 @@ import importlib.util
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -100,7 +102,7 @@ def pin_fixture_publication(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     from prx_data.core.settings import get_settings
 
     root = tmp_path / "data"
@@ -131,16 +133,18 @@ def instance():
 
 def run_source(defs: dg.Definitions, instance: dg.DagsterInstance, source: str, selection=None):
     """Materialize one source partition through the real per-source job."""
-    from prx_data.defs.partitions import sources_partitions
+    from prx_data.defs.partitions import SOURCES_PARTITION
 
-    if source not in instance.get_dynamic_partitions(sources_partitions.name):
-        instance.add_dynamic_partitions(sources_partitions.name, [source])
+    if source not in instance.get_dynamic_partitions(SOURCES_PARTITION):
+        instance.add_dynamic_partitions(SOURCES_PARTITION, [source])
     job = defs.resolve_job_def("source_pipeline")
     kwargs = {"asset_selection": selection} if selection else {}
     return job.execute_in_process(instance=instance, partition_key=source, raise_on_error=False, **kwargs)
 
 
-def materializations(result, asset: str) -> list[dg.AssetMaterialization]:
+def materializations(result, asset: str) -> list[Any]:
+    # Any: a metadata value's `.value` is a union of every MetadataValue kind, and the tests
+    # compare each with the concrete value they expect.
     return [
         e.event_specific_data.materialization
         for e in result.all_events
@@ -287,7 +291,7 @@ def _track_streaming_shared_memory() -> None:
         original(self, *args, **kwargs)
         _OPENED_SHARED_MEMORY.append(self)
 
-    tracking_init._prx_tracking = True
+    tracking_init._prx_tracking = True  # type: ignore[attr-defined]
     memory.SharedMemory.__init__ = tracking_init
 
 

@@ -124,7 +124,7 @@ class HTTPTestServer:
         """``host`` lets a test reach the same server under another name (e.g. ``localhost``)."""
         if not path.startswith("/"):
             path = "/" + path
-        return f"http://{host or self.host}:{self.port}{path}"
+        return f"http://{host or self.host!s}:{self.port}{path}"
 
     def add_route(
         self,
@@ -143,7 +143,7 @@ class HTTPTestServer:
         if isinstance(handler_or_bytes, (bytes, bytearray)):
             body = bytes(handler_or_bytes)
 
-            def handler(_req: Request) -> Response:
+            def handler(req: Request) -> Response:
                 return Response(status, body, dict(extra))
 
         else:

@@ -12,7 +12,7 @@ def photo_like(width: int, height: int, seed: int = 0) -> Image.Image:
     """Smooth random colour field plus noise: compresses like a photo, unique per seed."""
     rng = np.random.default_rng(seed)
     small = rng.integers(0, 255, size=(max(2, height // 32), max(2, width // 32), 3), dtype=np.uint8)
-    img = Image.fromarray(small).resize((width, height), Image.BICUBIC)
+    img = Image.fromarray(small).resize((width, height), Image.Resampling.BICUBIC)
     noise = rng.integers(-12, 12, size=(height, width, 3))
     return Image.fromarray(np.clip(np.asarray(img, dtype=np.int16) + noise, 0, 255).astype(np.uint8))
 

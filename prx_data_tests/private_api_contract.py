@@ -68,7 +68,7 @@ class PrivateApisContract(Contract):
 
     def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
         adapters = [str(a) for a in self.adapters]  # type: ignore[attr-defined]
-        internal = {str(m) for m in (self.internal_modules or ())}  # type: ignore[attr-defined]
+        internal = {str(m) for m in (self.internal_modules or [])}  # type: ignore[attr-defined, union-attr]
         roots = {name.split(".")[0] for name in graph.modules if not graph.is_module_squashed(name)}
         violations = []
         for external in sorted(m for m in graph.modules if graph.is_module_squashed(m) and m.split(".")[0] not in roots):

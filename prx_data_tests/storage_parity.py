@@ -142,6 +142,7 @@ def make_root(kind: str, folder: Path, server: S3Server | None) -> StorageRoot:
     if kind == "local":
         folder.mkdir(parents=True, exist_ok=True)
         return StorageRoot("local", str(folder), None)
+    assert server is not None, "an s3 root needs the moto server"
     return StorageRoot("s3", f"s3://{server.new_bucket()}", server.options(), server)
 
 

@@ -140,7 +140,9 @@ def test_demo_checks_are_green_as_built(demo):
     with dg.DagsterInstance.from_config(os.environ["DAGSTER_HOME"]) as instance:
         for run in instance.get_runs():
             for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+                assert event.dagster_event is not None
                 evaluation = event.dagster_event.event_specific_data
+                assert isinstance(evaluation, dg.AssetCheckEvaluation)
                 seen += 1
                 name = evaluation.asset_check_key.to_user_string()
                 if not evaluation.passed and name != "skip_lists:skipped_share_per_stream":

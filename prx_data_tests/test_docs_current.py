@@ -37,7 +37,8 @@ def _docs() -> list[Path]:
 
 
 def _hits(text: str, rel: str, patterns: dict[str, re.Pattern[str]], first_line: int = 1) -> list[str]:
-    found, taken = [], set()
+    found: list[str] = []
+    taken: set[int] = set()
     for what, pattern in patterns.items():
         for match in pattern.finditer(text):
             if taken & set(range(*match.span())):

@@ -25,7 +25,7 @@ SETTINGS_READERS = {
     "defs/": "the wiring: resources and assets read the settings of the code location",
 }
 # Hidden defaults still to turn into parameters; listed so that no new one appears unnoticed.
-SETTINGS_HIDDEN_DEFAULTS = {}
+SETTINGS_HIDDEN_DEFAULTS: dict[str, str] = {}
 # Calls that read the settings or the file system: none may run when a module is imported.
 IMPORT_TIME_READS = {
     "get_settings",
@@ -68,7 +68,7 @@ def dagster_imports(tree: ast.Module) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if _is_dagster(a.name)]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _is_dagster(node.module):
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _is_dagster(node.module):
             found.append((node.lineno, node.module))
     return found
 
@@ -91,9 +91,10 @@ def import_time_reads(tree: ast.Module) -> list[tuple[int, str]]:
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for child in (*node.decorator_list, *node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)):
-                visit(child)
+            for part in (*node.decorator_list, *node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)):
+                visit(part)
             return
+
         if isinstance(node, ast.Lambda):
             return
         if isinstance(node, ast.Call):

@@ -1,5 +1,5 @@
 """The code stays clean under the linters CI runs: ruff check and ruff format over the package,
-its tests and the benchmarks; mypy over the package.
+its tests and the benchmarks, and mypy over the same three.
 
 The tools come from the venv running the tests (their pins are in the dev extra), and each runs
 from the repo root so it reads the [tool.ruff] and [tool.mypy] config of pyproject.toml.
@@ -21,7 +21,7 @@ BIN = Path(sys.executable).parent
     [
         ["ruff", "check", "prx_data", "prx_data_tests", "benchmarks"],
         ["ruff", "format", "--check", "prx_data", "prx_data_tests", "benchmarks"],
-        ["mypy", "prx_data"],
+        ["mypy", "prx_data", "prx_data_tests", "benchmarks"],
     ],
     ids=["ruff-check", "ruff-format", "mypy"],
 )

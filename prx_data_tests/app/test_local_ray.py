@@ -113,6 +113,7 @@ def test_head_is_token_protected_and_stops_within_a_second(tmp_path, monkeypatch
     with starting_local_ray(records_dir=records) as pending:
         address = pending.wait()
         head = pending.head
+        assert head is not None
         assert address == head.address and os.environ["PRX_RAY_ADDRESS"] == address
         token_path = Path(os.environ["RAY_AUTH_TOKEN_PATH"])
         assert os.environ["RAY_AUTH_MODE"] == "token"
@@ -206,8 +207,9 @@ def test_next_command_stops_a_head_whose_command_and_watchdog_were_killed(tmp_pa
     env = cli_env(tmp_path)
     owner = subprocess.Popen([sys.executable, "-c", STALE_OWNER, str(records)], env=env, stdout=subprocess.PIPE, text=True)
     try:
-        sid, watchdog, temp = owner.stdout.readline().split()
-        sid, watchdog = int(sid), int(watchdog)
+        assert owner.stdout is not None
+        sid_text, watchdog_text, temp = owner.stdout.readline().split()
+        sid, watchdog = int(sid_text), int(watchdog_text)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(session_members(sid)) < 2:
             time.sleep(0.2)
@@ -221,7 +223,8 @@ def test_next_command_stops_a_head_whose_command_and_watchdog_were_killed(tmp_pa
             owner.kill()
     time.sleep(0.5)
     assert session_members(sid), "nothing left to clean: the test would prove nothing"
-    messages = []
+    messages: list[str] = []
+
     assert clean_stale_heads(records, log=messages.append) == 1
     assert session_members(sid) == []
     assert not os.path.exists(temp) and list(records.glob("*.json")) == []

@@ -97,11 +97,11 @@ def test_no_change_run_launches_nothing_and_changes_run(tmp_path, monkeypatch):
 
     # --force runs an unchanged source.
     runs = _run_count(home)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
         assert main(["run", "--root", str(root), "--force"]) == 0
     get_settings.cache_clear()
-    assert "[photos] materializing" in out.getvalue()
+    assert "[photos] materializing" in printed.getvalue()
     assert _run_count(home) > runs
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -54,7 +55,7 @@ def dynamic_partitions_read_once(instance: dg.DagsterInstance) -> Iterator[None]
 class Automation:
     defs: dg.Definitions
     instance: dg.DagsterInstance
-    cursor: object = None
+    cursor: Any = None
     runs: list = field(default_factory=list)  # ExecuteInProcessResult of every run, in order
 
     def tick(self) -> dict[str, set]:
@@ -89,7 +90,7 @@ class Automation:
 
     def settle(self, max_ticks: int = 6) -> list[dict[str, set]]:
         """Tick and run until nothing is requested; the requests of every tick, in order."""
-        history = []
+        history: list[dict[str, set]] = []
         for _ in range(max_ticks):
             wanted = self.tick()
             if not wanted:
@@ -138,7 +139,7 @@ def evaluate_sensor(defs: dg.Definitions, instance: dg.DagsterInstance, name: st
     """One sensor tick, with its partition requests and asset events applied as the daemon would."""
     sensor = defs.resolve_sensor_def(name)
     context = dg.build_sensor_context(
-        instance=instance, cursor=cursor, resources={k: defs.resources[k] for k in ("registry", "storage")}, definitions=defs
+        instance=instance, cursor=cursor, resources={k: (defs.resources or {})[k] for k in ("registry", "storage")}, definitions=defs
     )
     result = sensor(context)
     if isinstance(result, dg.SensorResult):

@@ -99,7 +99,9 @@ def test_an_optout_folder_change_requests_only_what_depends_on_it(data_root, prx
     (optout / "req-1.yaml").write_text("id: req-1\nurls: [https://example.com/me.jpg]\n")
     changed = evaluate_sensor(prx_defs, instance, "optout_folder_sensor", first.cursor)
     (observation,) = changed.asset_events
-    assert observation.asset_key == dg.AssetKey("optout_folder") and observation.data_version != first.asset_events[0].data_version
+    before = first.asset_events[0]
+    assert isinstance(observation, dg.AssetObservation) and isinstance(before, dg.AssetObservation)
+    assert observation.asset_key == dg.AssetKey("optout_folder") and observation.data_version != before.data_version
     # The tick says what it set off, not "0 runs requested".
     assert "triggers a refresh of optout_requests, skip_lists and corpus_report" in changed.skip_reason.skip_message
     # optout_requests and what depends on it; not corpus_index, nothing per source.

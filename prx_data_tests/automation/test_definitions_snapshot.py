@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -137,9 +138,10 @@ def test_force_reaches_ingest_as_a_full_reread(prx_defs, monkeypatch):
     monkeypatch.setattr(orchestrate, "execute_named_job", fake_execute)
     monkeypatch.setattr(orchestrate, "ensure_partitions", lambda instance, sources: None)
     monkeypatch.setattr(orchestrate, "repository_origin", lambda workspace, defs: None)
-    orchestrate.materialize_sources(prx_defs, None, ["photos"], Path("workspace.yaml"), log=lambda _m: None, reread_unchanged=True)
+    no_instance: Any = None  # execute_named_job is replaced: no instance is read
+    orchestrate.materialize_sources(prx_defs, no_instance, ["photos"], Path("workspace.yaml"), log=lambda _m: None, reread_unchanged=True)
     job = prx_defs.resolve_job_def("source_pipeline")
     resolved = dg.validate_run_config(job, captured["run_config"])
     assert resolved["ops"]["raw_samples"]["config"]["reread_unchanged"] is True
-    orchestrate.materialize_sources(prx_defs, None, ["photos"], Path("workspace.yaml"), log=lambda _m: None)
+    orchestrate.materialize_sources(prx_defs, no_instance, ["photos"], Path("workspace.yaml"), log=lambda _m: None)
     assert dg.validate_run_config(job, captured["run_config"])["ops"]["raw_samples"]["config"]["reread_unchanged"] is False

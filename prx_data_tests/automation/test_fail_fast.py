@@ -107,7 +107,8 @@ def test_readable_message_drops_rust_locations():
 
 
 def test_fail_fast_keeps_the_signature_dagster_reads():
-    def body(context: dg.AssetExecutionContext, storage: int) -> dg.MaterializeResult: ...
+    def body(context: dg.AssetExecutionContext, storage: int) -> dg.MaterializeResult:
+        return dg.MaterializeResult()
 
     import inspect
 

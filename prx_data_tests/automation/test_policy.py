@@ -109,6 +109,7 @@ def test_sensors_and_the_maintenance_schedule(prx_defs):
 def test_instance_config_limits_runs_per_partition():
     with dg.instance_for_test(overrides=yaml.safe_load(DAGSTER_YAML)) as instance:
         config = instance.get_concurrency_config()
+        assert config.run_queue_config is not None
         assert config.run_queue_config.tag_concurrency_limits == [
             {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
         ]

@@ -72,6 +72,7 @@ def test_bar_follows_cumulative_counts_and_closes_at_the_end():
     with ProgressBar("labelled", file=out, disable=False, mininterval=0) as again:
         again(10, 40)
         again(20, 50)
+        assert again._bar is not None
         assert (again._bar.n, again._bar.total) == (20, 50)
     assert "20/50" in out.getvalue() and again._bar is None
 

@@ -20,7 +20,7 @@ from prx_data.core.settings import get_settings
 from prx_data.core.storage import exists, glob_files, is_file, join, locate, read_bytes, write_bytes
 from prx_data.curation.retire import archive_source, receipts
 from prx_data.defs.ingest.registry_status import CHECK_NAME, SOURCE_REGISTRY
-from prx_data.defs.partitions import sources_partitions
+from prx_data.defs.partitions import SOURCES_PARTITION
 from prx_data.export.tree import RETIRED_DIR, list_buckets, list_sources
 from prx_data_tests.automation.conftest import PER_SOURCE, Automation, evaluate_sensor, local_stages, write_folder_source
 
@@ -67,7 +67,7 @@ def test_removing_a_spec_retires_its_partition_and_re_adding_brings_it_back(data
     assert retired.success
 
     # Out of the partition set and of training; the data is kept, with a receipt.
-    assert instance.get_dynamic_partitions(sources_partitions.name) == ["keep"]
+    assert instance.get_dynamic_partitions(SOURCES_PARTITION) == ["keep"]
     assert _sources_in_tree(mds_root) == {"keep"}
     assert not any(b.startswith("gone/") for b in _published_shards(mds_root))
     (receipt,) = receipts(mds_root)
@@ -86,7 +86,7 @@ def test_removing_a_spec_retires_its_partition_and_re_adding_brings_it_back(data
     # Re-added: the partition comes back and its whole chain runs; the export starts afresh.
     spec.write_text(spec_text)
     back = evaluate_sensor(prx_defs, instance, SENSOR, tick.cursor)
-    assert "gone" in instance.get_dynamic_partitions(sources_partitions.name)
+    assert "gone" in instance.get_dynamic_partitions(SOURCES_PARTITION)
     (readd,) = back.run_requests
     assert readd.partition_key == "gone" and readd.job_name == "source_pipeline" and readd.asset_selection is None
     run = prx_defs.resolve_job_def("source_pipeline").execute_in_process(
@@ -104,7 +104,7 @@ def test_a_broken_spec_is_not_a_removal(data_root, prx_defs, instance):
     (data_root / "sources" / "a.yaml").write_text("name: a\nshape: nope\n")
     tick = evaluate_sensor(prx_defs, instance, SENSOR, first.cursor)
     assert isinstance(tick, dg.SensorResult) and not tick.run_requests
-    assert instance.get_dynamic_partitions(sources_partitions.name) == ["a"]
+    assert instance.get_dynamic_partitions(SOURCES_PARTITION) == ["a"]
 
 
 def test_a_partition_typed_in_the_ui_without_a_spec_is_dropped_without_a_retirement(data_root, prx_defs, instance):
@@ -112,10 +112,10 @@ def test_a_partition_typed_in_the_ui_without_a_spec_is_dropped_without_a_retirem
     the next tick deletes it (no retire run, no receipt); a source that ingested is retired."""
     write_folder_source(data_root, "a", 1)
     first = evaluate_sensor(prx_defs, instance, SENSOR, None)
-    instance.add_dynamic_partitions(sources_partitions.name, ["aa"])
+    instance.add_dynamic_partitions(SOURCES_PARTITION, ["aa"])
     tick = evaluate_sensor(prx_defs, instance, SENSOR, first.cursor)
     assert isinstance(tick, dg.SensorResult) and not tick.run_requests
-    assert instance.get_dynamic_partitions(sources_partitions.name) == ["a"]
+    assert instance.get_dynamic_partitions(SOURCES_PARTITION) == ["a"]
     assert not receipts(get_settings().mds_root)
 
 
@@ -126,16 +126,18 @@ def test_bad_specs_and_requests_are_listed_by_the_check_and_skip_the_tick(data_r
     first = evaluate_sensor(prx_defs, instance, SENSOR, None)
     (evaluation,) = [e for e in first.asset_events if isinstance(e, dg.AssetCheckEvaluation)]
     assert evaluation.asset_key == SOURCE_REGISTRY and evaluation.check_name == CHECK_NAME and not evaluation.passed
-    rows = [r.data for r in evaluation.metadata["problems"].value.records]
-    assert {(r["kind"], r["file"].rsplit("/", 1)[-1]) for r in rows} == {("source spec", "typo.yaml"), ("opt-out request", "req.yaml")}
-    assert any("shape" in r["message"] for r in rows) and all(r["message"] for r in rows)
+    problems = evaluation.metadata["problems"]
+    assert isinstance(problems, dg.TableMetadataValue)
+    rows = [r.data for r in problems.records]
+    assert {(r["kind"], str(r["file"]).rsplit("/", 1)[-1]) for r in rows} == {("source spec", "typo.yaml"), ("opt-out request", "req.yaml")}
+    assert any("shape" in str(r["message"]) for r in rows) and all(r["message"] for r in rows)
     record = instance.event_log_storage.get_latest_asset_check_execution_by_key([dg.AssetCheckKey(SOURCE_REGISTRY, CHECK_NAME)])
     assert record[dg.AssetCheckKey(SOURCE_REGISTRY, CHECK_NAME)].status.value == "FAILED"
 
     # Nothing new: the tick is skipped with the files and reasons, and the check is not re-reported.
     second = evaluate_sensor(prx_defs, instance, SENSOR, first.cursor)
     message = second.skip_message if isinstance(second, dg.SkipReason) else second.skip_reason.skip_message
-    assert "typo.yaml" in message and "req.yaml" in message and "field 'shape'" in message
+    assert message and "typo.yaml" in message and "req.yaml" in message and "field 'shape'" in message
 
     # Fixed: the check turns green on the next tick.
     (data_root / "sources" / "typo.yaml").unlink()
@@ -188,13 +190,14 @@ def test_sources_remove_retires_from_the_terminal(data_root, tmp_path, monkeypat
     write_folder_source(data_root, "a", 1)
     write_folder_source(data_root, "b", 1)
     with dg.DagsterInstance.get() as instance:
-        instance.add_dynamic_partitions(sources_partitions.name, ["a", "b"])
+        instance.add_dynamic_partitions(SOURCES_PARTITION, ["a", "b"])
     assert main(["sources", "remove", "a", "--root", str(data_root)]) == 0, capsys.readouterr().out
     assert not (data_root / "sources" / "a.yaml").exists() and list((data_root / "sources" / ".removed").glob("a.*.yaml"))
     with dg.DagsterInstance.get() as instance:
-        assert instance.get_dynamic_partitions(sources_partitions.name) == ["b"]
+        assert instance.get_dynamic_partitions(SOURCES_PARTITION) == ["b"]
         (run,) = instance.get_runs(dg.RunsFilter(job_name="retire_source"))
         assert run.tags["prx/launched_by"] == "cli"
+        assert run.remote_job_origin is not None
         assert run.remote_job_origin.location_name == "prx_data"  # a run of the UI's location
     assert [r.source for r in receipts(get_settings().mds_root)] == ["a"]
     assert main(["sources", "remove", "nope", "--root", str(data_root)]) == 2

@@ -167,7 +167,9 @@ def _opens_on_the_last_run_and_runs_a_chain_from_a_click(url: str, log: Path, da
     # Healthy demo data: every check that ran passed.
     counts = check_counts(url)
     assert counts["passed"] >= 5 and counts["failed"] == counts["warn"] == 0, counts
-    lineage = re.search(r"lineage, every group open: (\S+)", text).group(1)
+    found = re.search(r"lineage, every group open: (\S+)", text)
+    assert found, text
+    lineage = found.group(1)
     with playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -216,7 +218,7 @@ def _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url: str, data_r
     named on the page; deleting the good spec retires the source (its partition leaves)."""
     import dagster as dg
 
-    from prx_data.defs.partitions import sources_partitions
+    from prx_data.defs.partitions import SOURCES_PARTITION
 
     (data_root / "sources" / "typo.yaml").write_text("name: typo\nshape: image_foldr\nlocation: x\n")
     # A valid spec pointing at a table that is not there: a configuration error, failed once.
@@ -255,8 +257,10 @@ def _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url: str, data_r
                 for e in instance.all_logs(ghost.run_id)
                 if e.dagster_event and e.dagster_event.event_type_value in ("STEP_FAILURE", "STEP_UP_FOR_RETRY")
             ]
-        assert [e.dagster_event.event_type_value for e in failures] == ["STEP_FAILURE"]  # one attempt
-        error = failures[0].dagster_event.step_failure_data.error
+        events = [e.dagster_event for e in failures if e.dagster_event is not None]
+        assert [e.event_type_value for e in events] == ["STEP_FAILURE"]  # one attempt
+        error = events[0].step_failure_data.error
+        assert error is not None
         assert "nowhere.lance" in error.message.splitlines()[0] and "not found" in error.message and ".rs:" not in error.message
         assert error.cause is None  # "View full message" opens on the message, no chained stack
         page.goto(f"{url}/runs/{ghost.run_id}")
@@ -266,7 +270,7 @@ def _a_bad_spec_shows_on_the_check_and_a_removed_source_retires(url: str, data_r
 
     (data_root / "sources" / f"{SOURCE}.yaml").unlink()
     with dg.DagsterInstance.get() as instance:
-        _wait_for(lambda: SOURCE not in instance.get_dynamic_partitions(sources_partitions.name), 300, "the partition to be retired")
+        _wait_for(lambda: SOURCE not in instance.get_dynamic_partitions(SOURCES_PARTITION), 300, "the partition to be retired")
         # The op deletes the partition as its last act; the run's end is recorded just after.
         (run,) = _wait_for(
             lambda: [r for r in instance.get_runs(dg.RunsFilter(job_name="retire_source")) if r.is_finished], 60, "the retire run to end"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ def shared_ray_head():
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Cluster:
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
     """A head with one CPU and no custom resource, plus two isolated one-CPU worker nodes that
     offer ``ISOLATED``; a driver connected to it."""
     import ray

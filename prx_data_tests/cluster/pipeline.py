@@ -13,6 +13,7 @@ import lance
 import pyarrow as pa
 
 from prx_data.core.paths import StoragePaths
+from prx_data.core.ray_tasks import Executor
 from prx_data.core.storage import glob_files, locate, read_bytes
 
 # The source's table columns that must match: everything the stages derive from the bytes and
@@ -49,7 +50,7 @@ def run_chain(
     options: dict | None,
     *,
     optout_dir: str,
-    executor: str,
+    executor: Executor,
     workers: int,
     write_workers: int,
 ) -> None:
@@ -88,7 +89,7 @@ def run_source_job(source, spec_dir: str, paths: StoragePaths, env: dict[str, st
 
     from prx_data.core.settings import get_settings
     from prx_data.defs.build import build_defs
-    from prx_data.defs.partitions import sources_partitions
+    from prx_data.defs.partitions import SOURCES_PARTITION
 
     name = source.spec.name
     with open(os.path.join(spec_dir, f"{name}.yaml"), "w") as handle:
@@ -99,7 +100,7 @@ def run_source_job(source, spec_dir: str, paths: StoragePaths, env: dict[str, st
         assert settings.lance_root == paths.lance_root and settings.optout_dir == optout_dir, "the caller set the environment"
         job = build_defs().resolve_job_def("source_pipeline")
         with dg.instance_for_test() as instance:
-            instance.add_dynamic_partitions(sources_partitions.name, [name])
+            instance.add_dynamic_partitions(SOURCES_PARTITION, [name])
             result = job.execute_in_process(
                 instance=instance,
                 partition_key=name,

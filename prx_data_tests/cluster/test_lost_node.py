@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def _tar(path: Path, keys: range) -> None:
 class Bucket:
     """The source's tars in moto S3 (every node reads them itself); tmp_path is the driver's."""
 
-    client: object
+    client: Any  # a boto3 S3 client
     name: str
     scratch: Path
 

@@ -23,6 +23,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lance
 import pytest
@@ -131,7 +132,8 @@ def test_the_setting_places_tasks_on_the_isolated_nodes_and_the_head_log_shows_a
     # The detector the pipeline test relies on: a task that did run on the head is named in
     # the head's logs (and a pinned one is not).
     strategy = NodeAffinitySchedulingStrategy(node_id=head, soft=False)
-    assert ray.get(ray.remote(num_cpus=1, scheduling_strategy=strategy)(_on_head).remote()) == head
+    pinned: Any = ray.remote(num_cpus=1, scheduling_strategy=strategy)  # type: ignore[call-overload]  # ray's overloads omit strategies
+    assert ray.get(pinned(_on_head).remote()) == head
     deadline = time.monotonic() + 30
     while "_on_head" not in cluster.head_task_names() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -22,9 +22,10 @@ CALLS: list[str] = []
 class _Recording(LocalRay):
     """LocalRay whose connect records the call instead of starting Ray."""
 
-    def connect(self, context: Any) -> Any:
+    # The base method is wrapped in tenacity's retry, which mypy sees as another signature.
+    def connect(self, context: Any) -> Any:  # type: ignore[override]
         CALLS.append("connect")
-        self._context = _Disconnects()  # what a real connect sets
+        self._context = _Disconnects()  # type: ignore[assignment]  # what a real connect sets
         return self._context
 
     def on_connect(self, context: Any) -> None:

@@ -69,5 +69,6 @@ def test_delete_in_fragment_gives_metadata_for_one_update_commit(ds) -> None:
     after = lance.LanceDataset.commit(ds.uri, op, read_version=ds.version)
     assert after.count_rows() == ds.count_rows() - 2
     assert frag.fragment_id in {f.fragment_id for f in after.get_fragments()}
-    assert after.get_fragment(frag.fragment_id).count_rows() == kept - 2
+    fragment = after.get_fragment(frag.fragment_id)
+    assert fragment is not None and fragment.count_rows() == kept - 2
     assert lance_rows.delete_in_fragment(after, frag.fragment_id, "sample_id", ids) is None  # emptied

@@ -23,6 +23,7 @@ with local_file_lock(sys.argv[1]):
 
 def _holder(path):
     process = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
     assert process.stdout.readline().strip() == "held"
     return process
 

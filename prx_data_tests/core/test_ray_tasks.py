@@ -23,10 +23,16 @@ def test_resources_reach_the_options_and_bad_ones_are_refused() -> None:
 def test_the_setting_reaches_the_dagster_resource_and_bad_values_are_refused_by_name() -> None:
     from prx_data.core.settings import load_settings
     from prx_data.defs.resource_set import build_resources
+    from prx_data.defs.resources import RayTasksResource
 
     env = {"PRX_DATA_ROOT": "/nonexistent/prx", "PRX_RAY_TASK_RESOURCES": '{"cpu_pool": 0.01}'}
-    assert build_resources(load_settings(env))["ray_tasks"].resources == {"cpu_pool": 0.01}
-    assert build_resources(load_settings({"PRX_DATA_ROOT": "/nonexistent/prx"}))["ray_tasks"].resources is None
+    configured, default = (
+        build_resources(load_settings(env))["ray_tasks"],
+        build_resources(load_settings({"PRX_DATA_ROOT": "/nonexistent/prx"}))["ray_tasks"],
+    )
+    assert isinstance(configured, RayTasksResource) and isinstance(default, RayTasksResource)
+    assert configured.resources == {"cpu_pool": 0.01}
+    assert default.resources is None
     for bad in ('{"cpu_pool": 0}', '["cpu_pool"]', '{"cpu_pool": "x"}'):
         with pytest.raises(ValueError, match="PRX_RAY_TASK_RESOURCES"):
             load_settings({**env, "PRX_RAY_TASK_RESOURCES": bad})

@@ -152,4 +152,5 @@ def test_a_sleep_that_raises_cancels_the_loop() -> None:
 def test_retryable_from_response_reads_status_and_retry_after() -> None:
     response = httpx.Response(503, headers={"Retry-After": "Tue, 03 Nov 2099 12:00:00 GMT"})
     exc = Retryable.from_response(response)
+    assert exc.retry_after_s is not None
     assert exc.http_status == 503 and exc.reason == "HTTP 503" and exc.retry_after_s > 1e9

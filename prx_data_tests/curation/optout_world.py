@@ -37,7 +37,7 @@ def variant_bytes(base: int, kind: str) -> bytes:
     elif kind == "reencode":
         img.save(buf, "JPEG", quality=75)
     elif kind == "half":
-        img.resize((BASE_SIDE // 2, BASE_SIDE // 2), Image.LANCZOS).save(buf, "JPEG", quality=90)
+        img.resize((BASE_SIDE // 2, BASE_SIDE // 2), Image.Resampling.LANCZOS).save(buf, "JPEG", quality=90)
     elif kind == "cut":  # the exact copy cut mid-scan, its end-of-image marker put back
         exact = variant_bytes(base, "exact")
         return exact[: len(exact) * 2 // 3] + b"\xff\xd9"
@@ -138,7 +138,7 @@ class World:
         ingest_source(registry.get(name), uri, storage_options=self.options, optout=ingest_matcher(self.optout_dir), run_id=run_id)
         compute_phashes(uri, executor="local", storage_options=self.options, run_id=run_id)
 
-    def caption(self, name: str, run_id: str | None = None) -> None:
+    def caption(self, name: str, run_id: str | None = None) -> dict | None:
         from prx_data.stages.column_stage import run_column_stage
         from prx_data.stages.executors import make_processor
 
@@ -147,6 +147,7 @@ class World:
         run_column_stage(
             self.paths.raw_table(name), captioner_stage(self.captioner), processor, storage_options=self.options, run_id=run_id
         )
+        return None
 
     def export(self, name: str, run_id: str | None = None) -> None:
         from prx_data.stages.export_stage import export_source
@@ -208,6 +209,7 @@ class World:
                 continue
             clean_stale_shared_memory()
             if self.options:
+                assert cache is not None, "a remote root is read through a local cache"
                 kwargs = {"remote": f"{self.mds_root}/{ref.rel}", "local": str(cache / ref.rel)}
             else:
                 kwargs = {"local": ref.dir(self.mds_root)}
@@ -235,6 +237,7 @@ class World:
                 continue
             clean_stale_shared_memory()
             if self.options:
+                assert cache is not None, "a remote root is read through a local cache"
                 kwargs = {"remote": f"{self.mds_root}/{ref.rel}", "local": str(cache / ref.rel)}
             else:
                 kwargs = {"local": ref.dir(self.mds_root)}

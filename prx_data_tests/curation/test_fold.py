@@ -12,6 +12,7 @@ import io
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 import pytest
@@ -101,7 +102,7 @@ def epoch(root: str, options: dict | None = None, cache: str | None = None) -> d
     seen: dict[str, tuple[int, int]] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        kwargs = {"storage_options": options, "cache_dir": cache} if options else {}
+        kwargs: dict[str, Any] = {"storage_options": options, "cache_dir": cache} if options else {}
         loader = make_loader(root, batch_size=1, shuffle=False, **kwargs)
     try:
         for batch in loader:

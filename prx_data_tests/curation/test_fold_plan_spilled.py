@@ -23,7 +23,8 @@ def _bucket(index: int) -> str:
 def _world() -> tuple[pa.Table, pa.Table]:
     """Bucket 6 published (10 live); 7 sparse (2); 5 sparse once 3 of its 5 are skipped; 0 sparse
     and 6 steps from anything published (refused); and a never-placed row (no shard)."""
-    rows, skips = [], []
+    rows: list[tuple] = []
+    skips: list[tuple] = []
     for index, count in ((6, 10), (7, 2), (5, 5), (0, 1)):
         for i in range(count):
             sid = f"{index:02d}{i:030d}"
@@ -40,7 +41,8 @@ class CountingReads:
     """A bucket source that records every read."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.reads = inner, []
+        self.inner = inner
+        self.reads: list[tuple[str, int]] = []
 
     def bucket_names(self) -> list[str]:
         return self.inner.bucket_names()

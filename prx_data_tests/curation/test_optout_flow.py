@@ -34,7 +34,7 @@ def _corpus(defs, instance):
 
 
 def _yielded(mds_root: str) -> set[str]:
-    seen = set()
+    seen: set[str] = set()
     for ref in list_buckets(mds_root):
         if not Path(ref.dir(mds_root), "index.json").exists():
             continue  # not published for training (corpus_index: fully skipped or too small)

@@ -25,10 +25,17 @@ from prx_data.models.captioning.config import CaptionerConfig
 from prx_data.models.labeling.config import ClassifierConfig
 from prx_data_tests.deploy.conftest import DEPLOYMENTS, REPO
 
+
+def _match(pattern: str, text: str, flags: int = 0) -> re.Match[str]:
+    found = re.search(pattern, text, flags)
+    assert found, f"{pattern!r} not found in {text[:200]!r}"
+    return found
+
+
 CODE_MODULE = "prx_data.definitions"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PROJECT_VERSION = PYPROJECT["project"]["version"]
-RAY_VERSION = next(re.search(r"==(.+)$", d).group(1) for d in PYPROJECT["project"]["dependencies"] if d.startswith("ray["))
+RAY_VERSION = next(_match(r"==(.+)$", d).group(1) for d in PYPROJECT["project"]["dependencies"] if d.startswith("ray["))
 DAGSTER_VERSION = version("dagster")
 CODE_IMAGE = "prx-data/code-location"
 GPU_IMAGE = "prx-data/gpu-worker"
@@ -288,13 +295,14 @@ def test_raycluster_spec_builds_the_per_run_kuberay_job():
     assert isinstance(job, KubeRayInteractiveJob)
     assert job.ray_job.namespace == "prx"
     spec = job.ray_job.spec.ray_cluster_spec
+    assert spec is not None
     assert [g["groupName"] for g in spec.worker_group_specs] == ["cpu", "gpu"]
     assert spec.enable_in_tree_autoscaling and spec.ray_version == RAY_VERSION
 
 
 def _k8s_env() -> dict[str, str]:
     _, config, _, _ = k8s_docs()
-    env = {}
+    env: dict[str, str] = {}
     for doc in config:
         if doc["metadata"]["name"] in ("prx-config", "prx-secrets"):
             env.update(doc.get("data", {}) or {})
@@ -358,12 +366,13 @@ def test_compose_runs_every_service_from_one_image_and_one_env_file():
 def test_docker_env_example_is_a_valid_cluster_profile():
     env = _env_file(DEPLOYMENTS / "docker" / "prx.env.example")
     settings = load_settings(env)
+    assert settings.postgres_url is not None
     assert settings.env == "cluster" and settings.postgres_url.startswith("postgresql+psycopg2://")
     assert settings.storage_options["aws_endpoint"] == env["S3_ENDPOINT_URL"] == "http://minio:9000"
     assert settings.ray_address == "ray://ray-head:10001"
     assert (env["MINIO_ROOT_USER"], env["MINIO_ROOT_PASSWORD"]) == (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
     assert (env["POSTGRES_USER"], env["POSTGRES_PASSWORD"], env["POSTGRES_DB"]) == tuple(
-        re.match(r"postgresql\+psycopg2://([^:]+):([^@]+)@postgres:5432/(.+)$", env["PRX_POSTGRES_URL"]).groups()
+        _match(r"^postgresql\+psycopg2://([^:]+):([^@]+)@postgres:5432/(.+)$", env["PRX_POSTGRES_URL"]).groups()
     )
 
 
@@ -398,7 +407,7 @@ def test_code_location_image_runs_the_module_with_matching_python():
     text = (DEPLOYMENTS / "docker" / "Dockerfile").read_text()
     python = PYPROJECT["project"]["requires-python"]
     assert re.search(r"^FROM python:3\.11-", text, re.M) and ">=3.11" in python
-    cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M).group(1))
+    cmd = json.loads(_match(r"^CMD (\[.*\])$", text, re.M).group(1))
     assert cmd[cmd.index("-m") + 1] == CODE_MODULE
     assert f"-t {CODE_IMAGE}:{PROJECT_VERSION}" in text
     assert "deployments/docker/dagster.yaml" in text  # the instance config the image carries
@@ -425,7 +434,7 @@ def test_packaged_gpu_worker_requirements_equal_the_image_build_ones():
     the image build reads deployments/gpu-worker/. Edit there and copy here."""
     from prx_data.models.inference.gpu_env import DEFAULT_REQUIREMENTS, read_requirements
 
-    packaged = DEFAULT_REQUIREMENTS.parent
+    packaged = Path(str(DEFAULT_REQUIREMENTS)).parent
     for name in ("requirements.txt", "requirements-common.txt"):
         assert (packaged / name).read_text() == (DEPLOYMENTS / "gpu-worker" / name).read_text(), (
             f"cp deployments/gpu-worker/{name} prx_data/models/inference/gpu_worker/{name}"

@@ -41,7 +41,7 @@ def test_raw_samples_partition_runs_on_postgres(tmp_path: Path, postgres_url: st
     home = _dagster_home(tmp_path)
 
     from prx_data.definitions import build_defs
-    from prx_data.defs.partitions import sources_partitions
+    from prx_data.defs.partitions import SOURCES_PARTITION
 
     defs = build_defs()
     with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -49,7 +49,7 @@ def test_raw_samples_partition_runs_on_postgres(tmp_path: Path, postgres_url: st
         assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
         assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
-        instance.add_dynamic_partitions(sources_partitions.name, ["tiny"])
+        instance.add_dynamic_partitions(SOURCES_PARTITION, ["tiny"])
         job = defs.resolve_job_def("source_pipeline")
         result = job.execute_in_process(instance=instance, partition_key="tiny", asset_selection=[dg.AssetKey("raw_samples")])
         assert result.success
@@ -60,12 +60,14 @@ def test_raw_samples_partition_runs_on_postgres(tmp_path: Path, postgres_url: st
         run = instance.get_run_by_id(run_id)
         assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
         assert run.tags.get("dagster/partition") == "tiny"
-        assert instance.get_dynamic_partitions(sources_partitions.name) == ["tiny"]
+        assert instance.get_dynamic_partitions(SOURCES_PARTITION) == ["tiny"]
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey("raw_samples"), asset_partitions=["tiny"]), limit=10
         ).records
         assert [r.run_id for r in records] == [run_id]
-        meta = records[0].asset_materialization.metadata
+        materialization = records[0].asset_materialization
+        assert materialization is not None
+        meta = materialization.metadata
         assert meta["rows"].value == 3
         assert meta["rows_by_status"].value == {"invalid_image": 1, "ok": 2}
 

@@ -27,7 +27,8 @@ def _keys(client, bucket: str, prefix: str) -> list[str]:
 def _stream_all(mds_root: str, rels: list[str], cache: Path) -> tuple[list[str], int]:
     """Every sample id the loader yields over the remote bucket streams, and its skipped count."""
     clean_stale_shared_memory()
-    seen, skipped = [], 0
+    seen: list[str] = []
+    skipped = 0
     for rel in rels:
         ds = PrxStreamingDataset(remote=f"{mds_root}/{rel}", local=str(cache / rel), shuffle=False, batch_size=1)
         skipped += ds.num_skipped

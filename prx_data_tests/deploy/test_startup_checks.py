@@ -135,6 +135,7 @@ def test_code_location_fails_to_load_with_the_setting_named(s3_server, s3_bucket
         get_settings.cache_clear()
         defs = build_defs()
         defs.get_repository_def()
-    ray = defs.resources["ray"]
+    resources = defs.resources or {}
+    ray = resources["ray"]
     assert isinstance(ray, RayClusterAddress) and ray.ray_address == address
-    assert defs.resources["storage"].mds_root == f"s3://{s3_bucket}/mds"
+    assert resources["storage"].mds_root == f"s3://{s3_bucket}/mds"

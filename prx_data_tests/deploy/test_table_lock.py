@@ -50,6 +50,7 @@ def _worker(*args: str, env: dict) -> subprocess.Popen:
 
 
 def _held(worker: subprocess.Popen) -> None:
+    assert worker.stdout is not None and worker.stderr is not None
     line = worker.stdout.readline().strip()
     if line != "held":
         worker.kill()
@@ -66,6 +67,7 @@ def test_second_writer_waits_or_refuses_naming_the_holder(store):
             with table_lock(uri, options, wait_s=0.5, ttl_s=30):
                 pass
         waiter = _worker("try", uri, "120", env=env)
+        assert holder.stdin is not None
         holder.stdin.close()  # the holder finishes; the waiter gets the lock
         assert holder.wait(timeout=60) == 0
         out, err = waiter.communicate(timeout=120)
@@ -182,5 +184,6 @@ def test_the_storage_resource_sets_the_lock_timings_of_its_run(store):
             assert time.monotonic() - started < 10
     finally:
         locking.configure(locking.LockPolicy())
+        assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)

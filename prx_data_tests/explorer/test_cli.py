@@ -17,6 +17,7 @@ def test_main_passes_host_port_and_root(monkeypatch, tmp_path):
 
 
 def test_loopback_server_only_answers_loopback_names():
-    assert "localhost" in allowed_hosts_for("127.0.0.1") and "attacker.example" not in allowed_hosts_for("127.0.0.1")
+    loopback = allowed_hosts_for("127.0.0.1")
+    assert loopback is not None and "localhost" in loopback and "attacker.example" not in loopback
     assert allowed_hosts_for("::1") is not None
     assert allowed_hosts_for("0.0.0.0") is None  # bound to a network on purpose: any name

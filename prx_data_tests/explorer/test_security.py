@@ -41,6 +41,7 @@ TRAVERSALS = [
 
 def _raw_get(base: str, target: str, host: str | None = None) -> tuple[int, bytes]:
     parts = urlsplit(base)
+    assert parts.hostname is not None
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
     try:
         conn.putrequest("GET", target, skip_host=True, skip_accept_encoding=True)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streaming.base.format import reader_from_json
@@ -83,7 +84,7 @@ def test_memory_cap_flushes_early_and_lineage_stays_exact(tmp_path: Path) -> Non
 
 
 def test_failure_mid_write_leaves_export_and_no_objects(storage_root: StorageRoot) -> None:
-    kw = dict(mds_root=storage_root.base, source="alpha", storage_options=storage_root.options, config=SMALL)
+    kw: dict[str, Any] = dict(mds_root=storage_root.base, source="alpha", storage_options=storage_root.options, config=SMALL)
     write_partition(make_samples("alpha", 50, seed=1), **kw)
     before = storage_root.files()
 
@@ -99,7 +100,7 @@ def test_failure_mid_write_leaves_export_and_no_objects(storage_root: StorageRoo
 
 
 def test_bad_sample_and_empty_input_fail_without_touching_export(storage_root: StorageRoot) -> None:
-    kw = dict(mds_root=storage_root.base, source="alpha", storage_options=storage_root.options, config=SMALL)
+    kw: dict[str, Any] = dict(mds_root=storage_root.base, source="alpha", storage_options=storage_root.options, config=SMALL)
     write_partition(make_samples("alpha", 20, seed=1), **kw)
     before = storage_root.files()
     bad = make_samples("alpha", 10, seed=2)
@@ -118,7 +119,7 @@ def test_bad_sample_and_empty_input_fail_without_touching_export(storage_root: S
 
 
 def test_reexport_replaces_source_and_removes_gone_buckets(storage_root: StorageRoot) -> None:
-    kw = dict(mds_root=storage_root.base, storage_options=storage_root.options, config=SMALL)
+    kw: dict[str, Any] = dict(mds_root=storage_root.base, storage_options=storage_root.options, config=SMALL)
     write_partition(make_samples("alpha", 40, seed=1), source="alpha", **kw)
     write_partition(make_samples("beta", 10, seed=9), source="beta", **kw)
     beta_before = {k: v for k, v in storage_root.files().items() if "/beta/" in k}
@@ -134,7 +135,7 @@ def test_reexport_replaces_source_and_removes_gone_buckets(storage_root: Storage
 
 
 def test_interrupted_flip_is_rolled_forward(storage_root: StorageRoot, monkeypatch: pytest.MonkeyPatch) -> None:
-    kw = dict(mds_root=storage_root.base, source="alpha", storage_options=storage_root.options, config=SMALL)
+    kw: dict[str, Any] = dict(mds_root=storage_root.base, source="alpha", storage_options=storage_root.options, config=SMALL)
     write_partition(make_samples("alpha", 30, seed=1), **kw)
     real_write = commit.write_bytes
     flips = []
@@ -151,7 +152,7 @@ def test_interrupted_flip_is_rolled_forward(storage_root: StorageRoot, monkeypat
         write_partition(make_samples("alpha", 12, seed=7), **kw)
     monkeypatch.setattr(commit, "write_bytes", real_write)
     root = locate(storage_root.base, storage_root.options)
-    journal = json.loads(try_read_bytes(root.child(COMMITS_DIR, "alpha.json")))  # past the commit point: kept
+    journal = json.loads(try_read_bytes(root.child(COMMITS_DIR, "alpha.json")) or b"")  # past the commit point: kept
     report = commit.recover(storage_root.base, "alpha", storage_root.options)
     assert report["rolled_forward"] == journal["run_id"]
     published = _published(storage_root)
@@ -173,7 +174,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # after every shard is written, before the
 
 
 def test_run_killed_between_shard_writes_and_publish(storage_root: StorageRoot) -> None:
-    kw = dict(mds_root=storage_root.base, source="alpha", storage_options=storage_root.options, config=SMALL)
+    kw: dict[str, Any] = dict(mds_root=storage_root.base, source="alpha", storage_options=storage_root.options, config=SMALL)
     first = write_partition(make_samples("alpha", 30, seed=1), **kw)
     before = _published(storage_root)
     killed = new_run_id()

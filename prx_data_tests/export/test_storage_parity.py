@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -295,7 +296,7 @@ def trees(storage_roots, tmp_path_factory, streaming_env):
     alpha = lineage["alpha"]
     picks = {"label:nsfw": [0, 1, 7], "dedup": [3], "optout:req/42": [1, 20]}
     table = skip_table(alpha, picks, kept={3: lineage["beta"]["sample_id"][0].as_py()})
-    out = {}
+    out: dict[str, Any] = {}
     for kind, root in storage_roots.items():
         _copy_tree(str(scratch), root)
         mds = root.uri("trees", "mds")

@@ -57,9 +57,14 @@ def test_a_good_bucket_returns_its_count_and_fetches_two_shards_at_most(bucket, 
     index = _index(bucket_dir, options)
     assert len(index["shards"]) > 3  # several shards per source: the check must pick the edges
     assert read_bucket(bucket_dir, options) == sum(SOURCES.values())
-    fetched = []
+    fetched: list[str] = []
     fetch = stream_check.fetch_local
-    monkeypatch.setattr(stream_check, "fetch_local", lambda loc, scratch: fetched.append(loc.uri) or fetch(loc, scratch))
+
+    def recording(loc, scratch):
+        fetched.append(loc.uri)
+        return fetch(loc, scratch)
+
+    monkeypatch.setattr(stream_check, "fetch_local", recording)
     count, first, last = read_edge_samples(bucket_dir, options)
     assert count == sum(SOURCES.values())
     assert (first["sample_id"], last["sample_id"]) == ("alpha-00000", "beta-00016")

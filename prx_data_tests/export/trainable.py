@@ -164,6 +164,7 @@ def prx_style_epoch(tier_dirs: list[str], batch_size: int, cache_dir: str | None
     for tier_dir in tier_dirs:
         for folder in prx_style_folders(tier_dir, options):
             if is_remote(folder):
+                assert cache_dir is not None, "a remote folder needs a cache_dir"
                 local = os.path.join(cache_dir, folder.split("://", 1)[1].replace("/", "_"))
                 streams.append(Stream(remote=folder, local=local))
             else:

@@ -135,6 +135,7 @@ def _check_assignment(width: int, height: int, cfg: BucketConfig) -> None:
     # The index is the nearest ideal (unrounded) grid ratio; the tier only picks its shape.
     shapes = shapes_for_tier(result.tier, cfg)
     ideal = target_aspect_ratios(cfg)
+    assert result.ar_index is not None
     distance = abs(math.log(ideal[result.ar_index] / aspect))
     assert all(distance <= abs(math.log(ar / aspect)) + 1e-9 for ar in ideal)
     assert (result.height, result.width) == shapes[result.ar_index]
@@ -193,6 +194,7 @@ def test_scaled_copies_share_the_index_in_every_tier(pq: tuple[int, int], m1: in
     placed = [r for r in results if isinstance(r, Assignment)]
     assert {r.ar_index for r in placed} <= {aspect_index(p, q)}
     for r in placed:
+        assert r.ar_index is not None
         assert (r.height, r.width) == shapes_for_tier(r.tier)[r.ar_index]
 
 
@@ -234,6 +236,7 @@ def test_rotated_copies_get_the_mirrored_index(cfg: BucketConfig, width: int, he
     a, b = assign(width, height, cfg), assign(height, width, cfg)
     if isinstance(a, Assignment):
         assert isinstance(b, Assignment) and b.tier == a.tier
+        assert a.ar_index is not None
         assert b.ar_index == n - 1 - a.ar_index
         assert (b.height, b.width) == (a.width, a.height) or abs(b.height - a.width) <= cfg.multiple
 
@@ -246,4 +249,6 @@ def test_exif_rotated_photo_gets_the_mirrored_bucket() -> None:
     upright = assign(1152, 864)
     assert not isinstance(rotated, Drop) and isinstance(upright, Assignment)
     assert (rotated.height, rotated.width) == (upright.width, upright.height)
-    assert assign(864, 1152).ar_index == 12 - upright.ar_index  # type: ignore[union-attr]
+    assert upright.ar_index is not None
+    turned = assign(864, 1152)
+    assert isinstance(turned, Assignment) and turned.ar_index == 12 - upright.ar_index

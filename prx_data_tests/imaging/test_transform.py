@@ -41,6 +41,7 @@ def _reference(image: Image.Image, height: int, width: int) -> Image.Image:
 def test_jpeg_uses_pillows_quality_92_tables_and_420() -> None:
     result, image = _prepared(jpeg_bytes(photo(0)))
     reference = Image.open(io.BytesIO(jpeg_bytes(Image.new("RGB", (16, 16)), quality=92)))
+    assert isinstance(image, JpegImagePlugin.JpegImageFile) and isinstance(reference, JpegImagePlugin.JpegImageFile)
     assert image.quantization == reference.quantization
     assert JpegImagePlugin.get_sampling(image) == 2  # 4:2:0
     assert encode_jpeg(Image.new("L", (16, 16))).startswith(b"\xff\xd8")

@@ -119,7 +119,7 @@ def test_the_cut_files_fool_pillow():
 def test_cut_or_corrupt_jpegs_get_no_hash(name):
     row = phash_row(BAD[name], LIMIT)
     assert row["phash"] is None, name
-    error = row["phash_error"]
+    error = str(row["phash_error"])
     if name.endswith("+eoi.jpg"):
         assert error == "invalid_image: truncated or corrupt JPEG data: premature end of data segment"
     elif name.startswith("cut/"):
@@ -132,7 +132,7 @@ def test_cut_or_corrupt_jpegs_get_no_hash(name):
 def test_ingest_refuses_a_file_cut_without_its_end_marker_and_leaves_the_rest_to_the_hash(name):
     probe = probe_image(BAD[name], LIMIT)
     if name.startswith("cut/") and not name.endswith("+eoi.jpg"):
-        assert probe.status == Status.INVALID_IMAGE and probe.error.startswith("truncated JPEG"), probe
+        assert probe.status == Status.INVALID_IMAGE and (probe.error or "").startswith("truncated JPEG"), probe
     else:
         assert probe.status == Status.OK, probe  # structurally whole: the hash's decode judges
     assert (probe.width, probe.height) != (None, None)
@@ -151,7 +151,7 @@ def test_good_jpegs_of_every_kind_hash_as_the_unchecked_decode_did(name):
 
 @pytest.mark.parametrize("size", [(800, 600), (1001, 777), (333, 1280), (130, 90), (64, 64), (50, 700)])
 def test_the_checked_decode_gives_the_draft_decodes_pixels_at_every_scale(size):
-    photo = images.photo_like(*size, seed=size[0])
+    photo = images.photo_like(size[0], size[1], seed=size[0])
     for options in ({}, {"progressive": True}, {"subsampling": 0}, {"subsampling": 1}):
         data = _save(photo, **options)
         gray, _box = open_for_hash(data, LIMIT)
@@ -175,7 +175,7 @@ def test_pixel_limit_is_applied_before_any_decode(monkeypatch):
     monkeypatch.setattr(jpeg_data.simplejpeg, "decode_jpeg", lambda *a, **k: calls.append(1))
     big = _save(Image.new("RGB", (2000, 1500), "white"))
     assert probe_image(big, max_pixels=1_000_000).status == Status.TOO_LARGE
-    assert phash_row(big, max_pixels=1_000_000)["phash_error"].startswith("too_large")
+    assert str(phash_row(big, max_pixels=1_000_000)["phash_error"]).startswith("too_large")
     assert calls == []
 
 

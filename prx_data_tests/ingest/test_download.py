@@ -121,6 +121,7 @@ def test_retry_after_past_the_deadline_gives_up_at_once(http_server: HTTPTestSer
     started = time.monotonic()
     result = list(download_many([("k", http_server.url("/later"))], cfg(deadline_s=3.0), max_retry_after_s=60.0))[0]
     assert result.status is Status.DOWNLOAD_FAILED and result.attempts == 1
+    assert result.error is not None
     assert "no time left for a retry before the 3.0s deadline" in result.error
     assert time.monotonic() - started < 2
     assert http_server.hits("/later") == 1
@@ -143,6 +144,7 @@ def test_connection_refused_is_retried_then_fails():
         url = gone.url("/x")
     r = one(url, retries=1)
     assert r.status is Status.DOWNLOAD_FAILED
+    assert r.error is not None
     assert r.error.startswith("connection error")
     assert r.error.endswith("(2 attempts)")
     assert r.attempts == 2
@@ -233,6 +235,7 @@ def test_redirect_to_disallowed_scheme_rejected(http_server: HTTPTestServer):
     http_server.add_route("/sneaky", redirect("file:///etc/passwd"))
     r = one(http_server.url("/sneaky"))
     assert r.status is Status.DOWNLOAD_FAILED
+    assert r.error is not None
     assert "scheme 'file' not allowed" in r.error
 
 
@@ -401,7 +404,8 @@ def test_host_limit_halves_on_throttle_and_grows_back_one_slot_per_round():
     assert time.monotonic() - started < 0.1
     limiter.acquire("h", stop)
     assert 0.15 <= time.monotonic() - started < 1.0
-    limiter.release("h"), limiter.release("other")
+    limiter.release("h")
+    limiter.release("other")
     # Requests sent before a decrease that come back throttled do not halve it again: four in
     # flight answered 429 together halve once, as TCP halves once per window.
     wide = _HostLimiter(8)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import lance
 import pytest
@@ -20,7 +21,7 @@ from prx_data.ingest.driver import ingest_source
 from prx_data.ingest.http.download_session import DownloadSession, shared_session
 from prx_data.ingest.plan import unit_listing
 from prx_data.ingest.read import jsonl
-from prx_data.ingest.read.units import read_unit
+from prx_data.ingest.read.units import Unit, read_unit
 from prx_data.ingest.registry import DownloadConfig, RegisteredSource, SourceSpec
 from prx_data_tests import images
 from prx_data_tests.http_fixtures import LOCAL_NETWORKS, HTTPTestServer, Response
@@ -29,6 +30,14 @@ pytestmark = pytest.mark.timeout(240)
 
 JPEG = images.jpeg(32, 24, seed=3)
 COLUMNS = ["sample_id", "source_key", "image_sha256", "status", "error", "source_url", "width", "height"]
+
+
+def _units(src: RegisteredSource, **kwargs: Any) -> list[Unit]:
+    """The units of a first run: no manifest, so none is kept from an earlier one."""
+    listed = list(unit_listing.list_units(src, **kwargs))
+    units = [u for u in listed if isinstance(u, Unit)]
+    assert len(units) == len(listed)
+    return units
 
 
 def url_source(location: str, base: Path, **download) -> RegisteredSource:
@@ -197,6 +206,7 @@ def test_line_runs_cover_the_file_at_line_starts(tmp_path: Path):
     path = tmp_path / "a.jsonl"
     path.write_bytes(b"".join(lines))
     runs = jsonl.line_runs(path, Root(tmp_path), 5)
+    assert runs is not None
     data = path.read_bytes()
     assert [r[2] for r in runs] == [0, 5, 10, 15, 20]
     assert runs[0][0] == 0 and runs[-1][1] == len(data)
@@ -208,7 +218,7 @@ def test_line_runs_cover_the_file_at_line_starts(tmp_path: Path):
 def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, tmp_path: Path, monkeypatch, http_server: HTTPTestServer):
     for i in range(40):
         http_server.add_route(f"/j{i}.jpg", images.jpeg(24, 16, seed=i), headers={"Content-Type": "image/jpeg"})
-    http_server.add_route("/gone.jpg", Response(404, b"no"))
+    http_server.add_route("/gone.jpg", b"no", status=404)
     rows = [json.dumps({"id": f"k{i}", "u": http_server.url(f"/j{i}.jpg"), "c": f"c{i}"}) for i in range(40)]
     rows[7] = "not json"  # an error row keeps its line number whatever the split
     rows[11] = json.dumps({"id": "k11", "u": http_server.url("/gone.jpg")})
@@ -242,8 +252,8 @@ def test_jsonl_split_into_units_gives_the_same_table_as_one_unit(storage_root, t
     pq_source = RegisteredSource(source.spec.model_copy(update={"shape": "parquet", "location": pq_location}), source.path)
     # 40 lines in runs of 9; the JSONL's blank line 21 is skipped, not an item.
     for src, expected in ((source, [9, 9, 8, 9, 4]), (pq_source, [9, 9, 9, 9, 4])):
-        one = [u for u in unit_listing.list_units(src, storage_options=storage_root.options)]
-        many = [u for u in unit_listing.list_units(src, storage_options=storage_root.options, workers=2)]
+        one = _units(src, storage_options=storage_root.options)
+        many = _units(src, storage_options=storage_root.options, workers=2)
         assert len(one) == 1
         pieces = [[(it.key, it.url, it.error) for it in read_unit(src, u, storage_root.options)] for u in many]
         whole = [(it.key, it.url, it.error) for it in read_unit(src, one[0], storage_root.options)]

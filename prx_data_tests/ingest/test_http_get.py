@@ -11,6 +11,7 @@ import threading
 import time
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,8 @@ class _TLSServer:
 
     def __init__(self, names: list[str]) -> None:
         self.chain = tls_certs.chain(names)
-        served = self.connections = []
+        served: list[Any] = []
+        self.connections = served
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -100,6 +102,7 @@ def test_a_certificate_nobody_trusts_fails_at_once_with_its_reason(tls_server: _
     config = DownloadConfig(allow_networks=LOCAL_NETWORKS, retries=3, backoff_s=0.01, timeout_s=2.0)
     (result,) = download_many([("k", f"https://localhost:{tls_server.port}/a.jpg")], config)
     assert result.status is Status.DOWNLOAD_FAILED
+    assert result.error is not None
     assert result.error.startswith("TLS: ") and "certificate verify failed" in result.error
     assert result.attempts == 1
 
@@ -222,6 +225,7 @@ def test_headers_trickled_one_byte_at_a_time_cannot_outlive_the_deadline():
         (result,) = download_many([("k", f"http://127.0.0.1:{port}/a.jpg")], config)
     finally:
         listener.close()
+    assert result.error is not None
     assert result.status is Status.DOWNLOAD_FAILED and "deadline of 1.0s exceeded" in result.error
     assert time.monotonic() - started < 2.5
 

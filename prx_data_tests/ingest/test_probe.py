@@ -19,6 +19,7 @@ LIMIT = 100_000_000
 def test_bad_bytes_get_a_status_and_reason(data, status, fragment):
     probe = probe_image(data, LIMIT)
     assert probe.status == status
+    assert probe.error is not None
     assert fragment in probe.error
 
 
@@ -27,12 +28,14 @@ def test_decompression_bomb_is_too_large_without_decoding():
     assert len(data) < 200_000
     probe = probe_image(data, max_pixels=100_000_000)
     assert probe.status == Status.TOO_LARGE
+    assert probe.error is not None
     assert "144000000 pixels exceeds" in probe.error
     assert (probe.width, probe.height) == (12_000, 12_000)
 
 
 def test_byte_limit():
     probe = probe_image(images.jpeg(), LIMIT, max_bytes=1000)
+    assert probe.error is not None
     assert probe.status == Status.TOO_LARGE and "bytes exceeds" in probe.error
 
 
@@ -56,4 +59,5 @@ def test_awkward_but_valid_images_are_ok(data, fmt, size):
     assert probe.status == Status.OK, probe.error
     assert probe.image_format == fmt
     assert (probe.width, probe.height) == size
+    assert probe.sha256 is not None
     assert len(probe.sha256) == 64

@@ -114,9 +114,14 @@ def test_files_whose_picture_data_ends_early_are_truncated(name):
 
 
 def test_ordinary_files_are_not_decoded(monkeypatch):
-    decodes = []
+    decodes: list[int] = []
     real = probe_module.load_pixels
-    monkeypatch.setattr(probe_module, "load_pixels", lambda *a, **k: decodes.append(1) or real(*a, **k))
+
+    def counting(*a, **k):
+        decodes.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(probe_module, "load_pixels", counting)
     for name in ACCEPTED:
         assert probe_image(COLLECTION[name], LIMIT).status == Status.OK
     assert decodes == [], "complete files must be judged from their structure alone"

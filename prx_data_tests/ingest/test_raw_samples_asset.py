@@ -8,6 +8,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -111,13 +112,16 @@ def test_image_bytes_are_a_blob_column(data_root, prx_defs, instance):
     assert run_source(prx_defs, instance, "blob", selection=[_key("raw_samples")]).success
     ds = table("blob")
     assert "blob" in str(ds.schema.field("image").type)
-    assert ds.take_blobs("image", indices=[0])[0].read() == data
+    blob = ds.take_blobs("image", indices=[0])[0]
+    assert blob is not None and blob.read() == data
 
 
 def test_parquet_bytes_jsonl_paths_and_duplicate_keys(data_root, prx_defs, instance):
     inputs = data_root / "inputs"
     inputs.mkdir()
-    records = [{"id": f"p{i}", "img": images.jpeg(320, 240, seed=10 + i), "alt": f"alt {i}", "lic": "cc0"} for i in range(5)]
+    records: list[dict[str, Any]] = [
+        {"id": f"p{i}", "img": images.jpeg(320, 240, seed=10 + i), "alt": f"alt {i}", "lic": "cc0"} for i in range(5)
+    ]
     records.append({"id": "p0", "img": images.jpeg(320, 240, seed=99), "alt": "dup", "lic": "cc0"})
     records.append({"id": "p-null", "img": None, "alt": "no image", "lic": None})
     pq.write_table(pa.Table.from_pylist(records), inputs / "meta.parquet", row_group_size=3)

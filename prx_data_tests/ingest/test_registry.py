@@ -65,7 +65,8 @@ def test_object_store_locations_profiles_and_their_mistakes(tmp_path):
     assert sorted(reg.sources) == ["gssrc", "prof", "s3src"]
     assert reg.get("s3src").resolve_location() == "s3://bucket/shards/**/*.tar"
     assert reg.get("gssrc").resolve_location() == "gs://bucket/photos" and reg.get("gssrc").remote
-    assert reg.get("prof").spec.storage.variables() == ["MY_EP", "MY_SECRET"]
+    profile = reg.get("prof").spec.storage
+    assert profile is not None and profile.variables() == ["MY_EP", "MY_SECRET"]
     errors = {e.path.name: e.message for e in reg.errors}
     assert "only s3://, gs:// object stores" in errors["http.yaml"]
     assert "both be local paths or both object-store URIs" in errors["mixed_root.yaml"]

@@ -37,7 +37,7 @@ def request_image(body: dict) -> Image.Image | None:
 
 
 def dominant_colour(image: Image.Image) -> str:
-    r, g, b = image.resize((1, 1)).getpixel((0, 0))
+    r, g, b = image.convert("RGB").resize((1, 1)).getpixel((0, 0))  # type: ignore[misc]
     return max((("red", r), ("green", g), ("blue", b)), key=lambda kv: kv[1])[0]
 
 

@@ -207,6 +207,9 @@ def test_builds_the_label_processor_and_lazy_dataset(ray_local, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
     clf = make_classifier({"backend": "vllm", "model_source": str(tmp_path)})
     ds = ray_local.data.from_items([{"sample_id": "a", "caption": "A dog."}])
+    from prx_data.models.labeling.vllm_ray import VLLMClassifier
+
+    assert isinstance(clf, VLLMClassifier)
     plan = str(clf.run_dataset(ds))
     assert "vLLMEngineStageUDF" in plan and "PrepareMultimodalUDF" not in plan
     assert clf.model_id == "Qwen/Qwen3-8B"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from prx_data_tests.models.images import NOT_AN_IMAGE, image_bytes
 BUDGET = ImageBudget(min_pixels=64 * 64, max_pixels=128 * 128)
 
 
-def make(base_url: str, **server) -> object:
+def make(base_url: str, **server) -> Any:
     options = {"max_retries": 3, "backoff_initial_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 5}
     options.update(server)
     return make_captioner(OpenAICaptionerConfig(server=ChatServerConfig(base_url=base_url, model="qwen3-vl", **options), image=BUDGET))
@@ -44,6 +45,7 @@ def test_captions_images_through_the_protocol():
     assert body["presence_penalty"] == 1.5  # repetition loops end truncated without it
     assert body["max_tokens"] == 512 and body["top_k"] == 20
     image = request_image(body)
+    assert image is not None
     assert BUDGET.min_pixels <= image.width * image.height <= BUDGET.max_pixels
 
 
@@ -73,7 +75,8 @@ def test_retry_after_as_an_http_date_is_honoured():
 
 def test_client_errors_are_per_row_and_not_retried():
     def reject_green(body):
-        return 400 if dominant_colour(request_image(body)) == "green" else None
+        image = request_image(body)
+        return 400 if image is not None and dominant_colour(image) == "green" else None
 
     with FakeChatServer(status_for=reject_green) as server, make(server.base_url) as captioner:
         results = captioner.caption_images([image_bytes("red"), image_bytes("green"), NOT_AN_IMAGE])

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
@@ -55,7 +57,7 @@ def test_caption_table_has_sample_ids_and_the_schema_columns():
 
 
 V = caption_prompt_version()
-ROWS = [
+ROWS: list[dict[str, Any]] = [
     {"caption": None, "caption_model": None, "caption_prompt_version": None, "caption_error": None},
     {"caption": "ok", "caption_model": "m", "caption_prompt_version": V, "caption_error": None},
     {"caption": "ok", "caption_model": "other", "caption_prompt_version": V, "caption_error": None},

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def resolved(pc, name: str):
     """The stage as Ray 2.60 resolves it (its stage configs refuse unknown fields)."""
     from ray.llm._internal.batch.stages import configs
 
-    cls = {
+    cls: Any = {
         "prepare_multimodal_stage": configs.PrepareMultimodalStageConfig,
         "chat_template_stage": configs.ChatTemplateStageConfig,
         "tokenize_stage": configs.TokenizerStageConfig,

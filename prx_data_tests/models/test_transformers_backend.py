@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prx_data.core.reasons import reason_code as error_code
 from prx_data.models.captioning.base import CaptionErrorCode
 from prx_data.models.captioning.config import CaptionSampling, TransformersCaptionerConfig
@@ -9,6 +11,9 @@ from prx_data.models.captioning.factory import make_captioner
 from prx_data.models.captioning.images import ImageBudget
 from prx_data.models.captioning.prompt import SYSTEM_PROMPT, USER_PROMPT
 from prx_data.models.captioning.quality import CaptionGuards
+
+if TYPE_CHECKING:
+    from prx_data.models.captioning.transformers_backend import TransformersCaptioner
 from prx_data_tests.models.images import NOT_AN_IMAGE, image_bytes
 
 SMALL = ImageBudget(min_pixels=32 * 32, max_pixels=128 * 128)
@@ -29,8 +34,16 @@ def config(path, **kw) -> TransformersCaptionerConfig:
     return TransformersCaptionerConfig(**options)
 
 
+def _captioner(path) -> TransformersCaptioner:
+    from prx_data.models.captioning.transformers_backend import TransformersCaptioner
+
+    captioner = make_captioner(config(path))
+    assert isinstance(captioner, TransformersCaptioner)
+    return captioner
+
+
 def test_prompt_is_the_real_chat_template_with_an_image_slot(tiny_vlm_dir):
-    captioner = make_captioner(config(tiny_vlm_dir))
+    captioner = _captioner(tiny_vlm_dir)
     text = captioner.render_prompt()
     assert text.startswith(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n")
     assert f"<|vision_start|><|image_pad|><|vision_end|>{USER_PROMPT}<|im_end|>" in text
@@ -40,7 +53,7 @@ def test_prompt_is_the_real_chat_template_with_an_image_slot(tiny_vlm_dir):
 def test_runs_the_image_path_and_returns_text(tiny_vlm_dir):
     from prx_data.models.captioning.images import load_for_captioning
 
-    captioner = make_captioner(config(tiny_vlm_dir))
+    captioner = _captioner(tiny_vlm_dir)
     images = [
         load_for_captioning(image_bytes(c, size), SMALL) for c, size in (("red", (200, 100)), ("blue", (40, 90)), ("green", (64, 64)))
     ]
@@ -55,11 +68,12 @@ def test_bad_images_are_per_row_errors(tiny_vlm_dir):
     images = [image_bytes("red", (200, 100)), NOT_AN_IMAGE, image_bytes("green", (64, 64), "JPEG")]
     results = captioner.caption_images(images)
     assert captioner.model_id == "tiny-qwen3-vl"
+    assert results[1].error is not None
     assert error_code(results[1].error) == CaptionErrorCode.BAD_IMAGE
     # The good rows went through the model: random text, which stops at eos or is cut at
     # max_tokens (flagged truncated even with open guards).
     for r in (results[0], results[2]):
-        assert isinstance(r.caption, str) or error_code(r.error) in ("truncated", "empty")
+        assert isinstance(r.caption, str) or error_code(r.error or "") in ("truncated", "empty")
 
 
 def test_default_guards_never_pass_random_text_as_a_caption(tiny_vlm_dir):

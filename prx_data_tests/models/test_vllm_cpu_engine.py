@@ -262,8 +262,10 @@ def test_weightless_bench_runs_on_vllm_cpu_at_tiny_scale(script, extra, unit, tm
     # The engine ran with dummy weights and the profile's engine kwargs.
     assert '"load_format": "dummy"' in out
     assert "errors       : 0" in out and f"{unit}/s" in out
-    prompt = int(re.search(r"prompt tokens: median (\d+)", out).group(1))
-    generated = int(re.search(r"output tokens: median (\d+) \(forced: (\d+)\)", out).group(1))
+    prompt_line = re.search(r"prompt tokens: median (\d+)", out)
+    output_line = re.search(r"output tokens: median (\d+) \(forced: (\d+)\)", out)
+    assert prompt_line and output_line, out[-2000:]
+    prompt, generated = int(prompt_line.group(1)), int(output_line.group(1))
     if unit == "captions":
         assert generated == 16  # ignore_eos: exactly the forced length
         assert prompt > 250  # system prompt + image tokens

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -47,16 +49,16 @@ def test_pipeline_stores_no_secret(backend, data_root: Path, tmp_path: Path, s3_
         dsn = request.getfixturevalue("postgres_url")
         monkeypatch.setenv("PRX_POSTGRES_URL", dsn)
         shutil.copy(DOCKER_DAGSTER_YAML, home / "dagster.yaml")
-        make_instance = lambda: dg.DagsterInstance.from_config(str(home))  # noqa: E731
+        make_instance: Callable[[], Any] = lambda: dg.DagsterInstance.from_config(str(home))  # noqa: E731
     else:
         make_instance = lambda: dg.instance_for_test(temp_dir=str(home))  # noqa: E731
 
     from prx_data.definitions import build_defs
-    from prx_data.defs.partitions import sources_partitions
+    from prx_data.defs.partitions import SOURCES_PARTITION
 
     defs = build_defs()
     with make_instance() as instance:
-        instance.add_dynamic_partitions(sources_partitions.name, ["tiny"])
+        instance.add_dynamic_partitions(SOURCES_PARTITION, ["tiny"])
         for job, partition, assets in (("source_pipeline", "tiny", PER_SOURCE), ("corpus", None, CORPUS)):
             keys = sorted(dg.AssetKey(a) for a in assets)
             result = defs.resolve_job_def(job).execute_in_process(

@@ -67,6 +67,15 @@ def test_non_image_rows_keep_no_bytes(storage_root, tmp_path: Path):
     assert not [rel for rel, blob in storage_root.files("lance").items() if SECRET in blob]
 
 
+class _Collect(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__(logging.WARNING)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def _write_specs(specs: Path) -> None:
     (specs / "narrow.yaml").write_text("name: narrow\nshape: image_folder\nlocation: meta\nroot: meta\n")
     (specs / "wide.yaml").write_text("name: wide\nshape: image_folder\nlocation: meta\nroot: /\n")
@@ -96,8 +105,7 @@ def test_registry_sensor_tick_warns_about_a_wide_root(tmp_path: Path):
     _write_specs(specs)
     registry = SourceRegistryResource(sources_dir=str(specs), optout_dir=str(tmp_path / "optout"))
     records: list[logging.LogRecord] = []
-    collect = logging.Handler(logging.WARNING)
-    collect.emit = records.append
+    collect = _Collect(records)
     with dg.instance_for_test() as instance:
         storage = StorageResource(lance_root=str(tmp_path / "lance"), mds_root=str(tmp_path / "mds"))
         context = dg.build_sensor_context(instance=instance, resources={"registry": registry, "storage": storage})

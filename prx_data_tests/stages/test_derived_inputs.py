@@ -48,7 +48,7 @@ def _world(storage_root, tmp_path: Path, monkeypatch) -> SourceCaptionWorld:
     return world
 
 
-def _run(world: World) -> dict:
+def _run(world: SourceCaptionWorld) -> dict:
     world.write_source("s1")
     world.ingest("s1")
     counts = world.caption("s1")

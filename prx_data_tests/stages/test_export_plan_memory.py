@@ -4,6 +4,7 @@ re-run does not grow with the number of rows."""
 from __future__ import annotations
 
 import tracemalloc
+from typing import Any
 
 from prx_data.core.paths import StoragePaths
 from prx_data.imaging.buckets import BucketConfig
@@ -100,7 +101,9 @@ def test_many_planning_partitions_export_the_same_as_one(storage_root, tmp_path,
     monkeypatch.setattr(export_stage, "new_run_id", lambda: f"{time.strftime('%Y%m%dT%H%M%S')}-{next(counter):08x}")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    items = [{"key": f"k{i}", "seed": i % 5, "w": 32, "h": 32, "caption": f"caption {i}", "status": "ok"} for i in range(30)]
+    items: list[dict[str, Any]] = [
+        {"key": f"k{i}", "seed": i % 5, "w": 32, "h": 32, "caption": f"caption {i}", "status": "ok"} for i in range(30)
+    ]
 
     def run(name: str, **kwargs):
         paths = StoragePaths(lance_root=storage_root.uri(name, "lance"), mds_root=storage_root.uri(name, "mds"))

@@ -11,7 +11,7 @@ import hashlib
 import io
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import lance
 import pyarrow as pa
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 def _table(uri: str, n: int, caption: str | None = None) -> list[str]:
     schema = pa.schema([*raw_schema(), pa.field("caption", pa.string())])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i in range(n):
         data = jpeg(64, 48, seed=i)
         rows.append(
@@ -70,6 +70,7 @@ def test_a_local_run_sets_its_backend_up_once_and_closes_it_when_it_ends(tmp_pat
     def progress(done: int, total: int) -> None:
         # Between chunks: the backend this process set up, holding its HTTP client.
         (backend,) = WORKER_BACKENDS.held(CAPTIONS)
+        assert isinstance(backend, OpenAICaptioner)
         seen.append((backend, backend._http is not None))
 
     with FakeChatServer() as server:
@@ -78,7 +79,9 @@ def test_a_local_run_sets_its_backend_up_once_and_closes_it_when_it_ends(tmp_pat
     # Three chunks, one backend: set up once, its client open while the run lasted.
     assert len(seen) == 3 and len({id(b) for b, _ in seen}) == 1 and all(open_ for _, open_ in seen)
     # The run is over: released here, its client closed.
-    assert WORKER_BACKENDS.held(CAPTIONS) == [] and seen[0][0]._http is None
+    first_backend = seen[0][0]
+    assert isinstance(first_backend, OpenAICaptioner)
+    assert WORKER_BACKENDS.held(CAPTIONS) == [] and first_backend._http is None
     table = lance.dataset(uri).to_table(columns=["caption_model", "caption_error"]).to_pylist()
     assert all(r["caption_model"] == "fake-vl" and r["caption_error"] is None for r in table)
 
@@ -105,7 +108,7 @@ def test_a_worker_keeps_two_configs_per_stage_and_closes_the_one_displaced():
         third = backends.get(CAPTIONS, configs[2])
         # The least recently used caption backend was torn down (its client closed); the
         # label stage's own is not counted against the caption stage's two.
-        assert first._http is None
+        assert isinstance(first, OpenAICaptioner) and first._http is None
         assert backends.held(CAPTIONS) == [second, third] and len(backends.held(CAPTION_LABELS)) == 1
         backends.release_all()
         assert backends.held(CAPTIONS) == backends.held(CAPTION_LABELS) == []

@@ -3,6 +3,8 @@ a killed run resumes from its staged batches, duplicates in the demo corpus hash
 
 from __future__ import annotations
 
+from typing import Any
+
 import dagster as dg
 import lance
 import pyarrow as pa
@@ -54,7 +56,7 @@ def test_phashes_on_ray_resume_and_duplicates(data_root, prx_defs, instance):
         assert len({hashes[ref] for ref in group}) == 1, group
     # Distinct pictures never collide.
     group_of = {ref: i for i, g in enumerate(manifest.near_duplicates) for ref in g}
-    by_hash = {}
+    by_hash: dict[Any, Any] = {}
     for ref, h in hashes.items():
         by_hash.setdefault(h, set()).add(group_of.get(ref, ref))
     assert all(len(v) == 1 for v in by_hash.values()), [v for v in by_hash.values() if len(v) > 1]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +34,7 @@ def _skip_some(root: Path, lineage: pa.Table, share: float = 0.2, seed: int = 0)
 
 def _ds(root: Path, **kwargs) -> PrxStreamingDataset:
     weights = kwargs.pop("weights", None)
-    args = dict(batch_size=BS, shuffle=True, shuffle_seed=7, batching_method="per_stream")
+    args: dict[str, Any] = dict(batch_size=BS, shuffle=True, shuffle_seed=7, batching_method="per_stream")
     args.update(kwargs)
     return PrxStreamingDataset(streams=build_bucket_streams(str(root), weights), **args)
 
@@ -153,7 +154,7 @@ def test_no_skips_means_exactly_the_plain_order(tree, kwargs) -> None:
     length = len(ours)
     _release(ours)
     weights = kwargs.pop("weights", None)
-    args = dict(batch_size=BS, shuffle=True, shuffle_seed=7, batching_method="per_stream")
+    args: dict[str, Any] = dict(batch_size=BS, shuffle=True, shuffle_seed=7, batching_method="per_stream")
     args.update(kwargs)
     plain = StreamingDataset(streams=build_bucket_streams(str(root), weights), **args)
     assert _drain(plain) == got and len(plain) == length
@@ -239,7 +240,7 @@ def test_kept_resampling_matches_streaming_when_nothing_is_skipped(tree, weights
         streams = [Stream(local=s.local, repeat=r) for s, r in zip(streams, (2.5, 0.4, 1.0))]
     elif weights == "proportion":
         streams = [Stream(local=s.local, proportion=p) for s, p in zip(streams, (0.5, 0.3, 0.2))]
-    extra = {"epoch_size": 77} if weights == "proportion" else {}
+    extra: dict[str, Any] = {"epoch_size": 77} if weights == "proportion" else {}
     ds = PrxStreamingDataset(streams=streams, batch_size=BS, shuffle=True, require_skiplists=False, **extra)
     assert ds.num_skipped == 0
     for epoch in (0, 3):

@@ -29,7 +29,7 @@ import ssl
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -515,7 +515,7 @@ class DownloadSession:
 
     def stream(
         self, items: Iterable[tuple[T, str, str | None]], then: Callable[[DownloadResult], Any] | None = None
-    ) -> Iterator[tuple[T, Any]]:
+    ) -> Generator[tuple[T, Any], None, None]:
         """``(tag, key, url)`` in, ``(tag, result)`` out as each download completes.
 
         A ``None`` URL is passed through at once with a ``None`` result, so a caller can send
@@ -627,7 +627,7 @@ def download_many(
     *,
     max_retry_after_s: float = DEFAULT_MAX_RETRY_AFTER_S,
     session: DownloadSession | None = None,
-) -> Iterator[DownloadResult]:
+) -> Generator[DownloadResult, None, None]:
     """Download ``(key, url)`` pairs, yielding one result per item as each completes.
 
     Order is not preserved. At most ``2 * config.concurrency`` items are pulled from ``items``
