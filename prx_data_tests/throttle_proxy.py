@@ -47,7 +47,7 @@ class ThrottleProxy:
 
             def _body(self) -> bytes:
                 if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                    parts = []
+                    parts: list[bytes] = []
                     while True:
                         size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
                         if size == 0:

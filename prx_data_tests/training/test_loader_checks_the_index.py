@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from prx_data.core.storage import locate, read_bytes, write_bytes
+from prx_data.core.storage import Location, locate, read_bytes, write_bytes
 from prx_data.export._fs import dumps_stable, sha256_bytes
 from prx_data.training.loader import make_loader
 from prx_data_tests.export.trainable import build_corpus, loader_epoch, release
@@ -77,7 +77,7 @@ def test_a_sample_count_the_shard_cannot_hold_is_refused_by_name(corpus, tmp_pat
     release()
 
 
-def _manifest(root: str, options) -> tuple[dict, object]:
+def _manifest(root: str, options) -> tuple[dict, Location]:
     loc = locate(root, options).child(*BUCKET.split("/"), "skiplists.json")
     return json.loads(read_bytes(loc)), loc
 
