@@ -55,6 +55,8 @@ class SmallShardWorld(World):
 
 
 class Trainer:
+    started: list[subprocess.Popen] = []
+
     def __init__(self, world: World, folder: Path):
         folder.mkdir(parents=True)
         self.half, self.go = folder / "half.json", folder / "go"
@@ -79,6 +81,7 @@ class Trainer:
             stderr=subprocess.PIPE,
             text=True,
         )
+        Trainer.started.append(self.proc)
 
     def wait_half(self) -> list[str]:
         deadline = time.monotonic() + 180
@@ -98,6 +101,16 @@ class Trainer:
             out, err = self.proc.communicate()
             raise AssertionError(f"the trainer process did not exit: {err[-3000:]}") from None
         return self.proc.returncode, out, err
+
+
+@pytest.fixture(autouse=True)
+def _no_trainer_left():
+    yield
+    while Trainer.started:  # a failed assertion must not leave a trainer waiting for "go"
+        proc = Trainer.started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def _run(world: World) -> None:
