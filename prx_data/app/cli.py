@@ -170,11 +170,12 @@ def _run_everything(args: argparse.Namespace) -> int:
     # lazy: pulls in tqdm
     from prx_data.core.progress import enable_bars
     from prx_data.core.settings import get_settings
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry
 
     enable_bars()  # drawn only when stderr is a terminal
     settings = get_settings()
-    registry = load_registry(settings.sources_dir)
+    registry = load_registry(settings.sources_dir, SpecOwners.of(settings))
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}")
     unknown = sorted(set(args.source or ()) - set(registry.sources))
@@ -288,11 +289,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def cmd_sources(args: argparse.Namespace) -> int:
     # lazy: pulls in pyarrow, numpy, pydantic
     from prx_data.core.settings import get_settings
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry, wide_root_warning
 
     if args.root:
         _use_data_root(Path(args.root).resolve())
-    registry = load_registry(get_settings().sources_dir)
+    registry = load_registry(get_settings().sources_dir, SpecOwners.of(get_settings()))
     if args.action == "remove":
         return _remove_source(registry, args.name)
     for name, source in registry.sources.items():
@@ -366,6 +368,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
     # lazy: pulls in lance, pandas, pyarrow
     from prx_data.curation.lineage import find, format_record
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry
 
     if args.root:
@@ -377,7 +380,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     try:
         records = find(
             StoragePaths.from_settings(settings),
-            sorted(load_registry(settings.sources_dir).sources),
+            sorted(load_registry(settings.sources_dir, SpecOwners.of(settings)).sources),
             sample_id=args.id,
             url=args.url,
             source_key=args.key,
@@ -438,9 +441,10 @@ def _warn_unknown_sources(source_keys: list[str]) -> None:
     """A key whose source is not registered (most often a misspelt name) matches nothing: say so
     now, not only in the next apply's unmatched list. It stays filed: the source may come later."""
     from prx_data.core.settings import get_settings
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry
 
-    known = set(load_registry(get_settings().sources_dir).sources)
+    known = set(load_registry(get_settings().sources_dir, SpecOwners.of(get_settings())).sources)
     unknown = sorted({key.split(":", 1)[0] for key in source_keys} - known)
     if unknown:
         print(
@@ -452,9 +456,10 @@ def _warn_unknown_sources(source_keys: list[str]) -> None:
 
 def _registry_priorities(settings) -> dict[str, int]:
     # lazy: pulls in pydantic
+    from prx_data.ingest.ownership import SpecOwners
     from prx_data.ingest.registry import load_registry
 
-    registry = load_registry(settings.sources_dir)
+    registry = load_registry(settings.sources_dir, SpecOwners.of(settings))
     for error in registry.errors:
         print(f"bad source spec (skipped): {error}", file=sys.stderr)
     return {name: src.spec.priority for name, src in registry.sources.items()}
@@ -680,6 +685,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        # A full disk or a read-only filesystem: its cause and path in one line, no traceback
+        # (a retry cannot help; the user frees space and runs the command again).
+        from prx_data.core.retry import permanent_cause
+
+        cause = permanent_cause(exc)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
+        return 1
 
 
 def entry() -> None:

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import hashlib
+import unicodedata
+
+
+def normal_key(key: str) -> str:
+    """A source key in Unicode NFC: ``café.jpg`` spelt with a combining accent (as macOS names
+    files) and with the precomposed letter are one key, so a request or lookup in either
+    spelling finds the row. Readers keep the name as found to open the file."""
+    return unicodedata.normalize("NFC", key)
 
 
 def sample_id(source: str, source_key: str) -> str:
-    """128-bit hex id from (source name, key inside the source).
+    """128-bit hex id from (source name, key inside the source), the key taken in NFC
+    (:func:`normal_key`).
 
     128 bits, not 64: at a billion samples a 64-bit id has a few-percent chance of a collision.
     """
     # surrogateescape: a key holding undecodable bytes still gets its one id, never an error.
-    digest = hashlib.blake2b(f"{source}\x00{source_key}".encode("utf-8", "surrogateescape"), digest_size=16)
+    digest = hashlib.blake2b(f"{source}\x00{normal_key(source_key)}".encode("utf-8", "surrogateescape"), digest_size=16)
     return digest.hexdigest()
 
 

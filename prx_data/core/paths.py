@@ -42,6 +42,12 @@ def staging_uri(table_uri: str, stage: str) -> str:
     return sibling_uri(table_uri, f"staging-{stage}{TABLE_SUFFIX}")
 
 
+def spec_owner_uri(table_uri: str) -> str:
+    """``.../sources/alpha.lance`` -> ``.../sources/alpha.owner.json``: which spec file the
+    source's table was built from (``ingest.ownership``)."""
+    return sibling_uri(table_uri, "owner.json")
+
+
 def lock_uri(table_uri: str) -> str:
     """``.../sources/alpha.lance`` -> ``.../sources/alpha.lock`` (``core.locking``)."""
     return sibling_uri(table_uri, "lock")
@@ -64,6 +70,10 @@ class StoragePaths:
     def unit_manifest(self, source: str) -> str:
         """Beside the source's table: the signature of every input object it was read from."""
         return unit_manifest_uri(self.raw_table(source))
+
+    def spec_owner(self, source: str) -> str:
+        """Beside the source's table: the spec file that owns the source's name."""
+        return spec_owner_uri(self.raw_table(source))
 
     def exports_table(self, source: str) -> str:
         """Where each sample of a source landed in MDS, or why it was dropped."""

@@ -75,6 +75,18 @@ PHASH_COLUMNS = pa.schema(
     ]
 )
 
+# The colour space an image's embedded ICC profile declares (imaging/colour.py): srgb,
+# display-p3, adobe-rgb, other:<profile description>, none (no profile), invalid-profile (one
+# that does not parse or fit the image, its reason in colour_error; the image is used as sRGB).
+# Null on rows not read yet (a table made before the column existed, until the next run).
+COLOUR_COLUMNS = pa.schema(
+    [
+        pa.field("colour_space", pa.string()),
+        pa.field("colour_version", pa.string()),
+        pa.field("colour_error", pa.string()),
+    ]
+)
+
 CAPTION_COLUMNS = pa.schema(
     [
         pa.field("caption", pa.string()),

@@ -20,12 +20,13 @@ folder, or ``fetch_local`` for a copy, and nothing else branches on the kind of 
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import posixpath
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlparse
@@ -211,6 +212,19 @@ def try_read_bytes(loc: Location) -> bytes | None:
     return read_bytes(loc)
 
 
+@contextlib.contextmanager
+def naming_path(path: str) -> Iterator[None]:
+    """An OSError raised inside that names no file gets ``path`` as its file: a write to a full
+    disk otherwise says only "No space left on device" (Python's writes, pyarrow's streams), and
+    the run's summary could not say where. The error's number, and so its type, is kept."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or not exc.errno:
+            raise
+        raise OSError(exc.errno, os.strerror(exc.errno), path) from exc
+
+
 def atomic_write_bytes(path: str, data: bytes) -> None:
     """Write a local file via a temp file in the same folder, fsync, then rename over ``path``.
 
@@ -221,7 +235,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with naming_path(path), os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -255,7 +269,7 @@ def write_bytes(loc: Location, data: bytes) -> None:
     if _is_local(loc):
         atomic_write_bytes(loc.path, data)
         return
-    with loc.fs.open_output_stream(loc.path) as handle:
+    with naming_path(loc.uri), loc.fs.open_output_stream(loc.path) as handle:
         handle.write(data)
 
 
@@ -371,7 +385,7 @@ def delete_tree(loc: Location) -> None:
 def upload_file(local_path: str, loc: Location, chunk: int = 16 * 1024 * 1024) -> int:
     """Copy one local file to ``loc``; returns bytes sent."""
     sent = 0
-    with open(local_path, "rb") as src, loc.fs.open_output_stream(loc.path) as dst:
+    with naming_path(loc.uri), open(local_path, "rb") as src, loc.fs.open_output_stream(loc.path) as dst:
         while block := src.read(chunk):
             dst.write(block)
             sent += len(block)

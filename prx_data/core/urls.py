@@ -8,6 +8,10 @@ card. An opt-out request names the URL as its owner knows it (usually the origin
 also keeps :func:`url_key`, an HMAC-SHA256 of the original under a secret key of the data root:
 equal URLs give equal keys, and a reader of the table without the key cannot test guesses of a
 password against it.
+
+URLs that RFC 3986 (section 6.2.2 and the http(s) scheme rules of 6.2.3) calls equivalent get one
+key: :func:`normalize_url` is applied before hashing, and wherever a URL is compared (opt-out
+requests, ``lineage --url``, ingest's matcher). ``http`` and ``https`` stay different URLs.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import posixpath
 import re
 import secrets
+import string
 from collections.abc import Mapping
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
@@ -111,11 +116,106 @@ def redact_text(text: str | None) -> str | None:
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)) or "", text)
 
 
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+DEFAULT_PORTS = {"http": "80", "https": "443", "ws": "80", "wss": "443", "ftp": "21"}
+
+
+def _percent(text: str) -> str:
+    """Unreserved characters decoded (``%7E`` -> ``~``), every other escape in upper-case hex."""
+
+    def one(match: re.Match) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in _UNRESERVED else "%" + match.group(1).upper()
+
+    return _PERCENT.sub(one, text) if "%" in text else text
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 section 5.2.4."""
+    out: list[str] = []
+    while path:
+        if path.startswith("../"):
+            path = path[3:]
+        elif path.startswith("./"):
+            path = path[2:]
+        elif path.startswith("/./"):
+            path = path[2:]
+        elif path == "/.":
+            path = "/"
+        elif path.startswith("/../") or path == "/..":
+            path = "/" + path[4:]
+            if out:
+                out.pop()
+        elif path in (".", ".."):
+            path = ""
+        else:
+            end = path.find("/", 1 if path.startswith("/") else 0)
+            end = len(path) if end == -1 else end
+            out.append(path[:end])
+            path = path[end:]
+    return "".join(out)
+
+
+def _netloc(scheme: str, netloc: str) -> str:
+    userinfo, at, hostport = netloc.rpartition("@")
+    host, port = hostport, ""
+    if hostport.startswith("["):  # an IPv6 literal holds colons of its own
+        close = hostport.find("]")
+        if close != -1 and hostport[close + 1 : close + 2] == ":":
+            host, port = hostport[: close + 1], hostport[close + 2 :]
+    elif ":" in hostport:
+        host, _, port = hostport.rpartition(":")
+    host = _percent(host).lower()
+    if port and port.isdigit():
+        port = str(int(port))
+    if not port or port == DEFAULT_PORTS.get(scheme):
+        hostport = host
+    else:
+        hostport = f"{host}:{port}"
+    return f"{userinfo}{at}{hostport}"
+
+
+def normalize_url(url: str) -> str:
+    """The one spelling of ``url`` that every RFC 3986-equivalent spelling shares: scheme and
+    host in lower case, the scheme's default port dropped, percent-escapes of unreserved
+    characters decoded and the others in upper-case hex, dot segments removed, an empty http(s)
+    path as ``/``, and the fragment dropped (it never reaches the server). The userinfo, path
+    and query otherwise stay as written (their case is significant); ``http`` and ``https`` are
+    different schemes and stay different. Text that does not parse as a URL comes back as it is."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return url
+    scheme = parts.scheme.lower()
+    path = _percent(parts.path)
+    if parts.netloc or path.startswith("/"):
+        path = _remove_dot_segments(path)
+    if parts.netloc and not path and scheme in DEFAULT_PORTS:
+        path = "/"
+    netloc = _netloc(scheme, parts.netloc) if parts.netloc else ""
+    return urlunsplit((scheme, netloc, path, _percent(parts.query), ""))
+
+
 def url_key(url: str | None, key: bytes) -> str | None:
-    """HMAC-SHA256 (hex) of the original URL under the root's key."""
+    """HMAC-SHA256 (hex) of the normalised original URL (:func:`normalize_url`) under the root's
+    key: equivalent spellings of one URL have one key."""
     if not url:
         return None
-    return hmac.new(key, url.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+    return _hmac(normalize_url(url), key)
+
+
+def url_keys(url: str | None, key: bytes) -> list[str]:
+    """Every key a stored row of ``url`` may hold: :func:`url_key`, and the hash of the URL as
+    written, which rows hashed before normalisation hold until their source's next ingest
+    re-keys them (so no opt-out stops matching in between)."""
+    if not url:
+        return []
+    return list(dict.fromkeys([_hmac(normalize_url(url), key), _hmac(url, key)]))
+
+
+def _hmac(text: str, key: bytes) -> str:
+    return hmac.new(key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def key_uri(lance_root: str) -> str:
@@ -171,4 +271,16 @@ def load_url_key(
     return try_read_bytes(loc)
 
 
-__all__ = ["REDACTED", "SECRET_PARAMS", "KEY_ENV", "redact_text", "redact_url", "url_key", "key_uri", "key_uri_for_table", "load_url_key"]
+__all__ = [
+    "REDACTED",
+    "SECRET_PARAMS",
+    "KEY_ENV",
+    "normalize_url",
+    "redact_text",
+    "redact_url",
+    "url_key",
+    "url_keys",
+    "key_uri",
+    "key_uri_for_table",
+    "load_url_key",
+]

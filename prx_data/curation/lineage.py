@@ -16,7 +16,7 @@ from prx_data.core.filters import Expr, any_of, equals, one_of
 from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import SCAN_ROWS, open_table
 from prx_data.core.paths import StoragePaths
-from prx_data.core.urls import key_uri, load_url_key, redact_text, redact_url, url_key
+from prx_data.core.urls import key_uri, load_url_key, normalize_url, redact_text, redact_url, url_keys
 from prx_data.curation.optout.files import UnreadableFile, read_image_file
 from prx_data.export.skiplist import shard_sidecars
 
@@ -29,6 +29,8 @@ ROW_COLUMNS = (
     "source_url",
     "license",
     "image_format",
+    "colour_space",
+    "colour_error",
     "width",
     "height",
     "source_caption",
@@ -49,6 +51,7 @@ ROW_COLUMNS = (
     # The run that wrote each derived column group (stages.column_stage.run_id_column).
     "ingest_run_id",
     "phash_run_id",
+    "colour_run_id",
     "caption_run_id",
     "label_run_id",
 )
@@ -119,10 +122,10 @@ def _shown(row: dict) -> dict:
 def _url_filter(url: str, key: bytes | None) -> Expr:
     """Rows of this URL: by the keyed hash of the original (redacted rows), or the URL as
     stored (rows from before redaction, or a query given in redacted form)."""
-    redacted = redact_url(url)
-    wanted = {url, redacted} if redacted else {url}
+    spellings = {url, normalize_url(url)}
+    wanted = spellings | {r for r in map(redact_url, spellings) if r}
     where = one_of("source_url", sorted(wanted))
-    return any_of(where, equals("source_url_key", url_key(url, key))) if key else where
+    return any_of(where, one_of("source_url_key", url_keys(url, key))) if key else where
 
 
 def _url_rows(paths: StoragePaths, sources: Iterable[str], url: str, key: bytes | None, options: dict | None) -> list[dict]:
@@ -271,6 +274,10 @@ def format_record(record: LineageRecord) -> str:
             lines.append(f"  {key:<10} {row[key]}")
     if row.get("width"):
         lines.append(f"  size       {row['width']}x{row['height']} (as displayed)")
+    if "colour_space" in row:
+        space = row.get("colour_space") or "not read yet"
+        read_by = f" [run={row['colour_run_id']}]" if row.get("colour_run_id") else ""
+        lines.append(f"  colour     {space}" + (f"  ({row['colour_error']})" if row.get("colour_error") else "") + read_by)
     if row.get("source_caption"):
         lines.append(f"  source cap {row['source_caption']}")
 

@@ -1,9 +1,10 @@
 """Table maintenance: compact fragments towards the target size and keep indexes current.
 
-Indexes per source table: full-text (INVERTED) on ``caption`` and ``source_caption``, BTREE on
+Indexes per source table: full-text (INVERTED) on ``caption`` and ``source_caption`` (with token positions, which phrase queries need), BTREE on
 ``sample_id``, BITMAP on ``label`` and ``status``, a vector index on ``embedding`` when there is
 one; on the exports table, BTREE on ``sample_id`` and BITMAP on ``bucket``. Creating an index is
-skipped, with the reason recorded, when the column is missing or all null.
+skipped, with the reason recorded, when the column is missing or all null. A full-text index found
+without token positions is rebuilt with them: without them every quoted (phrase) query on it fails.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def _index_names(ds: lance.LanceDataset) -> dict[str, str]:
     return out
 
 
+def _lacks_positions(ds: lance.LanceDataset, index_name: str) -> bool:
+    """A full-text index whose segments were built without token positions."""
+    stats = ds.index_statistics(index_name)
+    params = [part.get("params") or {} for part in (stats.get("segments") or stats.get("indices") or [])]
+    return any(not p.get("with_position", False) for p in params)
+
+
 def _wanted(ds: lance.LanceDataset, indexes: Sequence[IndexSpec]) -> list[IndexSpec]:
     names = set(ds.schema.names)
     return [(column, kind) for column, kind in indexes if column in names]
@@ -79,11 +87,15 @@ def maintain_table(
         if ds.count_rows(filter=f"{column} IS NOT NULL") == 0:
             report.indexes[key] = "skipped: column is all null"
             continue
-        if column in existing:
+        rebuild = kind == "INVERTED" and column in existing and _lacks_positions(ds, existing[column])
+        if column in existing and not rebuild:
             report.indexes[key] = "updated"
             continue
-        ds.create_scalar_index(column, kind, replace=True)
-        report.indexes[key] = "created"
+        if kind == "INVERTED":
+            ds.create_scalar_index(column, kind, replace=True, with_position=True)
+        else:
+            ds.create_scalar_index(column, kind, replace=True)
+        report.indexes[key] = "rebuilt: positions added" if rebuild else "created"
     if "embedding" in ds.schema.names:
         rows = ds.count_rows(filter="embedding IS NOT NULL")
         if "embedding" in existing:

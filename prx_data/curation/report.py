@@ -86,7 +86,9 @@ def _retired(paths: StoragePaths, options: dict | None) -> list[str]:
     ]
 
 
-_RAW_COLUMNS = ("status", "caption", "caption_model", "caption_prompt_version", "label", "label_model")
+_RAW_COLUMNS = ("status", "caption", "caption_model", "caption_prompt_version", "label", "label_model", "colour_space")
+# What a usable row without a colour space yet (a table made before the column) is counted as.
+NOT_READ = "not read yet"
 
 
 @dataclass
@@ -101,6 +103,7 @@ class _Tally:
     label_models: Counter[str | None] = field(default_factory=Counter)
     words: Counter[int] = field(default_factory=Counter)  # caption length in words -> captions
     reasons: Counter[str] = field(default_factory=Counter)  # skip reason -> sidecar entries
+    colours: Counter[tuple[str, str]] = field(default_factory=Counter)  # (source, colour space) -> usable rows
 
 
 def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -124,13 +127,17 @@ def _count_groups(counter: Counter, table: pa.Table, keys: list[str], name) -> N
         counter[name(*(row[k] for k in keys))] += row["count_all"]
 
 
-def _tally_raw(tally: _Tally, raw: lance.LanceDataset) -> tuple[int, int]:
-    """(rows, usable rows) of one raw table, its captions and labels counted into ``tally``."""
+def _tally_raw(tally: _Tally, raw: lance.LanceDataset, source: str) -> tuple[int, int]:
+    """(rows, usable rows) of one raw table, its captions, labels and colour spaces counted
+    into ``tally``."""
     cols = [c for c in _RAW_COLUMNS if c in raw.schema.names]
     rows = ok = 0
     for batch in scan_text(raw, cols):
         rows += batch.num_rows
-        ok += pc.sum(pc.equal(_column(batch, "status"), "ok")).as_py() or 0
+        usable = pc.fill_null(pc.equal(_column(batch, "status"), "ok"), False)
+        ok += pc.sum(usable).as_py() or 0
+        spaces = pa.table({"c": pc.fill_null(_column(batch, "colour_space"), NOT_READ)}).filter(usable)
+        _count_groups(tally.colours, spaces, ["c"], lambda space: (source, space))
         caption = _column(batch, "caption")
         captioned = _non_empty(caption)
         if pc.any(captioned).as_py():
@@ -213,7 +220,7 @@ def build_data_card(
         raw = open_table(paths.raw_table(source), options)
         if raw is None:
             continue
-        rows, ok = _tally_raw(tally, raw)
+        rows, ok = _tally_raw(tally, raw, source)
         exported = 0
         exp = open_table(paths.exports_table(source), options)
         if exp is not None:
@@ -240,6 +247,13 @@ def build_data_card(
         "",
         "## Sources",
         *_table(("source", "rows", "usable", "exported"), per_source),
+        "",
+        "## Colour spaces",
+        "The colour space each usable image's embedded ICC profile declares. Export converts "
+        "every one but `srgb`, `none` (no profile) and `invalid-profile` (a profile that does not "
+        "parse or fit its image: used as sRGB) to sRGB.",
+        "",
+        *_table(("source", "colour space", "rows"), [(src, space, n) for (src, space), n in sorted(tally.colours.items())]),
         "",
         "## Resolution tiers",
         *_table(("tier", "samples"), sorted(tally.tiers.items())),

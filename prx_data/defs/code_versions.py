@@ -34,24 +34,32 @@ def labels_code_version() -> str:
     return f"{model}@{version}"
 
 
+def phashes_code_version() -> str:
+    """The hash's version and the colour-space reading's: the asset writes both."""
+    # lazy: pulls in numpy, PIL
+    from prx_data.imaging.colour import COLOUR_VERSION
+    from prx_data.imaging.phash import PHASH_VERSION
+
+    return f"{PHASH_VERSION}+{COLOUR_VERSION}"
+
+
 def export_code_version() -> str:
-    """Of the default bucket layout (``ExportResource``'s defaults are ``BucketConfig``'s)."""
+    """Of the default bucket layout (``ExportResource``'s defaults are ``BucketConfig``'s), and
+    the colour conversion (which changes only profiled rows' keys: ``stages.export_plan``)."""
     # lazy: pulls in PIL
     from prx_data.imaging.buckets import BucketConfig
+    from prx_data.imaging.colour import COLOUR_VERSION
     from prx_data.stages.versions import export_version
 
-    return export_version(BucketConfig())
+    return f"{export_version(BucketConfig())}+{COLOUR_VERSION}"
 
 
 def asset_code_versions() -> dict[str, str]:
     """The code version of every asset that has one, by asset key, as the Definitions give them
     (prx_data_tests/automation/test_policy.py checks that they agree)."""
-    # lazy: pulls in numpy, PIL
-    from prx_data.imaging.phash import PHASH_VERSION
-
     return {
         "raw_samples": INGEST_CODE_VERSION,
-        "phashes": PHASH_VERSION,
+        "phashes": phashes_code_version(),
         "captions": captions_code_version(),
         "caption_labels": labels_code_version(),
         "mds_shards": export_code_version(),

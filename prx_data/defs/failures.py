@@ -7,7 +7,8 @@ or value error) into such a Failure, with the error's own message as the descrip
 chained traceback (the summary then shows the message, not a retry stack with Rust paths), and
 tags the run so the run-retry daemon does not re-launch it either. Transient errors (network,
 object-store throttling and 5xx, lost Ray workers, Lance commit conflicts, lock waits) go through
-untouched to the step ``RetryPolicy`` and then the run retries.
+untouched to the step ``RetryPolicy`` and then the run retries. A full disk, quota or read-only
+filesystem (``core.retry.is_permanent``) is permanent whatever wraps it, and the failure names it.
 
 An error neither list knows is treated as transient: retrying an unknown failure twice costs a
 few seconds, failing a run for a blip that would have passed costs a user's attention.
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterator
 import dagster as dg
 
 from prx_data.core.locking import LeaseLost, TableLocked
-from prx_data.core.retry import Retryable, is_retryable_error
+from prx_data.core.retry import Retryable, is_permanent, is_retryable_error, permanent_cause
 from prx_data.ingest.read.raw_item import SourceUnavailable
 
 # Run tag read by Dagster's run-retry daemon (dagster._core.execution.retries): "false" on a run
@@ -100,6 +101,8 @@ def is_transient(exc: BaseException) -> bool:
     """True when a retry of the step may succeed."""
     if isinstance(exc, dg.Failure):
         return exc.allow_retries
+    if is_permanent(exc):
+        return False
     for link in _chain(exc):
         if isinstance(link, (Retryable, TableLocked, LeaseLost, ConnectionError, TimeoutError)) or is_retryable_error(link):
             return True
@@ -122,8 +125,9 @@ def readable_message(exc: BaseException) -> str:
 
 
 def permanent_failure(exc: BaseException) -> dg.Failure:
-    """A Failure that is not retried, whose description is the error's message."""
-    message = readable_message(exc)
+    """A Failure that is not retried, whose description is the error's message (the message of
+    the cause no retry fixes, e.g. a full disk, where a wrapper hides it)."""
+    message = readable_message(permanent_cause(exc) or exc)
     return dg.Failure(
         description=message,
         metadata={"error": type(exc).__name__, "retried": "no: a configuration or data error fails the same way again"},

@@ -20,6 +20,7 @@ from prx_data.core.ray_tasks import LOCAL_MAX_ROWS
 from prx_data.core.storage import OPTION_ENV
 from prx_data.core.storage import SECRET_OPTIONS as SECRET_STORAGE_OPTIONS
 from prx_data.defs.cluster import ConnectOnDemand
+from prx_data.ingest.ownership import SpecOwners
 from prx_data.ingest.registry import Registry, load_registry
 
 # storage_options keys that are secrets, and the environment variable each comes from. Dagster
@@ -87,8 +88,11 @@ class SourceRegistryResource(dg.ConfigurableResource):
     sources_dir: str
     optout_dir: str
 
-    def load(self) -> Registry:
-        return load_registry(self.sources_dir)
+    def load(self, storage: StorageResource | None = None) -> Registry:
+        """The registry; with ``storage``, a name two specs claim stays with the spec its table
+        was built from (``ingest.ownership``). Every caller that ingests or decides runs passes it."""
+        owners = SpecOwners(storage.paths, storage.options) if storage is not None else None
+        return load_registry(self.sources_dir, owners)
 
 
 class RayTasksResource(dg.ConfigurableResource):

@@ -27,6 +27,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from prx_data.core.storage import naming_path
+
 FORMAT = "mds"
 VERSION = 2
 # streaming 0.13's Writer default; ours always passes one.
@@ -171,9 +173,10 @@ class MdsShardWriter:
         size = len(encoded) + self.extra_bytes_per_sample
         if self.size_limit and self.size_limit < self.buffered + size:
             self._write_shard()
-        if self._spool is None:
-            self._spool = open(self._spool_path(), "wb")
-        self._spool.write(encoded)
+        with naming_path(self._spool_path()):
+            if self._spool is None:
+                self._spool = open(self._spool_path(), "wb")
+            self._spool.write(encoded)
         self._sizes.append(len(encoded))
         self.buffered += size
 
@@ -204,9 +207,10 @@ class MdsShardWriter:
         header = [np.uint32(len(sizes)).tobytes(), offsets.astype(np.uint32).tobytes(), self.config_data]
         hashers = [make() for make in self._hashers]
         if self._spool is not None:
-            self._spool.close()
+            with naming_path(self._spool_path()):
+                self._spool.close()
         spool = self._spool_path()
-        with open(os.path.join(self.out, basename), "wb") as fp:
+        with naming_path(os.path.join(self.out, basename)), open(os.path.join(self.out, basename), "wb") as fp:
             for piece in header:
                 fp.write(piece)
                 for hasher in hashers:

@@ -30,6 +30,7 @@ import numpy as np
 from PIL import ExifTags, Image, UnidentifiedImageError
 
 from prx_data.imaging import jpeg_data
+from prx_data.imaging.colour import NO_PROFILE, SourceColour, identify
 
 # Machine-readable reasons. ``truncated`` is kept apart from ``invalid_image`` because a
 # truncated file is often a failed download worth re-fetching; tables whose status vocabulary
@@ -140,6 +141,7 @@ def load_pixels(
     header: Header,
     mode: Literal["RGB", "L", "YCbCr"] = "RGB",
     min_size: tuple[int, int] | None = None,
+    srgb: bool = False,
 ) -> Image.Image:
     """Decode the first frame, normalise the mode, apply EXIF orientation.
 
@@ -149,11 +151,16 @@ def load_pixels(
     ``Image.reduce`` (block averages), so a PNG copy of a JPEG yields nearly the same pixels.
     ``mode="YCbCr"`` returns YCbCr only for ordinary colour JPEGs (it skips two colour
     conversions when the result is re-encoded as JPEG) and RGB for everything else.
-    A header is consumed by one call.
+    ``srgb``: pixels of an image whose embedded profile is not sRGB are converted to sRGB
+    through it (``colour``); those come back RGB, never YCbCr. A profile that cannot be used
+    leaves the pixels as decoded. A header is consumed by one call.
     """
     image = header.image
     if getattr(image, "is_animated", False) and image.tell() != 0:
         image.seek(0)
+    colour = identify(image) if srgb else NO_PROFILE
+    if colour.converts and mode == "YCbCr":
+        mode = "RGB"
     request = _stored_request(header, min_size)
     is_jpeg = header.format in _JPEG_FORMATS
     if is_jpeg:
@@ -170,15 +177,23 @@ def load_pixels(
             # libjpeg cannot hand out YCbCr for the rare JPEG stored as RGB (Adobe transform
             # 0, or R/G/B component ids): decode it again the ordinary way.
             retry = read_header(header.data, header.width * header.height)
-            return load_pixels(retry, "RGB", min_size)
+            return load_pixels(retry, "RGB", min_size, srgb)
         raise DecodeError(INVALID_IMAGE, text) from None
     try:
-        if not (mode == "YCbCr" and image.mode == "YCbCr"):
+        if colour.converts:
+            image = _profile_mode(image, colour)
+        elif not (mode == "YCbCr" and image.mode == "YCbCr"):
             image = to_gray(image) if mode == "L" else to_rgb(image)
         if request is not None and not is_jpeg:
             factor = reduction_factor(image.size, request)
             if factor > 1:
                 image = image.reduce(factor)
+        if colour.transform is not None:
+            # On the reduced image (a JPEG's DCT-scaled decode is reduced already): the
+            # conversion costs per pixel, and the resize that follows works in sRGB.
+            image = _apply(colour, image)
+            if mode == "L":
+                image = image.convert("L")
         # Applied last, on the smallest image; the orientation was read once from the header.
         return _as_displayed(header, image)
     except Exception as exc:  # an exotic mode Pillow cannot convert, or out of memory
@@ -270,6 +285,25 @@ def _checked_jpeg_gray(header: Header, min_size: tuple[int, int]) -> Image.Image
     except jpeg_data.JpegDataError as exc:
         raise DecodeError(TRUNCATED if exc.truncated else INVALID_IMAGE, str(exc)) from None
     return _as_displayed(header, gray)
+
+
+def _apply(colour: SourceColour, image: Image.Image) -> Image.Image:
+    """The profile's transform; should LittleCMS refuse these pixels after all, they are used
+    as decoded (as sRGB), like any other unusable profile."""
+    try:
+        return colour.to_srgb(image)
+    except Exception:
+        return to_rgb(image)
+
+
+def _profile_mode(image: Image.Image, colour: SourceColour) -> Image.Image:
+    """Decoded pixels in the mode their profile describes, normalised as ``to_rgb``/``to_gray``
+    do (alpha composited on white, 16-bit samples scaled)."""
+    if colour.mode == "RGB":
+        return to_rgb(image)
+    if colour.mode == "L":
+        return to_gray(image)
+    return image
 
 
 def _as_displayed(header: Header, image: Image.Image) -> Image.Image:

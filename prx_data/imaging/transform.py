@@ -1,8 +1,9 @@
 """Export transform: encoded image -> bucket-shaped JPEG q92 bytes, or a drop with a reason.
 
 ``prepare`` is what the export stage calls per row: header -> bucket (``buckets.assign``) ->
-decode (at a reduced JPEG scale when the bucket is at most half the size) -> Lanczos resize
-covering the bucket with a centre crop -> JPEG quality 92, 4:2:0.
+decode (at a reduced JPEG scale when the bucket is at most half the size) -> sRGB (an image
+with an embedded non-sRGB profile is converted through it, ``colour``) -> Lanczos resize
+covering the bucket with a centre crop -> JPEG quality 92, 4:2:0, no profile (sRGB).
 
 Speed: for ordinary colour JPEGs the pixels stay in YCbCr. The luma plane is resampled at the
 bucket size and the two chroma planes at half of it, which is all the 4:2:0 output keeps; that
@@ -21,6 +22,7 @@ from typing import Final
 from PIL import Image
 
 from prx_data.imaging.buckets import Assignment, BucketConfig, Drop, assign
+from prx_data.imaging.colour import identify
 from prx_data.imaging.decode import (
     DEFAULT_MAX_PIXELS,
     INVALID_IMAGE,
@@ -111,7 +113,12 @@ def prepare(
         # Decode no smaller than the resized (pre-crop) image, so the reduced JPEG decode
         # never costs resolution the bucket keeps.
         min_size = (math.ceil(header.width * scale), math.ceil(header.height * scale))
-        pixels = load_pixels(header, "YCbCr", min_size)
+        converted = identify(header.image).converts
+        pixels = load_pixels(header, "YCbCr", min_size, srgb=True)
+        if converted and pixels.mode == "RGB":
+            # Converted to sRGB, the pixels take the YCbCr path too: the encoder would make
+            # YCbCr of them anyway, and chroma resampled at half size halves the resize.
+            pixels = pixels.convert("YCbCr")
         box = picture_box(header, pixels)
         if pixels.mode == "YCbCr":
             resized = _resize_ycbcr_for_420(pixels, target, box)

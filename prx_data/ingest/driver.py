@@ -39,6 +39,7 @@ from prx_data.core.paths import unit_manifest_uri
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, prefetch_ray
 from prx_data.core.schema import PHASH_COLUMNS, raw_schema
 from prx_data.core.urls import key_uri_for_table, load_url_key
+from prx_data.ingest.ownership import record_owner
 from prx_data.ingest.plan.seen_ids import REPLACED_SCHEMA, SEEN_SCHEMA, SeenIds
 from prx_data.ingest.plan.unit_listing import list_units
 from prx_data.ingest.plan.unit_manifest import PIECES, ChangePlan, Kept, KeptObjects, ManifestRows, kept_seen, load_plan, run_fingerprint
@@ -248,6 +249,8 @@ def ingest_source(
         if recorded is not None:
             recorded.close()
     wrote = ds.version != job.version
+    # The table now holds this spec's rows: a second spec claiming the name is the newcomer.
+    record_owner(uri, source.path, options)
     ds = _compact_if_fragmented(ds, rows_per_fragment)
     ds = _index_ids(ds, refresh=wrote)
     stats.fragments = len(ds.get_fragments())
@@ -308,7 +311,14 @@ def _run(
         unit = in_flight.pop(result.unit)
         if recorded is not None:
             # A unit redone below for a duplicated key has its objects dropped at commit.
-            recorded.add_unit(unit, result.seen, dict(result.stats.rows_by_status), result.stats.file_errors)
+            recorded.add_unit(
+                unit,
+                result.seen,
+                dict(result.stats.rows_by_status),
+                result.stats.file_errors,
+                result.member_items,
+                result.incomplete_members,
+            )
         result.seen = None
         keep(result, 0)
     for table in kept_seen(manifest_uri, job.storage_options, kept, SEEN_SCHEMA):

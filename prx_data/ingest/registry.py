@@ -10,12 +10,16 @@ import hashlib
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from prx_data.ingest.ownership import Claim
 
 SourceShape = Literal["image_folder", "parquet", "jsonl", "webdataset", "lance"]
 ImageKind = Literal["bytes", "path", "url"]
@@ -302,6 +306,9 @@ class SpecError:
 class Registry:
     sources: dict[str, RegisteredSource] = field(default_factory=dict)
     errors: list[SpecError] = field(default_factory=list)
+    # Names several specs claim with no owner to tell (a table built before owners were
+    # recorded): none of the claimants is taken, and the source is not a removal either.
+    contested: set[str] = field(default_factory=set)
 
     def get(self, name: str) -> RegisteredSource:
         try:
@@ -333,7 +340,10 @@ def load_spec(path: Path) -> SourceSpec:
         raise ValueError(f"{path}: {_format_validation_error(exc)}") from exc
 
 
-def load_registry(sources_dir: str | Path) -> Registry:
+def load_registry(sources_dir: str | Path, owners: Callable[[str], Claim] | None = None) -> Registry:
+    """Every spec in ``sources_dir``. ``owners`` (an ``ingest.ownership.SpecOwners``) tells which
+    spec a built source belongs to when several claim its name; without it only the file names
+    decide (for callers that build nothing)."""
     registry = Registry()
     folder = Path(sources_dir)
     if not folder.exists():
@@ -347,23 +357,60 @@ def load_registry(sources_dir: str | Path) -> Registry:
             continue
         if spec.enabled:
             loaded.append((path, spec))
-    # Two specs claiming one name: the one whose file is named after it (web.yaml for "web")
-    # keeps it, else the first in path order; the other is rejected and names both files. So a
-    # copy dropped in beside a source (web-copy.yaml, 0-web.yaml) can never take over its rows,
-    # however its file name sorts.
-    loaded.sort(key=lambda item: (item[0].stem != item[1].name, str(item[0])))
+    claims: dict[str, list[tuple[Path, SourceSpec]]] = {}
     for path, spec in loaded:
-        if spec.name in registry.sources:
-            other = registry.sources[spec.name].path
-            registry.errors.append(
-                SpecError(
-                    path, f"field 'name': {spec.name!r} already defined in {other}; this spec is ignored and that source is left as it is"
-                )
-            )
+        claims.setdefault(spec.name, []).append((path, spec))
+    for name, claimants in claims.items():
+        if len(claimants) == 1:
+            path, spec = claimants[0]
+            registry.sources[name] = RegisteredSource(spec, path)
             continue
-        registry.sources[spec.name] = RegisteredSource(spec, path)
+        owner, why = _owner(name, claimants, owners)
+        if owner is None:
+            files = ", ".join(str(p) for p, _ in claimants)
+            registry.contested.add(name)
+            for path, _ in claimants:
+                registry.errors.append(SpecError(path, f"field 'name': {name!r} is claimed by {files}; {why}"))
+            continue
+        registry.sources[name] = RegisteredSource(owner[1], owner[0])
+        for path, _ in claimants:
+            if path != owner[0]:
+                registry.errors.append(
+                    SpecError(
+                        path,
+                        f"field 'name': {name!r} already defined in {owner[0]} ({why}); "
+                        "this spec is ignored and that source is left as it is",
+                    )
+                )
     registry.sources = dict(sorted(registry.sources.items(), key=lambda item: str(item[1].path)))
     return registry
+
+
+def _owner(
+    name: str, claimants: list[tuple[Path, SourceSpec]], owners: Callable[[str], Claim] | None
+) -> tuple[tuple[Path, SourceSpec] | None, str]:
+    """Which of several specs claiming ``name`` keeps it, and why (or None and why none does).
+
+    The spec the source's table was built from keeps it; a newcomer never takes a source over,
+    however its file name sorts. Before any table exists the file named after the source
+    (web.yaml for "web") wins, else the first in path order."""
+    claim = owners(name) if owners is not None else None
+    if claim is not None and claim.spec_file is not None:
+        for path, spec in claimants:
+            if path.name == claim.spec_file:
+                return (path, spec), "the source's tables were built from it"
+        return None, (
+            f"the source's tables were built from {claim.spec_file}, which none of them is; "
+            "none is taken until one is removed or renamed (the tables are left as they are)"
+        )
+    if claim is not None and claim.built:
+        return None, (
+            "the source's tables exist and do not say which spec built them; none is taken until one "
+            "is removed or renamed (the tables are left as they are)"
+        )
+    ranked = sorted(claimants, key=lambda item: (item[0].stem != name, str(item[0])))
+    path, spec = ranked[0]
+    return (path, spec), ("its file is named after the source" if path.stem == name else "first in path order, nothing built yet")
 
 
 def wide_root_warning(source: RegisteredSource) -> str | None:

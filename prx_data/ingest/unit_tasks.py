@@ -33,15 +33,16 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from prx_data.compat.ray_config import in_process_ray_auth
 from prx_data.core.filters import one_of
-from prx_data.core.ids import escape_undecodable, is_utf8, sample_id
+from prx_data.core.ids import escape_undecodable, is_utf8, normal_key, sample_id
 from prx_data.core.lance_io import chunked
 from prx_data.core.quiet import quiet_ray_env
 from prx_data.core.ray_tasks import ADDRESS_VAR, bounded, ensure_ray, task_options
 from prx_data.core.schema import Status
-from prx_data.core.urls import redact_url
+from prx_data.core.urls import redact_url, url_key
 from prx_data.ingest.plan.seen_ids import REPLACED_SCHEMA, SEEN_SCHEMA
+from prx_data.ingest.plan.unit_manifest import RETRY_STATUSES
 from prx_data.ingest.read.raw_item import RawItem
-from prx_data.ingest.read.units import Unit, read_unit
+from prx_data.ingest.read.units import Unit, read_unit_members
 from prx_data.ingest.registry import RegisteredSource
 from prx_data.ingest.rows.ingest_stats import EXAMPLES, IngestStats, count_empty_fields
 from prx_data.ingest.rows.raw_row import (
@@ -100,25 +101,30 @@ class UnitResult:
     replaced: pa.Table | None = None  # REPLACED_SCHEMA: stored rows that new rows replace
     metadata: pa.Table | None = None  # metadata-only updates, in metadata_schema(job.schema)
     attempt: int = 0  # 1 when the unit was redone to skip keys an earlier unit holds
+    # A group of files (``Unit.files``): items read from each file, and the files with an
+    # outcome to read again (a file error, a failed download): for the unit manifest.
+    member_items: list[int] | None = None
+    incomplete_members: list[int] = field(default_factory=list)
 
 
 class _Stored:
     """The stored rows of one chunk's sample ids: (sha, status, metadata digest, row address,
-    stored source URL)."""
+    stored source URL, stored URL key)."""
 
     def __init__(self, ds: lance.LanceDataset | None) -> None:
         self.ds = ds
         self.columns = []
         if ds is not None:
-            extra = ["embedding"] if "embedding" in ds.schema.names else []
+            extra = [c for c in ("embedding", "source_url_key") if c in ds.schema.names]
             self.columns = ["sample_id", "image_sha256", "status", *METADATA_COLUMNS, *extra]
 
-    def lookup(self, ids: list[str]) -> dict[str, tuple[str | None, str, bytes, int, str | None]]:
+    def lookup(self, ids: list[str]) -> dict[str, tuple[str | None, str, bytes, int, str | None, str | None]]:
         if self.ds is None or not ids:
             return {}
         table = self.ds.to_table(columns=self.columns, filter=one_of("sample_id", ids), with_row_address=True)
         cols = {name: table.column(name).to_pylist() for name in (*self.columns, "_rowaddr")}
         embeddings = cols.get("embedding") or [None] * table.num_rows
+        keys = cols.get("source_url_key") or [None] * table.num_rows
         return {
             sid: (
                 cols["image_sha256"][i],
@@ -126,6 +132,7 @@ class _Stored:
                 metadata_digest(cols["source_caption"][i], cols["source_url"][i], cols["license"][i], embeddings[i]),
                 cols["_rowaddr"][i],
                 cols["source_url"][i],
+                keys[i],
             )
             for i, sid in enumerate(cols["sample_id"])
         }
@@ -141,12 +148,18 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
     replaced: dict[str, list] = {"sample_id": [], "_rowaddr": []}
     meta_rows: list[dict] = []
     local: set[str] = set()  # this unit's ids: bounded by the unit's size, not the source's
+    member_items = [0] * len(unit.files)
+    incomplete: set[int] = set()
 
     def picked(pairs):
-        for pos, item in pairs:
+        for pos, (member, item) in pairs:
             stats.seen += 1
+            if member_items:
+                member_items[member] += 1
             if not is_utf8(item.key):
                 item = undecodable_name(item)
+            # One spelling per key: two files whose names normalise alike are a repeated key.
+            item.key = normal_key(item.key)
             sid = sample_id(spec.name, item.key)
             if pos in skip or sid in local:
                 stats.duplicate_key_count += 1
@@ -160,14 +173,15 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
             seen["pos"].append(pos)
             if item.file_level:
                 stats.file_errors += 1
-            yield sid, item
+                incomplete.add(member)
+            yield sid, member, item
 
     def prepared():
         # The stored rows are looked up a chunk at a time (one filtered scan per chunk); the
         # downloads themselves stream across chunks with no barrier between them.
-        for chunk in chunked(picked(enumerate(read_unit(source, unit, job.source_options))), job.chunk_size):
-            before_of = stored.lookup([sid for sid, _ in chunk])
-            for sid, item in chunk:
+        for chunk in chunked(picked(enumerate(read_unit_members(source, unit, job.source_options))), job.chunk_size):
+            before_of = stored.lookup([sid for sid, _, _ in chunk])
+            for sid, member, item in chunk:
                 before = before_of.get(sid)
                 # A URL already fetched (ok or opted out) is not fetched again; a key whose URL
                 # changed is, or its row would name one URL and hold another's bytes. Compared
@@ -180,26 +194,30 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
                     and before[4] == redact_url(item.source_url or item.url)
                 )
                 wanted = item.url and item.data is None and not item.error and not fetched
-                yield (sid, item, before, fetched), item.key, item.url if wanted else None
+                yield (sid, member, item, before, fetched), item.key, item.url if wanted else None
 
     def batches():
         rows = []
-        for (sid, item, before, fetched), done in _downloaded(source, prepared()):
+        for (sid, member, item, before, fetched), done in _downloaded(source, prepared()):
             result, probe = done or (None, None)
             if result is not None:
                 apply_download(item, result)
             if fetched:
                 stats.rows_by_status[before[1]] += 1
-                _metadata_or_unchanged(before[2] != item_digest(item, spec), sid, item)
+                if before[1] in RETRY_STATUSES:
+                    incomplete.add(member)
+                _metadata_or_unchanged(before[2] != item_digest(item, spec) or _rekeyed(before, item), sid, item)
                 continue
             row = item_row(source, item, job.now, job.optout, job.url_hash_key, probe)
             item.data = None  # the row holds the bytes now; the item may outlive this loop
             stats.rows_by_status[row["status"]] += 1
+            if row["status"] in RETRY_STATUSES:
+                incomplete.add(member)
             if row["error"] and len(stats.errors_sample) < EXAMPLES:
                 stats.errors_sample.append(f"{item.key}: {row['error']}")
             if before is not None and before[:2] == (row["image_sha256"], row["status"]):
                 digest = metadata_digest(row["source_caption"], row["source_url"], row["license"], row.get("embedding"))
-                _metadata_or_unchanged(before[2] != digest, sid, item)
+                _metadata_or_unchanged(before[2] != digest or _rekeyed(before, item), sid, item)
                 continue
             if before is None:
                 stats.new += 1
@@ -216,6 +234,10 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
                 rows = []
         if rows:
             yield to_batch(rows, job.schema)
+
+    def _rekeyed(before, item) -> bool:
+        # A row hashed under an earlier URL key rule gets the current key (core/urls.py).
+        return job.url_hash_key is not None and before[5] != url_key(item.source_url, job.url_hash_key)
 
     def _metadata_or_unchanged(changed: bool, sid, item) -> None:
         if changed:
@@ -235,6 +257,8 @@ def process_unit(job: UnitJob, unit: Unit, skip: frozenset[int] = frozenset()) -
         seen=pa.table(seen, schema=SEEN_SCHEMA),
         replaced=pa.table(replaced, schema=REPLACED_SCHEMA),
         metadata=pa.Table.from_batches([to_batch(meta_rows, meta_schema)]) if meta_rows else None,
+        member_items=member_items if unit.files else None,
+        incomplete_members=sorted(incomplete) if unit.files else [],
     )
 
 

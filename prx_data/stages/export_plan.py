@@ -42,6 +42,7 @@ from prx_data.core.spill import ScanOrdered, SpilledPartitions, partition_count,
 from prx_data.export.reuse import ShardReader
 from prx_data.export.tree import BucketRef, parse_bucket
 from prx_data.imaging.buckets import BucketConfig, Drop, assign
+from prx_data.imaging.colour import COLOUR_VERSION, needs_conversion
 from prx_data.imaging.decode import Reason
 
 # Columns the written samples carry besides the image (read per chunk, never source-wide).
@@ -100,6 +101,17 @@ def shard_rel(shard: str) -> str:
     return shard.rsplit("/", 2)[0]
 
 
+def _image_key(sha: str | None, width, height, image_version: str, colour_space: str | None) -> str | None:
+    """What the encoded bytes are made from. The colour conversion's version is part of it only
+    for rows it converts, so introducing or changing it re-exports exactly those rows; rows
+    written as decoded keep the key older code gave them."""
+    if not sha:
+        return None
+    if needs_conversion(colour_space):
+        return row_key(sha, width, height, image_version, COLOUR_VERSION)
+    return row_key(sha, width, height, image_version)
+
+
 def scan_current(
     ds: lance.LanceDataset,
     *,
@@ -111,7 +123,9 @@ def scan_current(
 ) -> Iterator[pa.RecordBatch]:
     """The source's ok rows as CURRENT_SCHEMA batches, in scan order; Python values live one batch."""
     names = ds.schema.names
-    wanted = ["sample_id", "width", "height"] + [c for c in ("image_sha256", "phash", "phash_error", *META_COLUMNS) if c in names]
+    wanted = ["sample_id", "width", "height"] + [
+        c for c in ("image_sha256", "phash", "phash_error", "colour_space", *META_COLUMNS) if c in names
+    ]
     offset = 0
     for batch in ds.to_batches(columns=wanted, filter="status = 'ok'", with_row_address=True, batch_size=batch_rows):
         n = batch.num_rows
@@ -121,7 +135,8 @@ def scan_current(
         sha, widths, heights = _values(batch, "image_sha256"), _values(batch, "width"), _values(batch, "height")
         caption, label, model = _values(batch, "caption"), _values(batch, "label"), _values(batch, "caption_model")
         hash_error = _values(batch, "phash_error")
-        image_key = [row_key(sha[i], widths[i], heights[i], image_version) if sha[i] else None for i in range(n)]
+        colour = _values(batch, "colour_space")
+        image_key = [_image_key(sha[i], widths[i], heights[i], image_version, colour[i]) for i in range(n)]
         meta_key = [row_key(caption[i], label[i], model[i]) for i in range(n)]
         target: list[str | None] = [None] * n
         drop: list[str | None] = [None] * n

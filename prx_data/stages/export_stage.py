@@ -126,6 +126,17 @@ class ExportStats:
     def images_per_s(self) -> float:
         return self.encoded / self.seconds if self.seconds else 0.0
 
+    @property
+    def summary(self) -> str:
+        """The run's line for the log: how many of the source's usable rows the export holds,
+        and why the others are not in it."""
+        dropped = sum(self.dropped.values())
+        work = f"{self.encoded} encoded, {self.reused} re-used, {self.kept} kept in place"
+        if not dropped:
+            return f"exported {self.exported}/{self.exported} rows ({work})"
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(self.dropped.items(), key=lambda rc: (-rc[1], rc[0])))
+        return f"exported {self.exported} of {self.exported + dropped} rows ({dropped} dropped: {reasons}; {work})"
+
 
 def _bucket_of(tier: int | str, bucket: str) -> BucketRef:
     height, width = parse_bucket(bucket)

@@ -4,6 +4,8 @@ transient error still goes to the step retry policy."""
 
 from __future__ import annotations
 
+import errno
+
 import dagster as dg
 import pytest
 from dagster._core.events import RunFailureReason
@@ -11,7 +13,7 @@ from dagster._core.execution.retries import auto_reexecution_should_retry_run
 
 from prx_data.core.locking import TableLocked
 from prx_data.core.retry import Retryable
-from prx_data.defs.failures import RETRY_ON_STEP_FAILURE_TAG, fail_fast, is_transient, readable_message
+from prx_data.defs.failures import RETRY_ON_STEP_FAILURE_TAG, fail_fast, is_transient, permanent_failure, readable_message
 from prx_data.ingest.read.raw_item import SourceUnavailable
 from prx_data_tests.conftest import run_source
 
@@ -81,10 +83,28 @@ def test_transient_errors(error):
         KeyError("no source spec named 'x'"),
         FileNotFoundError("s3://bucket/sources/x.lance"),
         dg.Failure("bad", allow_retries=False),
+        OSError(errno.ENOSPC, "No space left on device", "/mds/shard.00000.mds"),
+        OSError("[errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device"),
+        RuntimeError("LanceError(IO): Generic LocalFileSystem error: No space left on device (os error 28), x.rs:1:2"),
+        OSError(errno.EROFS, "Read-only file system", "/mds"),
     ],
 )
 def test_permanent_errors(error):
     assert not is_transient(error)
+
+
+def test_a_full_disk_under_a_wrapper_is_permanent_and_named():
+    """Whatever wraps it (a Ray task's error, a message that reads like a network blip), a full
+    disk fails once, and the failure's text is the full disk's, with its file."""
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/mds/photos/shard.00000.mds")
+        except OSError as exc:
+            raise RuntimeError("export task failed: connection reset while writing") from exc
+    except RuntimeError as wrapped:
+        assert not is_transient(wrapped)
+        description = permanent_failure(wrapped).description or ""
+    assert "No space left on device" in description and "/mds/photos/shard.00000.mds" in description, description
 
 
 def test_a_permanent_cause_wrapped_in_a_network_message_is_retried():

@@ -10,6 +10,7 @@ import yaml
 from prx_data.defs.code_versions import INGEST_CODE_VERSION, asset_code_versions
 from prx_data.defs.export.resources import ExportResource
 from prx_data.defs.policies import SOURCE_TABLE_WRITER_TAG, TRANSIENT_RETRY
+from prx_data.imaging.colour import COLOUR_VERSION
 from prx_data.imaging.phash import PHASH_VERSION
 from prx_data.models.captioning.prompt import caption_prompt_version
 from prx_data.stages.versions import export_version
@@ -59,10 +60,11 @@ def test_code_versions_name_what_decides_each_output(prx_defs, redeploy):
     graph = prx_defs.resolve_asset_graph()
     version = {k.to_user_string(): graph.get(k).code_version for k in graph.get_all_asset_keys()}
     assert version["raw_samples"] == INGEST_CODE_VERSION
-    assert version["phashes"] == PHASH_VERSION
+    # The asset also reads colour spaces; the hash's own version is unchanged by that.
+    assert version["phashes"] == f"{PHASH_VERSION}+{COLOUR_VERSION}"
     assert version["captions"] == "source@source"  # the CPU default keeps source captions
     assert version["caption_labels"].startswith("sentence-transformers/all-MiniLM-L6-v2@")
-    assert version["mds_shards"] == export_version(ExportResource().bucket_config())
+    assert version["mds_shards"] == f"{export_version(ExportResource().bucket_config())}+{COLOUR_VERSION}"
     # What `prx-data run` compares before it builds the Definitions is what they carry.
     assert asset_code_versions() == {k: v for k, v in version.items() if v is not None}
 

@@ -8,8 +8,8 @@ Dagster). Three things are then done on purpose so the explorer has something to
   page can show both;
 - one duplicate photo is labelled ``nsfw`` (as a stricter classifier might), so a sample is
   skipped for two reasons (the demo holds no nsfw picture, and the CPU labels keep it visual);
-- ``photos`` gets an INVERTED index on ``caption``; the other tables have none, so a search runs
-  full-text on one source and substring on the rest.
+- ``photos`` gets the INVERTED index on ``caption`` that table maintenance builds; the other
+  tables have none, so a search runs full-text on one source and substring on the rest.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def build(root: Path) -> ExploredCorpus:
     from prx_data.core.lance_io import update_columns
     from prx_data.core.paths import StoragePaths
     from prx_data.curation.exclusion import compute_skips, write_skip_lists
+    from prx_data.curation.maintenance import maintain_table
     from prx_data.demo.corpus import build_demo_corpus
     from prx_data.export.corpus_index import merge_all
     from prx_data.imaging.buckets import BucketConfig
@@ -77,7 +78,7 @@ def build(root: Path) -> ExploredCorpus:
     merge_all(paths.mds_root)
     _, skips = compute_skips(paths, {n: s.spec.priority for n, s in registry.sources.items()}, bucket_cfg=BucketConfig())
     write_skip_lists(paths.mds_root, skips)
-    lance.dataset(paths.raw_table(FTS_SOURCE)).create_scalar_index("caption", "INVERTED")
+    maintain_table(paths.raw_table(FTS_SOURCE), target_rows_per_fragment=1_000_000, indexes=(("caption", "INVERTED"),))
     return ExploredCorpus(root, settings, ids)
 
 

@@ -20,7 +20,7 @@ from prx_data.core.ids import sample_id as make_sample_id
 from prx_data.core.lance_io import open_table
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_FINGERPRINT_TYPE, OPTOUT_MATCH_SCHEMA
-from prx_data.core.urls import URL_KEY_PREFIX, redact_url, url_key
+from prx_data.core.urls import URL_KEY_PREFIX, redact_url, url_keys
 from prx_data.imaging.fingerprints import DEGENERATE_COLUMN, degenerate_mask
 
 RAW_COLUMNS = ["sample_id", "source", "source_key", "source_url", "status", "image_sha256", "phash", "source_url_key"]
@@ -121,7 +121,7 @@ def named_tables(requests: dict, url_hash_key: bytes | None = None) -> dict[str,
     """Per kind, (request_id, value[, sample_id]) rows for every name of every request. URLs
     also get their keyed hash under ``url_hash_key`` (rows store only the redacted URL)."""
     ids: tuple[list[str], list[str], list[str]] = ([], [], [])
-    urls: tuple[list[str], list[str]] = ([], [])
+    urls: tuple[list[str], list[str], list[str | None]] = ([], [], [])
     domains: tuple[list[str], list[str]] = ([], [])
     for request_id, request in requests.items():
         for sid in request.sample_ids:
@@ -134,8 +134,10 @@ def named_tables(requests: dict, url_hash_key: bytes | None = None) -> dict[str,
             ids[1].append(f"source_key {pair}")
             ids[2].append(make_sample_id(source, key))
         for url in request.urls:
-            urls[0].append(request_id)
-            urls[1].append(url)
+            for hashed in _url_keys(url, url_hash_key):
+                urls[0].append(request_id)
+                urls[1].append(url)
+                urls[2].append(hashed)
         for domain in request.domains:
             domains[0].append(request_id)
             domains[1].append(domain)
@@ -146,18 +148,19 @@ def named_tables(requests: dict, url_hash_key: bytes | None = None) -> dict[str,
             {
                 "request_id": pa.array(urls[0], s),
                 "source_url": pa.array(urls[1], s),
-                "source_url_key": pa.array([_url_key(u, url_hash_key) for u in urls[1]], s),
+                "source_url_key": pa.array(urls[2], s),
             }
         ),
         "domains": pa.table({"request_id": pa.array(domains[0], s), "domain": pa.array(domains[1], s)}),
     }
 
 
-def _url_key(url: str, url_hash_key: bytes | None) -> str | None:
-    """A request URL's keyed hash; a kept request version stores the hash itself (urlkey:...)."""
+def _url_keys(url: str, url_hash_key: bytes | None) -> list[str | None]:
+    """A request URL's keyed hashes (of the normalised URL, and of the URL as written for rows
+    not re-keyed yet); a kept request version stores the hash itself (urlkey:...)."""
     if url.startswith(URL_KEY_PREFIX):
-        return url.removeprefix(URL_KEY_PREFIX)
-    return url_key(url, url_hash_key) if url_hash_key else None
+        return [url.removeprefix(URL_KEY_PREFIX)]
+    return list(url_keys(url, url_hash_key)) if url_hash_key else [None]
 
 
 def host_suffixes(raw: pa.Table) -> pa.Table:
@@ -214,19 +217,21 @@ def match_identity(named: dict[str, pa.Table], raw: pa.Table) -> tuple[pa.Table,
         unmatched.append(missing.select(["request_id", "name"]))
     urls = named["urls"]
     if urls.num_rows:
-        # Rows store the redacted URL and the keyed hash of the original: match the request's
+        # Rows store the redacted URL and the keyed hash of the normalised original: match the request's
         # URL by that hash; rows ingested before redaction (no hash) by the URL itself.
         keyed = corpus.filter(pc.is_valid(corpus["source_url_key"])).select(["sample_id", "source", "source_url_key"])
         legacy = corpus.filter(pc.and_(pc.is_valid(corpus["source_url"]), pc.is_null(corpus["source_url_key"]))).select(
             ["sample_id", "source", "source_url"]
         )
         by_key = urls.filter(pc.is_valid(urls["source_url_key"])).select(["request_id", "source_url", "source_url_key"])
-        joined = [_small_join(urls.select(["request_id", "source_url"]), legacy, "source_url")]
+        # A URL has a row per key it may be stored under; by its text it is one name.
+        named_urls = urls.select(["request_id", "source_url"]).group_by(["request_id", "source_url"], use_threads=False).aggregate([])
+        joined = [_small_join(named_urls, legacy, "source_url")]
         if by_key.num_rows:
             joined.append(_small_join(by_key, keyed, "source_url_key").select(joined[0].column_names))
         found = pa.concat_tables(joined)
         out.append(_match_rows(found, "url"))
-        missing = urls.select(["request_id", "source_url"]).join(
+        missing = named_urls.join(
             found.select(["request_id", "source_url"]), ["request_id", "source_url"], join_type="left anti", use_threads=False
         )
         # The audit table names what did not match: never a credential a request carried.

@@ -28,9 +28,10 @@ import pyarrow.compute as pc
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from prx_data.core.ids import normal_key
 from prx_data.core.paths import StoragePaths
 from prx_data.core.schema import OPTOUT_AUDIT_SCHEMA, OPTOUT_MATCH_SCHEMA
-from prx_data.core.urls import URL_KEY_PREFIX, key_uri, load_url_key, redact_url, url_key
+from prx_data.core.urls import URL_KEY_PREFIX, key_uri, load_url_key, normalize_url, redact_url, url_key
 from prx_data.curation.optout.files import (
     DEFAULT_MAX_IMAGE_BYTES,
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -78,7 +79,8 @@ class OptOutRequest(BaseModel):
         bad = [v for v in values if ":" not in v]
         if bad:
             raise ValueError(f"expected '<source>:<key>', got {bad[:3]}")
-        return values
+        # Keys are stored in NFC (core/ids.py): a request in either spelling names the row.
+        return [normal_key(v) for v in values]
 
     @field_validator("urls")
     @classmethod
@@ -525,7 +527,7 @@ def ingest_matcher(optout_dir: str):
         r = item.request
         by_id.update({sid: request_id for sid in r.sample_ids})
         by_key.update({pair: request_id for pair in r.source_keys})
-        by_url.update({url: request_id for url in r.urls})
+        by_url.update({normalize_url(url): request_id for url in r.urls})
         by_domain.update({d: request_id for d in r.domains})
 
     def on_domain(url: str) -> str | None:
@@ -543,8 +545,8 @@ def ingest_matcher(optout_dir: str):
         if f"{source}:{item.key}" in by_key:
             return by_key[f"{source}:{item.key}"]
         for url in (item.url, item.source_url):
-            if url and url in by_url:
-                return by_url[url]
+            if url and normalize_url(url) in by_url:
+                return by_url[normalize_url(url)]
             if url and by_domain:
                 found = on_domain(url)
                 if found:

@@ -33,7 +33,7 @@ def optout_requests(context: dg.AssetExecutionContext, storage: StorageResource,
     # lazy: the code location loads without lance (Dagster imports it in every process)
     from prx_data.curation.optout.requests import apply_requests
 
-    sources = sorted(registry.load().sources)
+    sources = sorted(registry.load(storage).sources)
     report = apply_requests(storage.paths, registry.optout_dir, sources, storage.options)
     for error in report.errors:
         context.log.error(f"opt-out request not applied: {error}")
@@ -81,7 +81,7 @@ def table_maintenance(
     from prx_data.curation.maintenance import EXPORT_INDEXES, SOURCE_INDEXES, maintain_table
 
     reports = []
-    for source in sorted(registry.load().sources):
+    for source in sorted(registry.load(storage).sources):
         for uri, indexes in (
             (storage.paths.raw_table(source), SOURCE_INDEXES),
             (storage.paths.exports_table(source), EXPORT_INDEXES),
@@ -121,7 +121,9 @@ def corpus_report(
     # lazy: the code location loads without lance (Dagster imports it in every process)
     from prx_data.curation.refresh import write_data_card
 
-    card, path = write_data_card(storage.paths, registry.load().sources, exclude_labels=export.exclude_labels, options=storage.options)
+    card, path = write_data_card(
+        storage.paths, registry.load(storage).sources, exclude_labels=export.exclude_labels, options=storage.options
+    )
     retired = receipts(storage.mds_root, storage.options)
     if retired:
         # The receipt of every retired source (curation/retire.py) belongs on the card.

@@ -69,8 +69,9 @@ def mds_shards(
         require_caption=export.require_caption,
         max_caption_chars=export.max_caption_chars,
         storage_options=storage.options,
-        progress=ProgressLogger(context.log, "exported"),
+        progress=ProgressLogger(context.log, "encoded"),
     )
+    context.log.info(stats.summary)
     return dg.MaterializeResult(
         metadata={
             "exported": stats.exported,
@@ -167,7 +168,7 @@ def skip_lists(
     from prx_data.curation.fold import FoldPolicy
     from prx_data.curation.refresh import rebuild_skip_lists
 
-    reg = registry.load()
+    reg = registry.load(storage)
     priorities = {name: src.spec.priority for name, src in reg.sources.items()}
     min_samples = get_settings().min_stream_samples
     rebuilt = rebuild_skip_lists(

@@ -44,7 +44,7 @@ def raw_samples(
     # lazy: the code location loads without lance (Dagster imports it in every process)
     from prx_data.ingest.driver import ingest_source
 
-    reg = registry.load()
+    reg = registry.load(storage)
     try:
         source = reg.get(context.partition_key)
     except KeyError as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from prx_data.curation.optout.requests import OptOutFolderError, load_requests
-from prx_data.defs.resources import SourceRegistryResource
+from prx_data.defs.resources import SourceRegistryResource, StorageResource
 from prx_data.ingest.registry import Registry
 
 SOURCE_REGISTRY = dg.AssetKey("source_registry")
@@ -93,8 +93,8 @@ source_registry = dg.AssetSpec(
     name=CHECK_NAME,
     description="Every source spec and opt-out request parses and validates; a failing check lists each bad file with its message.",
 )
-def specs_and_requests_valid(registry: SourceRegistryResource) -> dg.AssetCheckResult:
-    reg = registry.load()
+def specs_and_requests_valid(registry: SourceRegistryResource, storage: StorageResource) -> dg.AssetCheckResult:
+    reg = registry.load(storage)
     problems = registry_problems(reg, registry.optout_dir)
     return dg.AssetCheckResult(
         passed=not problems,

@@ -28,9 +28,10 @@ class RetireConfig(dg.Config):
 )
 @fail_fast
 def retire_source(context: dg.OpExecutionContext, config: RetireConfig, storage: StorageResource, registry: SourceRegistryResource) -> None:
-    if config.source in registry.load().sources:
-        # Re-added while the retirement waited: nothing to retire.
-        raise dg.Failure(description=f"source {config.source!r} has a valid spec again; it was not retired", allow_retries=False)
+    reg = registry.load(storage)
+    if config.source in reg.sources or config.source in reg.contested:
+        # Re-added while the retirement waited (or claimed by specs again): nothing to retire.
+        raise dg.Failure(description=f"source {config.source!r} has a spec again; it was not retired", allow_retries=False)
     receipt = archive_source(storage.paths, config.source, reason=config.reason, options=storage.options)
     min_samples = get_settings().min_stream_samples
     merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples, gc_min_age_s=get_settings().shard_retention_s)

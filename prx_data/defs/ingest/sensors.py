@@ -71,7 +71,7 @@ def readd_request(name: str, fingerprint: str) -> dg.RunRequest:
 
 
 def source_registry_tick(context: dg.SensorEvaluationContext, registry: SourceRegistryResource, storage: StorageResource):
-    reg = registry.load()
+    reg = registry.load(storage)
     problems = registry_problems(reg, registry.optout_dir)
     known = set(context.instance.get_dynamic_partitions(SOURCES_PARTITION))
     state = _load_cursor(context.cursor)
@@ -110,7 +110,8 @@ def source_registry_tick(context: dg.SensorEvaluationContext, registry: SourceRe
     # A spec that broke is not a removal: its file is still there (named after the source by
     # convention), and the source keeps its last good tables and export.
     broken = {Path(p.file).stem for p in problems if p.kind == "source spec"}
-    removed = sorted(name for name in known if name not in reg.sources and name not in broken)
+    # Nor is a name two specs claim with no owner to tell: its tables stay until one spec goes.
+    removed = sorted(name for name in known if name not in reg.sources and name not in broken and name not in reg.contested)
     # A partition that never ingested anything has nothing to archive: typically a name typed
     # into the UI's "Add partition" (which Dagster's UI cannot hide, docs/ui.md). It is dropped
     # on this tick, with no retire run and no receipt on the data card.

@@ -17,6 +17,8 @@ a unit but ``Kept``: never opened.
 - URL lists read by ``workers`` > 1: JSONL runs and Parquet pieces of ``URL_UNIT_ITEMS`` items
   (a Parquet row group is cut into row ranges), so a list of a few thousand URLs is downloaded
   by every worker's own session, not by one;
+- small JSONL and Parquet files that are not split: consecutive files grouped into one unit
+  (``GROUP_BYTES``), each file read whole; a kept file (unchanged) ends a group;
 - Lance: the whole table (one unit).
 """
 
@@ -30,7 +32,7 @@ from prx_data.ingest.plan.unit_manifest import KEPT_FOLDER_UNIT, PIECES, ChangeP
 from prx_data.ingest.read.image_folder import image_folder_context, walk_image_folder
 from prx_data.ingest.read.jsonl import line_runs
 from prx_data.ingest.read.parquet import row_group_runs
-from prx_data.ingest.read.source_files import list_files
+from prx_data.ingest.read.source_files import list_sized_files
 from prx_data.ingest.read.units import Unit, source_context, source_root
 from prx_data.ingest.registry import RegisteredSource
 
@@ -42,6 +44,12 @@ JSONL_UNIT_LINES = 8192
 # downloads, small enough that two workers share a 1,000-URL list, large enough that each
 # unit's tail (its last slow requests) is a small part of it.
 URL_UNIT_ITEMS = 512
+# Small JSONL and Parquet files (at most 1/16 of this) are read in groups of about this many
+# bytes (and at most ``jsonl_lines`` / ``parquet_rows`` files): a unit per file costs a task, a
+# Lance fragment and the driver's bookkeeping each, ~3 ms a file and memory growing with the
+# file count. URL lists group fewer bytes (a URL line is ~200 bytes), as they cut units smaller.
+GROUP_BYTES = 16 * 1024 * 1024
+URL_GROUP_BYTES = URL_UNIT_ITEMS * 256
 
 
 def list_units(
@@ -98,25 +106,38 @@ def list_units(
         return
     suffixes = {"parquet": (".parquet",), "jsonl": (".jsonl", ".json"), "webdataset": (".tar",)}[shape]
     root = source_root(source, storage_options)
-    files = list_files(location, suffixes, root)
+    files = list_sized_files(location, suffixes, root)
     parquet_ctx = source_context(source, storage_options) if shape == "parquet" else None
-    for ordinal, file in enumerate(files):
-        index = ordinal * PIECES
-        objects = ()
-        if plan is not None:
-            sig = plan.signature(file)
-            if plan.unchanged(str(file), sig):
-                yield Kept(index, str(file))
+    group_bytes = URL_GROUP_BYTES if url_units else GROUP_BYTES
+    groups = _Groups(shape, jsonl_lines if shape == "jsonl" else parquet_rows, group_bytes)
+    for chunk in chunked(enumerate(files), 1024):
+        sigs, kept_flags = _decide_files(plan, [file for _, (file, _) in chunk])
+        for (ordinal, (file, size)), sig, kept in zip(chunk, sigs, kept_flags):
+            index = ordinal * PIECES
+            if kept:
+                # A kept file ends the group before it: groups hold consecutive files only, so
+                # every key keeps its place in the source's order against the kept rows.
+                yield from groups.flush()
+                yield Kept(index, file)
                 continue
-            objects = ((str(file), sig),)
-        if shape == "jsonl":
-            ranges = line_runs(file, root, jsonl_lines)
+            objects = ((file, sig),) if plan is not None else ()
+            forced = plan is not None and file in plan.forced
+            small = size is not None and shape != "webdataset" and not forced and size <= group_bytes // 16
+            # A file of no more bytes than a run has lines has no more lines than that: never split.
+            ranges = None if shape != "jsonl" or (small and size <= jsonl_lines) else line_runs(file, root, jsonl_lines)
+            split = parquet_rows if url_units else None
+            pieces = row_group_runs(parquet_ctx, file, parquet_rows, split) if parquet_ctx is not None else None
+            if small and not ranges and not pieces:
+                assert size is not None, "a small file has a size"
+                yield from groups.add(index, file, objects, size)
+                continue
+            yield from groups.flush()
             if ranges:
                 for start, end, before in ranges:
                     yield Unit(
                         index,
                         shape,
-                        file=str(file),
+                        file=file,
                         byte_range=(start, end),
                         first_row=before,
                         label=f"{file}:{before + 1}",
@@ -124,23 +145,63 @@ def list_units(
                     )
                     index += 1
                 continue
-        split = parquet_rows if url_units else None
-        pieces = row_group_runs(parquet_ctx, file, parquet_rows, split) if parquet_ctx is not None else None
-        if not pieces:
-            yield Unit(index, shape, file=str(file), label=str(file), objects=objects)
-            continue
-        for groups, first_row, rows in pieces:
-            yield Unit(
-                index,
-                shape,
-                file=str(file),
-                row_groups=groups,
-                first_row=first_row,
-                rows=rows,
-                label=f"{file}#{groups[0]}+{first_row}",
-                objects=objects,
-            )
-            index += 1
+            if not pieces:
+                yield Unit(index, shape, file=file, label=file, objects=objects)
+                continue
+            for groups_of_rows, first_row, rows in pieces:
+                yield Unit(
+                    index,
+                    shape,
+                    file=file,
+                    row_groups=groups_of_rows,
+                    first_row=first_row,
+                    rows=rows,
+                    label=f"{file}#{groups_of_rows[0]}+{first_row}",
+                    objects=objects,
+                )
+                index += 1
+    yield from groups.flush()
+
+
+class _Groups:
+    """Consecutive small files gathered into one unit, up to ``max_files`` files or
+    ``max_bytes`` bytes; a group of one file is that file's plain unit."""
+
+    def __init__(self, shape: str, max_files: int, max_bytes: int) -> None:
+        self.shape, self.max_files, self.max_bytes = shape, max_files, max_bytes
+        self._members: list[tuple[int, str, tuple[tuple[str, str | None], ...]]] = []
+        self._bytes = 0
+
+    def add(self, index: int, file: str, objects: tuple[tuple[str, str | None], ...], size: int) -> Iterator[Unit]:
+        if self._members and (len(self._members) >= self.max_files or self._bytes + size > self.max_bytes):
+            yield from self.flush()
+        self._members.append((index, file, objects))
+        self._bytes += size
+
+    def flush(self) -> Iterator[Unit]:
+        members, self._members, self._bytes = self._members, [], 0
+        if not members:
+            return
+        index, first, objects = members[0]
+        if len(members) == 1:
+            yield Unit(index, self.shape, file=first, label=first, objects=objects)
+            return
+        yield Unit(
+            index,
+            self.shape,
+            file=first,
+            files=tuple(f for _, f, _ in members),
+            label=f"{first}.. ({len(members)} files)",
+            objects=tuple(o for _, _, objs in members for o in objs),
+        )
+
+
+def _decide_files(plan: ChangePlan | None, files: list[str]) -> tuple[list[str | None], list[bool]]:
+    """(signatures, kept) of a chunk of files, looked up for the whole chunk at once."""
+    if plan is None:
+        return [None] * len(files), [False] * len(files)
+    sigs = plan.signatures(files)
+    return sigs, plan.unchanged_many(files, sigs)
 
 
 def _decide(plan: ChangePlan | None, walked: list[tuple[PurePath, str | None]]) -> list[tuple[tuple[str, str | None], str | None, bool]]:

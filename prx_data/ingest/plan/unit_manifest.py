@@ -17,7 +17,9 @@ without its rows.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import os
 import tempfile
 from collections.abc import Iterable
@@ -38,7 +40,7 @@ from prx_data.ingest.registry import RegisteredSource
 
 # Bump when what a re-read would produce from the same bytes changes (probe rules, row layout):
 # every object is then read again once.
-MANIFEST_CODE_VERSION = "units-v1"
+MANIFEST_CODE_VERSION = "units-v2"
 # Unit index = object ordinal * PIECES + piece (a JSONL line run, a Parquet row-group run), so an
 # object's units keep their order and a kept object's pieces keep their indexes.
 PIECES = 1 << 20
@@ -241,16 +243,29 @@ class ManifestRows:
         self._writer: ipc.RecordBatchFileWriter | None = None
         self._incomplete: list[pa.Array] = []  # objects read with an outcome to retry: never recorded
 
-    def add_unit(self, unit, seen: pa.Table, statuses: dict, file_errors: int) -> None:
-        """``unit``'s objects with the ids its read found (``seen``: SEEN_SCHEMA)."""
+    def add_unit(
+        self,
+        unit,
+        seen: pa.Table,
+        statuses: dict,
+        file_errors: int,
+        member_items: list[int] | None = None,
+        incomplete_members: Iterable[int] = (),
+    ) -> None:
+        """``unit``'s objects with the ids its read found (``seen``: SEEN_SCHEMA). A group of
+        files (``unit.files``) says how many items each file gave and which files had an outcome
+        to retry: the others are recorded each on its own."""
         objects = unit.objects
         if not objects:
+            return
+        ids, positions = seen.column("sample_id").to_pylist(), seen.column("pos").to_pylist()
+        if unit.files:
+            self._add_group(objects, ids, positions, member_items or [0] * len(objects), set(incomplete_members))
             return
         complete = not file_errors and not any(statuses.get(s) for s in RETRY_STATUSES)
         if not complete:
             self._incomplete.append(_names([o for o, _ in objects]))
             return
-        ids, positions = seen.column("sample_id").to_pylist(), seen.column("pos").to_pylist()
         if unit.kind == "image_folder":
             by_pos: dict[int, list[tuple[str, int]]] = {}
             for sid, pos in zip(ids, positions):
@@ -259,6 +274,27 @@ class ManifestRows:
         else:
             obj, sig = objects[0]
             rows = [(obj, sig, list(zip(ids, positions)), unit.index % PIECES)] if sig is not None else []
+        self._write(rows)
+
+    def _add_group(self, objects, ids: list, positions: list, member_items: list[int], incomplete: set[int]) -> None:
+        # Each file's positions from 0, as when it is read on its own: a kept file's rows are
+        # then ordered, and a forced re-read of it skips, the same positions whichever unit read it.
+        starts = [0, *itertools.accumulate(member_items)]
+        rows, retry = [], []
+        for member, (obj, sig) in enumerate(objects):
+            if member in incomplete:
+                retry.append(obj)
+                continue
+            if sig is None:
+                continue
+            lo, hi = starts[member], starts[member + 1]
+            first, last = bisect.bisect_left(positions, lo), bisect.bisect_left(positions, hi)
+            rows.append((obj, sig, [(sid, pos - lo) for sid, pos in zip(ids[first:last], positions[first:last])], 0))
+        if retry:
+            self._incomplete.append(_names(retry))
+        self._write(rows)
+
+    def _write(self, rows: list) -> None:
         # A name that is not valid UTF-8 cannot be stored as a Lance string: such an object (one
         # invalid_record row) stays unrecorded and is simply read again next run.
         rows = [r for r in rows if _storable(r[0])]

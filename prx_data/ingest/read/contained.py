@@ -23,7 +23,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, cast
 
 from prx_data.core.schema import Status
 from prx_data.ingest.read.object_store import READ_CHUNK, ObjectRoot
@@ -100,6 +100,8 @@ def open_contained(path: str | os.PathLike, root: AnyRoot, *, random_access: boo
         # Back to blocking reads: O_NONBLOCK was only there so a FIFO could not hang open().
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
+        if random_access and opened is not None:
+            return _arrow_file(fd), None
         return os.fdopen(fd, "rb", buffering=0), None
     except _Refuse as refused:
         os.close(fd)
@@ -171,6 +173,17 @@ class _Refuse(Exception):
         super().__init__(error)
         self.status = status
         self.error = error
+
+
+def _arrow_file(fd: int) -> BinaryIO:
+    """The vetted file as Arrow's own file (reopened through ``/proc/self/fd``: the same file,
+    whatever its path names now), so Parquet pages are read into Arrow memory, never into a
+    Python ``bytes`` each (a 200 MB cell would cost 200 MB of Python heap before any check)."""
+    import pyarrow as pa
+
+    file = pa.OSFile(f"{_FD_DIR}/{fd}", "rb")  # an OSError here: the caller closes ``fd``
+    os.close(fd)
+    return cast(BinaryIO, file)
 
 
 def _opened_path(fd: int) -> str | None:

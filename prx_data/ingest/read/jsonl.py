@@ -17,28 +17,45 @@ from prx_data.ingest.read.source_files import ReadContext, file_error, list_file
 from prx_data.ingest.registry import SourceSpec
 
 _SCAN_BLOCK = 4 * 1024 * 1024
+_LINE_PIECE = 1024 * 1024
 
 
 def _jsonl_lines(handle, limit: int, first_line: int = 0, length: int | None = None) -> Iterator[tuple[int, bytes | None]]:
     """(line number, bytes) per line; None for a line longer than ``limit`` (skipped unread).
-    ``length``: read only the lines that start within that many bytes (a unit's byte range)."""
+    ``length``: read only the lines that start within that many bytes (a unit's byte range).
+
+    A line is read in pieces of ``_LINE_PIECE``: a longer one is measured first, without its
+    bytes being kept, and read only once it is known to fit, so a line over the limit never
+    costs more memory than a piece (the handle seeks back; one that cannot keeps the pieces)."""
     line_no = first_line
     read = 0
+    piece = min(limit + 1, _LINE_PIECE)
+    seekable = handle.seekable()
     while length is None or read < length:
-        line = handle.readline(limit + 1)
+        line = handle.readline(piece)
         if not line:
             return
         read += len(line)
         line_no += 1
-        if len(line) > limit and not line.endswith(b"\n"):
-            while True:  # drop the rest of the overlong line in bounded pieces
-                rest = handle.readline(limit + 1)
-                read += len(rest)
-                if not rest or rest.endswith(b"\n"):
-                    break
+        size, last = len(line), line
+        pieces: list[bytes] | None = None if seekable else [line]
+        while not last.endswith(b"\n") and len(last) == piece:
+            last = handle.readline(piece)
+            read += len(last)
+            size += len(last)
+            if size > limit + 1:
+                pieces = None  # over the limit: the rest is only skipped
+            elif pieces is not None:
+                pieces.append(last)
+        if size - last.endswith(b"\n") > limit:
             yield line_no, None
-            continue
-        yield line_no, line
+        elif size == len(line):
+            yield line_no, line
+        elif pieces is not None:
+            yield line_no, b"".join(pieces)
+        else:
+            handle.seek(handle.tell() - size)
+            yield line_no, handle.read(size)
 
 
 def read_jsonl(

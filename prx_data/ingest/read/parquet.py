@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
+import pyarrow as pa
+
 from prx_data.core.schema import Status
 from prx_data.ingest.read.contained import AnyRoot, open_contained
 from prx_data.ingest.read.raw_item import RawItem
-from prx_data.ingest.read.records import INVALID_RECORD, missing_columns, record_to_item
+from prx_data.ingest.read.records import INVALID_RECORD, SIDECAR_MAX_BYTES, missing_columns, named_columns, record_to_item
 from prx_data.ingest.read.source_files import ReadContext, file_error, list_files, make_root
 from prx_data.ingest.registry import SourceSpec
 
@@ -58,15 +60,30 @@ def read_parquet_file(
             skip, left = 0, rows
             if rows is not None and row_groups:
                 skip = first_row - sum(parquet.metadata.row_group(g).num_rows for g in range(row_groups[0]))
-            for batch in parquet.iter_batches(batch_size=256, row_groups=row_groups):
+            # Only the columns the spec names become Python values, and only after each cell's
+            # size is checked in Arrow: an oversized cell costs its Arrow buffer, not a copy.
+            columns = list(dict.fromkeys(named_columns(ctx.spec).values())) or None
+            caps = _caps(ctx.spec)
+            size = _batch_rows(parquet.metadata, row_groups)
+            for batch in parquet.iter_batches(batch_size=size, row_groups=row_groups, columns=columns):
                 if left is not None:
                     if skip >= batch.num_rows:
                         skip -= batch.num_rows
                         continue
                     batch, skip = batch.slice(skip, left), 0
                     left -= batch.num_rows
-                for record in batch.to_pylist():
-                    yield record_to_item(record, ctx, file.parent, _position_key(ctx, file, row))
+                oversized = _oversized(batch, caps)
+                if oversized:
+                    keep = pa.array([i not in oversized for i in range(batch.num_rows)])
+                    records = iter(batch.filter(keep).to_pylist())
+                else:
+                    records = iter(batch.to_pylist())
+                for i in range(batch.num_rows):
+                    position = _position_key(ctx, file, row)
+                    if i in oversized:
+                        yield _too_large(ctx.spec, batch, i, position, oversized[i], file)
+                    else:
+                        yield record_to_item(next(records), ctx, file.parent, position)
                     row += 1
                 if left == 0:
                     break
@@ -78,8 +95,63 @@ def read_parquet_file(
             yield item
 
 
+# Rows per Arrow batch: 256, fewer when rows are large (a batch of 256 images of 32 MB each
+# would be 8 GB in Arrow before any check), judged from the row groups' uncompressed sizes.
+_BATCH_BYTES = 64 * 1024 * 1024
+
+
+def _batch_rows(meta, row_groups: list[int] | None) -> int:
+    groups = row_groups if row_groups is not None else range(meta.num_row_groups)
+    rows = sum(meta.row_group(g).num_rows for g in groups)
+    size = sum(meta.row_group(g).total_byte_size for g in groups)
+    return max(1, min(256, _BATCH_BYTES * max(rows, 1) // max(size, 1)))
+
+
+def _caps(spec: SourceSpec) -> dict[str, int]:
+    """The largest cell each named column may hold: an image its ``max_bytes``, text a sidecar's."""
+    caps = {column: SIDECAR_MAX_BYTES for column in named_columns(spec).values()}
+    if spec.fields.image and spec.fields.image_kind == "bytes":
+        caps[spec.fields.image] = spec.max_bytes
+    return caps
+
+
+def _oversized(batch, caps: dict[str, int]) -> dict[int, tuple[str, int, int]]:
+    """Row -> (column, bytes, cap) for the batch's cells over their column's cap, from the Arrow
+    offsets (binary and string columns; nothing is copied)."""
+    import pyarrow.compute as pc
+
+    out: dict[int, tuple[str, int, int]] = {}
+    for name, cap in caps.items():
+        if name not in batch.schema.names:
+            continue
+        column = batch.column(name)
+        kind = column.type
+        if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            continue
+        lengths = pc.binary_length(column)
+        over = pc.greater(lengths, cap)
+        if not pc.any(over).as_py():
+            continue
+        for i in pc.indices_nonzero(over).to_pylist():
+            out.setdefault(i, (name, lengths[i].as_py(), cap))
+    return out
+
+
+def _too_large(spec: SourceSpec, batch, i: int, position: str, what: tuple[str, int, int], file: PurePath) -> RawItem:
+    column, size, cap = what
+    key = position
+    if spec.fields.key and column != spec.fields.key:
+        value = batch.column(spec.fields.key)[i].as_py()
+        key = str(value) if value not in (None, "") else position
+    return RawItem(
+        key=key,
+        error=f"column '{column}' of {position} in {file.name} holds {size} bytes, over the limit of {cap}",
+        error_status=Status.TOO_LARGE.value,
+    )
+
+
 def row_group_runs(
-    ctx: ReadContext, file: PurePath, rows: int, split: int | None = None
+    ctx: ReadContext, file: PurePath | str, rows: int, split: int | None = None
 ) -> list[tuple[tuple[int, ...], int, int | None]] | None:
     """(row groups, first row, rows or None for whole groups): runs of row groups of about
     ``rows`` rows; with ``split``, a row group of more than ``rows`` rows is also cut into

@@ -4,6 +4,8 @@ the item that stands for a file that cannot be read at all."""
 from __future__ import annotations
 
 import glob as globlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
@@ -49,19 +51,42 @@ def _names_object(uri: str, storage_options: dict | None, spec: SourceSpec) -> b
 def list_files(location: Path | str, suffixes: tuple[str, ...], root: AnyRoot | None = None) -> list[Path] | list[PurePosixPath]:
     if isinstance(root, ObjectRoot):
         return [PurePosixPath(p) for p in root.files(str(location), suffixes)]
+    return [Path(name) for name, _ in _local_files(location, suffixes)]
+
+
+def list_sized_files(location: Path | str, suffixes: tuple[str, ...], root: AnyRoot | None = None) -> list[tuple[str, int | None]]:
+    """``list_files`` as names (no path object a file: a listing of millions), each with its
+    size (None for anything but a regular file: such a file is read on its own, and its reader
+    says why it cannot be read), from one ``lstat`` a file."""
+    if isinstance(root, ObjectRoot):
+        return root.sized_files(str(location), suffixes)
+    return _local_files(location, suffixes)
+
+
+def _local_files(location: Path | str, suffixes: tuple[str, ...]) -> list[tuple[str, int | None]]:
     pattern = str(location)
     local = Path(location)
     if any(ch in pattern for ch in "*?["):
-        files = [Path(p) for p in sorted(globlib.glob(pattern, recursive=True))]
+        names = sorted(globlib.glob(pattern, recursive=True))
     elif local.is_dir():
-        files = sorted(p for p in local.rglob("*") if p.suffix.lower() in suffixes)
+        names = [str(p) for p in sorted(p for p in local.rglob("*") if p.suffix.lower() in suffixes)]
     elif local.exists():
-        files = [local]
+        names = [str(local)]
     else:
         raise SourceUnavailable(f"location {location} does not exist")
-    # Directories matched by a glob are not files; everything else (symlinks, FIFOs) is vetted
-    # when opened, so it becomes a row rather than vanishing here.
-    return [f for f in files if f.is_symlink() or not f.is_dir()]
+    # Directories matched by a glob are not files; everything else (symlinks, FIFOs, a file
+    # gone since the listing) is vetted when opened, so it becomes a row rather than vanishing.
+    files: list[tuple[str, int | None]] = []
+    for name in names:
+        try:
+            mode = os.lstat(name)
+        except OSError:
+            files.append((name, None))
+            continue
+        if stat.S_ISDIR(mode.st_mode):
+            continue
+        files.append((name, mode.st_size if stat.S_ISREG(mode.st_mode) else None))
+    return files
 
 
 def file_error(file: PurePath, refused_status: str, error: str) -> RawItem:

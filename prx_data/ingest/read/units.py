@@ -33,9 +33,13 @@ class Unit:
     first_row: int = 0  # Parquet: rows before the first row group; JSONL: lines before the range
     byte_range: tuple[int, int] | None = None  # JSONL: the piece of the file, [start, end)
     rows: int | None = None  # Parquet piece of a row group: rows to read from first_row
+    # Small JSONL or Parquet files read whole, one after another (``file`` is the first): a
+    # source of many tiny files costs a unit per group, not per file.
+    files: tuple[str, ...] = ()
     label: str = field(default="", compare=False)
     # (object, signature) it reads, for the unit manifest: one per entry of an image-folder batch
-    # (aligned with ``entries``), the file otherwise; signature None when it could not be taken.
+    # (aligned with ``entries``), one per file of a group (aligned with ``files``), the file
+    # otherwise; signature None when it could not be taken.
     objects: tuple[tuple[str, str | None], ...] = field(default=(), compare=False)
 
 
@@ -71,6 +75,25 @@ def _path(source: RegisteredSource, text: str) -> Path | PurePosixPath:
 
 def read_unit(source: RegisteredSource, unit: Unit, storage_options: dict | None = None) -> Iterator[RawItem]:
     """One unit's items, read in this process (a worker opens the unit's files or objects)."""
+    for _, item in read_unit_members(source, unit, storage_options):
+        yield item
+
+
+def read_unit_members(source: RegisteredSource, unit: Unit, storage_options: dict | None = None) -> Iterator[tuple[int, RawItem]]:
+    """``read_unit``'s items with the number of the file of a group each came from (0 for a unit
+    of one file or folder batch), so each file's rows can be recorded on their own."""
+    if unit.files:
+        ctx = source_context(source, storage_options)
+        read = read_jsonl_file if unit.kind == "jsonl" else read_parquet_file
+        for member, file in enumerate(unit.files):
+            for item in read(ctx, _path(source, file)):
+                yield member, item
+        return
+    for item in _read_one(source, unit, storage_options):
+        yield 0, item
+
+
+def _read_one(source: RegisteredSource, unit: Unit, storage_options: dict | None) -> Iterator[RawItem]:
     spec = source.spec
     root = source_root(source, storage_options)
     if unit.kind == "lance":
