@@ -29,6 +29,8 @@ MDS_NAMES = (
     "_reports",
     "data_card.md",
     "card_figures.json",
+    "superseded.json",
+    "_superseded",
 )
 LANCE_NAMES = (".lance", "staging-", "optout_audit", "optout_samples", "optout_builds", "optout_withdrawals")
 OWNER = {**dict.fromkeys(MDS_NAMES, "export/tree.py"), **dict.fromkeys(LANCE_NAMES, "core/paths.py")}

@@ -510,6 +510,7 @@ def cmd_optout_apply(args: argparse.Namespace) -> int:
         dedup_radius=settings.dedup_radius,
         fold=FoldPolicy.from_settings(settings),
         views_dir=settings.views_dir,
+        retention_s=settings.shard_retention_s,
     )
     report = applied.optouts
     for error in report.errors:
@@ -560,6 +561,26 @@ def cmd_optout_report(args: argparse.Namespace) -> int:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 1
     print(to_json(r) if args.json else to_markdown(r), end="" if not args.json else "\n")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    # lazy: pulls in pyarrow
+    from prx_data.core.settings import get_settings
+    from prx_data.export.retention import collect_all
+
+    if args.root:
+        _use_data_root(Path(args.root).resolve())
+    settings = get_settings()
+    days = settings.shard_retention_days if args.retention_days is None else args.retention_days
+    if days < 0:
+        print("error: --retention-days must be 0 or more", file=sys.stderr)
+        return 2
+    done = collect_all(settings.mds_root, settings.storage_options or None, retention_s=days * 86400.0)
+    print(
+        f"deleted {len(done.deleted)} object(s) that stopped being published more than {days:g} day(s) ago; "
+        f"{done.retained} superseded object(s) kept inside the retention"
+    )
     return 0
 
 
@@ -639,6 +660,15 @@ def build_parser() -> argparse.ArgumentParser:
     receipt.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     receipt.add_argument("--root")
     receipt.set_defaults(func=cmd_optout_report)
+
+    gc = sub.add_parser(
+        "gc",
+        help="delete shards and bucket indexes that stopped being published longer ago than the retention "
+        "(PRX_SHARD_RETENTION_DAYS, 7 days by default); every run does this too",
+    )
+    gc.add_argument("--retention-days", type=float, help="this retention instead of PRX_SHARD_RETENTION_DAYS")
+    gc.add_argument("--root", help="data root (default: $PRX_DATA_ROOT or ./data)")
+    gc.set_defaults(func=cmd_gc)
 
     # Listed for --help; main() hands their arguments on untouched.
     sub.add_parser("explore", help="the corpus explorer web app (127.0.0.1 by default)")

@@ -16,6 +16,11 @@
   to the ``storage_options`` it was built with instead (``Stream._downloader``, set in
   ``Stream.__init__`` and pickled into DataLoader workers with the stream), so index, shard and
   skip-list downloads reach the given endpoint with the given keys, and never AWS's default.
+- ``shard_files``, ``stop_iteration``, ``release_shard``: a shard's file entries as its reader
+  holds them, and the two moves that end an epoch whose shard cannot be prepared: set the
+  dataset's stop event (its ``_prepare_thread`` and ``_ready_thread`` poll it; without it the
+  ready thread waits forever for the shard and the interpreter cannot exit), and put the
+  shard's state back from PREPARING so no waiter spins on it.
 - ``shard_basename``, ``epoch_size_value``, ``world_ranks``, ``dataset_ranks``: what the
   loader reads of streaming's internals (``streaming.base``'s shard readers, its epoch-size
   parser, the detected world, the dataset's rank world) to size an epoch over kept samples as
@@ -33,6 +38,7 @@ import numpy as np
 import streaming
 from numpy.typing import NDArray
 from streaming import Stream, StreamingDataset
+from streaming.base.dataset import _ShardState
 from streaming.base.format.base.reader import JointReader, Reader
 from streaming.base.sampling import get_sampling
 from streaming.base.storage import CloudDownloader
@@ -40,6 +46,7 @@ from streaming.base.storage.download import S3Downloader
 from streaming.base.util import number_abbrev_to_int
 from streaming.base.world import World
 
+from prx_data.core.s3_retry import boto3_config
 from prx_data.core.storage import s3_credentials
 
 # Re-read streaming's resample_streams and Stream.__init__ / apply_weights before changing this
@@ -93,11 +100,10 @@ class ConfiguredS3Downloader(S3Downloader):
 
     def _create_s3_client(self, unsigned: bool = False, timeout: float = 60) -> Any:
         from boto3.session import Session
-        from botocore.config import Config
 
         self._s3_client = Session().client(
             "s3",
-            config=Config(read_timeout=timeout, retries={"mode": "adaptive"}),
+            config=boto3_config(self.storage_options, read_timeout=timeout),
             **s3_credentials(self.storage_options).boto3_kwargs(),
         )
 
@@ -194,6 +200,28 @@ def shard_basename(shard: Reader) -> str:
     if not isinstance(shard, JointReader):
         raise TypeError(f"skip lists cover MDS shards only, got a {type(shard).__name__}")
     return shard.raw_data.basename
+
+
+def shard_files(shard: Reader) -> list[tuple[str, int | None]]:
+    """(basename, bytes) of each file of a shard (raw, then zip where there is one)."""
+    files = []
+    for raw_info, zip_info in shard.file_pairs:
+        for info in (raw_info, zip_info):
+            if info is not None:
+                files.append((info.basename, getattr(info, "bytes", None)))
+    return files
+
+
+def stop_iteration(dataset: StreamingDataset) -> None:
+    """Tell the dataset's download and ready threads (and its yield loop) to stop now."""
+    event = getattr(dataset, "_event", None)
+    if event is not None:
+        event.set()
+
+
+def release_shard(dataset: StreamingDataset, shard_id: int) -> None:
+    """Mark a shard whose preparation failed as not present (it stays PREPARING otherwise)."""
+    dataset._shard_states[shard_id] = _ShardState.REMOTE
 
 
 def epoch_size_value(epoch_size: int | str | None) -> int | None:

@@ -42,6 +42,7 @@ from urllib.parse import urlparse
 import filelock
 
 from prx_data.core.paths import lock_uri
+from prx_data.core.s3_retry import boto3_config
 from prx_data.core.storage import is_remote, s3_credentials
 
 logger = logging.getLogger(__name__)
@@ -140,9 +141,8 @@ class _LocalLock:
 # S3 --------------------------------------------------------------------------------------------
 def _s3_client(options: dict | None):
     import boto3
-    from botocore.config import Config
 
-    config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+    config = boto3_config(options, connect_timeout=5, read_timeout=30)
     return boto3.client("s3", config=config, **s3_credentials(options).boto3_kwargs())
 
 

@@ -31,6 +31,8 @@ EnvName = Literal["local", "cluster"]
 # default of the export resource's ``exclude_labels``, of ``prx-data optout apply --exclude-label``
 # and of the plain functions that build skip lists.
 EXCLUDE_LABELS: tuple[str, ...] = ("nsfw", "text")
+# The default of PRX_SHARD_RETENTION_DAYS, and of the plain functions that collect garbage.
+SHARD_RETENTION_DAYS = 7.0
 
 ENV_PREFIX = "PRX_"
 # Values never echoed in an error message: they can hold a password.
@@ -112,6 +114,11 @@ class Settings(BaseSettings):
     # Where `prx-data explore` answers: the Dagster UI's links to the data card, a source's
     # samples and a bucket's shards point there.
     explorer_url: str = "http://127.0.0.1:8765"
+    # How long shards and bucket indexes that stopped being published (replaced by a re-export
+    # or a rewrite, or left by a retired bucket) stay in the tree before garbage collection may
+    # delete them, counted from the merge that stopped publishing them: a trainer that opened
+    # the tree before keeps reading for this long. Training runs last days to weeks.
+    shard_retention_days: float = Field(SHARD_RETENTION_DAYS, ge=0)
     # On by default: re-export the unskipped images of a sparse bucket (fewer than
     # min_stream_samples) into the nearest bucket of the same tier that is published on its own,
     # at most fold_max_steps aspect-grid steps away (each step crops about 11 % more of the long
@@ -144,6 +151,10 @@ class Settings(BaseSettings):
         # No .env file and no secrets directory: the environment (or the mapping given to
         # load_settings) is the only place settings come from.
         return init_settings, _MappingEnvSource(settings_cls)
+
+    @property
+    def shard_retention_s(self) -> float:
+        return self.shard_retention_days * 86400.0
 
     def lock_policy(self) -> LockPolicy:
         return LockPolicy(wait_s=self.lock_wait_s, ttl_s=self.lock_ttl_s)

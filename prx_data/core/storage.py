@@ -34,6 +34,8 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from prx_data.core.s3_retry import boto3_config, pyarrow_retry_strategy, with_retries
+
 SCHEMES = ("s3", "gs")
 # object_signatures' table.
 SIGNATURES_SCHEMA = pa.schema([pa.field("object", pa.large_string()), pa.field("signature", pa.string())])
@@ -143,11 +145,11 @@ def _s3(options: Mapping[str, str]) -> pafs.S3FileSystem:
             kwargs["session_token"] = credentials.session_token
     if credentials.region:
         kwargs["region"] = credentials.region
-    # Keep failures quick and visible: the default retry strategy turns a wrong endpoint into
-    # minutes of silence at startup.
+    # Short timeouts keep a wrong endpoint quick to report; throttling is retried with backoff
+    # (core.s3_retry).
     kwargs["connect_timeout"] = float(options.get("connect_timeout_s", 5))
     kwargs["request_timeout"] = float(options.get("request_timeout_s", 60))
-    kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=int(options.get("max_attempts", 3)))
+    kwargs["retry_strategy"] = pyarrow_retry_strategy(options)
     return pafs.S3FileSystem(**kwargs)
 
 
@@ -196,8 +198,11 @@ def locate(uri: str, storage_options: Mapping[str, str] | None = None) -> Locati
 
 
 def read_bytes(loc: Location) -> bytes:
-    with loc.fs.open_input_stream(loc.path) as handle:
-        return handle.read()
+    def read() -> bytes:
+        with loc.fs.open_input_stream(loc.path) as handle:
+            return handle.read()
+
+    return read() if _is_local(loc) else with_retries(read)
 
 
 def try_read_bytes(loc: Location) -> bytes | None:
@@ -287,6 +292,12 @@ def is_file(loc: Location) -> bool:
     return loc.fs.get_file_info(loc.path).type == pafs.FileType.File
 
 
+def file_size(loc: Location) -> int | None:
+    """Bytes of a file or object (one HEAD on an object store); None when it does not exist."""
+    info = loc.fs.get_file_info(loc.path)
+    return info.size if info.type == pafs.FileType.File else None
+
+
 def is_dir(loc: Location) -> bool:
     """A folder, or on an object store a prefix that holds at least one object."""
     return loc.fs.get_file_info(loc.path).type == pafs.FileType.Directory
@@ -339,9 +350,13 @@ def fetch_local(loc: Location, scratch: str) -> str:
     target = os.path.join(scratch, *loc.path.split("/"))
     if not os.path.exists(target):
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with loc.fs.open_input_stream(loc.path) as src, open(target + ".part", "wb") as dst:
-            while block := src.read(16 * 1024 * 1024):
-                dst.write(block)
+
+        def copy() -> None:
+            with loc.fs.open_input_stream(loc.path) as src, open(target + ".part", "wb") as dst:
+                while block := src.read(16 * 1024 * 1024):
+                    dst.write(block)
+
+        with_retries(copy)
         os.replace(target + ".part", target)
     return target
 
@@ -438,7 +453,7 @@ def object_signatures(uri: str, storage_options: Mapping[str, str] | None = None
     if urlparse(uri).scheme == "s3":
         import boto3  # lazy: only object-store sources list through boto3
 
-        client = boto3.client("s3", **s3_credentials(storage_options).boto3_kwargs())
+        client = boto3.client("s3", config=boto3_config(storage_options), **s3_credentials(storage_options).boto3_kwargs())
         bucket, _, key = loc.path.partition("/")
         for prefix in [key + "/", key] if key else [""]:
             for listed in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):

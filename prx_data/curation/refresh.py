@@ -5,8 +5,11 @@ one sequence behind the ``skip_lists`` and ``corpus_report`` assets and ``prx-da
 1. ``rebuild_skip_lists``: compute the skips (duplicates, excluded labels, opt-outs), fold sparse
    buckets when the policy is on (it adds 'folded' skips: skip lists without them would let
    folded originals back in), write the per-shard sidecars, then publish the bucket indexes again so the buckets a trainer sees follow
-   the current skip lists; then rebuild every ablation view of the views folder over the same
-   state (``curation.view_build``), so views follow the corpus in the same run.
+   the current skip lists (that merge also collects garbage past ``retention_s``: the
+   retention counts from when a shard stopped being published, so a run's second merge
+   deletes nothing its first one spared, ``export.retention``); then rebuild every ablation
+   view of the views folder over the same state (``curation.view_build``), so views follow the
+   corpus in the same run.
 2. ``write_data_card``: the data card over the same state.
 """
 
@@ -20,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from prx_data.core.paths import StoragePaths
-from prx_data.core.settings import EXCLUDE_LABELS
+from prx_data.core.settings import EXCLUDE_LABELS, SHARD_RETENTION_DAYS
 from prx_data.curation.optout.requests import OptOutReport, apply_requests
 from prx_data.export.corpus_index import merge_all
 from prx_data.export.skiplist import SkiplistReport
@@ -56,6 +59,7 @@ def rebuild_skip_lists(
     run_id: str | None = None,
     scratch_dir: str | None = None,
     views_dir: str | None = None,
+    retention_s: float = SHARD_RETENTION_DAYS * 86400.0,
 ) -> SkipListsRebuilt:
     """``fold`` is a ``curation.fold.FoldPolicy`` (None: off); its ``min_stream_samples`` is this
     call's, so folding and publication agree on what is sparse. The skip rows (and, with the
@@ -105,7 +109,7 @@ def rebuild_skip_lists(
         report = write_skip_lists(paths.mds_root, skips, options, paths=paths)
         skipped, per_source = skips.distinct_samples()
     # Skips changed: publish again, so the buckets a trainer sees follow the current skip lists.
-    merged = merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples)
+    merged = merge_all(paths.mds_root, options, min_stream_samples=min_stream_samples, gc_min_age_s=retention_s)
     views = None
     if views_dir is not None:
         from prx_data.curation.view_build import build_views
@@ -180,6 +184,7 @@ def refresh(
     dedup_radius: int | None = None,
     fold=None,
     views_dir: str | None = None,
+    retention_s: float = SHARD_RETENTION_DAYS * 86400.0,
 ) -> Applied:
     """Apply the opt-out folder now: resolve requests, rebuild the skip lists over the current
     export and refresh the data card. Nothing is re-exported, so this takes seconds.
@@ -200,6 +205,7 @@ def refresh(
         fold=fold,
         options=options,
         views_dir=views_dir,
+        retention_s=retention_s,
     )
     views = sorted(rebuilt.views.built) if rebuilt.views is not None else []
     card_path = write_data_card(paths, sources, exclude_labels=exclude_labels, options=options, views=views)[1] if write_card else None

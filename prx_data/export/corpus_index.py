@@ -19,7 +19,8 @@ the published set always follows the current skips.
 
 Retirement. A bucket every source left (its only images removed, re-bucketed or dropped) is
 retired: its merged index, ``unpublished.json``, skip-list manifest and sidecars are removed, its
-empty folders too (shards a previous merged index named are left to ``collect_garbage``), and
+empty folders too (shards a previous merged index named are left to garbage collection,
+``export.retention``), and
 ``retired_buckets.json`` at the root records it (the data card lists it). Nothing of it is left
 that a stream check or trainer would take for a stream. A later export into the same shape
 revives it (its record is dropped at the next merge).
@@ -30,13 +31,13 @@ from __future__ import annotations
 import copy
 import json
 import os
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prx_data.core.settings import SHARD_RETENTION_DAYS
 from prx_data.core.storage import (
     Location,
     delete_file,
@@ -51,20 +52,17 @@ from prx_data.core.storage import (
     write_if_changed,
 )
 from prx_data.export._fs import dumps_stable, sha256_bytes
-from prx_data.export.commit import run_of_object
+from prx_data.export.retention import collect_garbage
 from prx_data.export.skiplist import SkiplistError, parse_manifest
 from prx_data.export.tree import (
-    COMMITS_DIR,
     INDEX_BASENAME,
     RETIRED_BUCKETS_BASENAME,
-    RUNNING_SUFFIX,
     SKIP_INFIX,
     SKIPLIST_MANIFEST_BASENAME,
     SOURCE_RE,
     UNPUBLISHED_BASENAME,
     list_buckets,
     list_sources,
-    running_marker_name,
 )
 
 UNPUBLISHED_FORMAT: Final = "prx-unpublished-bucket"
@@ -300,14 +298,16 @@ def merge_all(
     storage_options: dict | None = None,
     *,
     min_stream_samples: int = 1,
-    gc_min_age_s: float = 3600.0,
+    gc_min_age_s: float = SHARD_RETENTION_DAYS * 86400.0,
 ) -> list[MergedIndex]:
     """Merge every bucket of the tree, in sorted bucket order, and decide its publication.
 
     A bucket is published (gets its ``index.json``) only with at least ``min_stream_samples``
-    unskipped samples (see the module doc). On an object-store root, shards of replaced exports
-    are deleted afterwards once no index refers to them (``collect_garbage``).
-    ``storage_options`` reach an object-store root (callers pass the settings' own).
+    unskipped samples (see the module doc). Then each bucket's garbage is collected
+    (``export.retention``): shards and merged indexes that stopped being published more than
+    ``gc_min_age_s`` ago (callers pass the ``PRX_SHARD_RETENTION_DAYS`` setting) are deleted, the
+    rest recorded with the time they stopped. ``storage_options`` reach an object-store root
+    (callers pass the settings' own).
     """
     if min_stream_samples < 1:
         raise ValueError(f"min_stream_samples must be at least 1, got {min_stream_samples}")
@@ -315,12 +315,12 @@ def merge_all(
     merged, rels = [], []
     for ref in list_buckets(mds_root, storage_options):
         bucket = root.child(ref.rel)
-        before = _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
+        before = try_read_bytes(bucket.child(INDEX_BASENAME))
         merged.append(merge_bucket_index(ref.dir(mds_root), storage_options, min_stream_samples=min_stream_samples))
         rels.append(ref.rel)
         folder = local_path(bucket.uri)
         if folder is None or os.path.isdir(folder):  # a retired local bucket may be gone whole
-            collect_garbage(root, bucket, before, min_age_s=gc_min_age_s)
+            collect_garbage(root, bucket, before, retention_s=gc_min_age_s)
     _record_retirements(root, mds_root, storage_options, merged, rels)
     return merged
 
@@ -334,51 +334,6 @@ def unpublished_buckets(mds_root: str, storage_options: dict | None = None) -> d
         if raw is not None and not is_file(root.child(ref.rel, INDEX_BASENAME)):
             found[ref.rel] = UnpublishedNote.model_validate_json(raw).model_dump()
     return found
-
-
-def _referenced(raw: bytes | None) -> set[str]:
-    """Shard basenames an index refers to ('<source>/<name>' in a merged index)."""
-    if raw is None:
-        return set()
-    names = set()
-    for info in json.loads(raw).get("shards", ()):
-        for key in ("raw_data", "zip_data"):
-            if info.get(key):
-                names.add(info[key]["basename"])
-    return names
-
-
-def collect_garbage(root: Location, bucket: Location, previous_merged: set[str], *, min_age_s: float = 3600.0) -> list[str]:
-    """Delete a bucket's run-named objects that no index refers to any more; returns their paths.
-
-    Kept: what the source's current index, the new merged index, or the merged index before
-    this merge (``previous_merged``) name, so a trainer that loaded the previous merged index
-    still finds its shards until the next merge; objects of runs still publishing (their
-    ``_commits/<source>.<run>.running`` marker exists); objects younger than ``min_age_s``;
-    skip-list sidecars. Only names that start with a run id are ever candidates.
-    """
-    keep = set(previous_merged) | _referenced(try_read_bytes(bucket.child(INDEX_BASENAME)))
-    running = {entry.name for entry in list_dir(root.child(COMMITS_DIR)) if entry.name.endswith(RUNNING_SUFFIX)}
-    now = time.time()
-    deleted = []
-    for folder in list_dir(bucket):
-        if not (folder.is_dir and SOURCE_RE.fullmatch(folder.name)):
-            continue
-        source_dir = bucket.child(folder.name)
-        current = try_read_bytes(source_dir.child(INDEX_BASENAME))
-        if current is not None:
-            keep |= {f"{folder.name}/{name}" for name in _referenced(current)}
-        for entry in list_dir(source_dir):
-            run = run_of_object(entry.name)
-            if entry.is_dir or run is None or SKIP_INFIX in entry.name:
-                continue
-            if f"{folder.name}/{entry.name}" in keep or running_marker_name(folder.name, run) in running:
-                continue
-            if entry.mtime is not None and now - entry.mtime.timestamp() < min_age_s:
-                continue
-            delete_file(source_dir.child(entry.name))
-            deleted.append(source_dir.child(entry.name).uri)
-    return deleted
 
 
 def merged_source_digests(index_obj: dict) -> dict[str, str]:

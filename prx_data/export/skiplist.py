@@ -44,8 +44,20 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prx_data.core.spill import RowsByKey, SpilledRows, TableByKey
-from prx_data.core.storage import Entry, Location, delete_file, glob_entries, glob_files, join, locate, try_read_bytes, write_if_changed
+from prx_data.core.storage import (
+    Entry,
+    Location,
+    delete_file,
+    file_size,
+    glob_entries,
+    glob_files,
+    join,
+    locate,
+    try_read_bytes,
+    write_if_changed,
+)
 from prx_data.export._fs import dumps_stable, sha256_bytes
+from prx_data.export.index_check import MAX_MANIFEST_BYTES, IndexCheckError, check_relative, check_size, sidecar_byte_cap
 from prx_data.export.tree import (
     BUCKET_RE,
     INDEX_BASENAME,
@@ -329,6 +341,7 @@ def parse_manifest(data: bytes, path: str) -> ManifestFile:
 
 
 def _read_manifest_at(loc: Location, path: str) -> ManifestFile:
+    check_size(file_size(loc), MAX_MANIFEST_BYTES, f"skip-list manifest {path}")
     data = try_read_bytes(loc)
     if data is None:
         raise SkiplistError(
@@ -358,6 +371,10 @@ def load_bucket_skips(
     the lists were built against: indices into another export of a source would skip the wrong
     samples. ``names``: the cut whose files are read (default: the default cut's).
     ``reasons``: only the sidecars whose reason it accepts are read (every one is still listed).
+    Before anything is fetched or parsed, each listed path must be '<source>/<sidecar name>'
+    (nothing that leaves the bucket or the cache), its count at most its shard's samples, and
+    its size at most what that many samples take (``export.index_check``): a planted sidecar of
+    millions of indices is refused by its size, not parsed.
     """
     bucket = locate(bucket_dir, storage_options)
 
@@ -377,19 +394,35 @@ def load_bucket_skips(
     listed = set()
     for entry in manifest.sidecars:
         rel = entry.path
+        try:
+            check_relative(rel, f"skip-list manifest {manifest_path}: sidecar", max_parts=2)
+            if "/" not in rel or not SOURCE_RE.fullmatch(rel.split("/", 1)[0]) or names.infix not in rel:
+                raise SkiplistError(
+                    f"skip-list manifest {manifest_path}: sidecar {rel!r} is not '<source>/<shard>{names.infix}<reason>.json'"
+                )
+        except IndexCheckError as exc:
+            raise SkiplistError(str(exc)) from None
         listed.add(rel)
         if reasons is not None and not reasons(entry.reason):
             continue
+        shard_rel = f"{posixpath.dirname(rel)}/{split_sidecar_name(rel, names.infix)[0]}"
+        expected = None if shard_samples is None else shard_samples.get(shard_rel)
+        if shard_samples is not None and expected is None:
+            raise SkiplistError(f"skip-list sidecar {join(bucket_dir, rel)} names shard {shard_rel}, which the index lacks")
+        if expected is not None and entry.count > expected:
+            raise SkiplistError(
+                f"skip-list manifest {manifest_path}: sidecar {rel} counts {entry.count} skips in a shard of {expected} samples"
+            )
         shown, loc = where(rel)
+        try:
+            check_size(file_size(loc), sidecar_byte_cap(entry.count if expected is None else expected), f"skip-list sidecar {shown}")
+        except IndexCheckError as exc:
+            raise SkiplistError(str(exc)) from None
         data = try_read_bytes(loc)
         if data is None:
             raise SkiplistError(f"missing skip-list sidecar {shown} (listed in {manifest_path})")
         if sha256_bytes(data) != entry.sha256:
             raise SkiplistError(f"skip-list sidecar {shown} changed since {manifest_path} was written")
-        shard_rel = f"{posixpath.dirname(rel)}/{split_sidecar_name(rel, names.infix)[0]}"
-        expected = None if shard_samples is None else shard_samples.get(shard_rel)
-        if shard_samples is not None and expected is None:
-            raise SkiplistError(f"skip-list sidecar {shown} names shard {shard_rel}, which the index lacks")
         per_shard[shard_rel].append(parse_sidecar(data, shown, expected, names.infix).indices)
     if fetch is None:
         for rel in _bucket_sidecars(bucket, storage_options, names.glob):

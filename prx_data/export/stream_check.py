@@ -4,7 +4,7 @@ PRX's trainer builds a plain ``streaming.StreamingDataset`` over a bucket's merg
 (a local folder or an object store). ``read_bucket`` checks the bucket the way that dataset opens
 it: it reads the merged index through ``prx_data.core.storage``, validates what StreamingDataset
 needs from it (index version, shard entries, sample counts, basenames inside the bucket folder),
-then reads the first and the last sample back with the project's MDS reader
+(``export/index_check.py``, shared with the training loader), then reads the first and the last sample back with the project's MDS reader
 (``export/mds_format.py``). That reader reproduces streaming 0.13's reading of MDS shards: parity
 is tested in ``prx_data_tests/export/test_mds_format.py``
 (``test_reader_returns_what_streamings_reader_returns``), and
@@ -18,17 +18,15 @@ Training still reads with ``StreamingDataset``.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from prx_data.core.storage import Location, fetch_local, locate, try_read_bytes
+from prx_data.core.storage import Location, fetch_local, file_size, locate, try_read_bytes
 from prx_data.export.corpus_index import unpublished_buckets
-from prx_data.export.mds_format import FORMAT, VERSION, MdsShardReader
+from prx_data.export.index_check import MAX_INDEX_BYTES, MDS_COLUMNS, check_size, parse_index
+from prx_data.export.mds_format import MdsShardReader
 from prx_data.export.tree import INDEX_BASENAME, BucketRef, list_buckets, list_sources
-
-MDS_COLUMNS = {"image", "caption", "sample_id"}
 
 
 def stream_buckets(mds_root: str, storage_options: dict | None = None) -> list[BucketRef]:
@@ -73,56 +71,17 @@ def read_edge_samples(bucket_dir: str, storage_options: dict | None = None) -> t
 
 
 def _index_shards(bucket: Location, bucket_dir: str) -> list[dict[str, Any]]:
-    """The shard entries of the bucket's merged index, each checked for what streaming needs."""
+    """The shard entries of the bucket's merged index, each checked for what streaming needs
+    (``export.index_check``: basenames, counts, the index's size before it is parsed)."""
     where = f"bucket {bucket_dir}: {INDEX_BASENAME}"
     try:
+        check_size(file_size(bucket.child(INDEX_BASENAME)), MAX_INDEX_BYTES, where)
         raw = try_read_bytes(bucket.child(INDEX_BASENAME))
     except OSError as exc:
         raise ValueError(f"{where} could not be read: {exc}") from exc
     if raw is None:
         raise ValueError(f"{where} does not exist (the bucket is not published)")
-    try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{where} is not valid JSON: {exc}") from exc
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where} holds a JSON {type(obj).__name__}, not an object")
-    if obj.get("version") != 2:  # streaming's index version, not the shard format's
-        raise ValueError(f"{where} has version {obj.get('version')!r}; streaming reads version 2")
-    shards = obj.get("shards")
-    if not isinstance(shards, list) or not shards:
-        raise ValueError(f"{where} lists no shards ('shards' is {shards!r:.80})")
-    for number, info in enumerate(shards):
-        _check_entry(info, f"{where}: shard entry {number}")
-    return shards
-
-
-def _check_entry(info: Any, where: str) -> None:
-    if not isinstance(info, dict):
-        raise ValueError(f"{where} is a {type(info).__name__}, not an object")
-    raw_data = info.get("raw_data")
-    basename = raw_data.get("basename") if isinstance(raw_data, dict) else None
-    if not isinstance(basename, str) or not basename:
-        raise ValueError(f"{where} has no raw_data.basename")
-    where = f"{where} ({basename})"
-    if basename.startswith("/") or "\\" in basename or any(part in ("", ".", "..") for part in basename.split("/")):
-        raise ValueError(
-            f"{where}: the basename must be a relative path inside the bucket folder (no '..', '.', empty part, absolute path or backslash)"
-        )
-    if info.get("format") != FORMAT or info.get("version") != VERSION:
-        raise ValueError(f"{where} is format {info.get('format')!r} version {info.get('version')!r}; expected {FORMAT!r} version {VERSION}")
-    names = info.get("column_names")
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise ValueError(f"{where} has no column_names list")
-    lacking = MDS_COLUMNS - set(names)
-    if lacking:
-        raise ValueError(f"{where} lacks column(s) {sorted(lacking)} (has {names})")
-    for key in ("column_encodings", "column_sizes"):
-        if not isinstance(info.get(key), list) or len(info[key]) != len(names):
-            raise ValueError(f"{where}: {key} does not match column_names {names}")
-    samples = info.get("samples")
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
-        raise ValueError(f"{where}: samples is {samples!r}, not a count")
+    return parse_index(raw, where)
 
 
 def _read_samples(bucket: Location, bucket_dir: str, info: Mapping[str, Any], indices: list[int], scratch: str) -> list[dict[str, Any]]:
@@ -130,7 +89,7 @@ def _read_samples(bucket: Location, bucket_dir: str, info: Mapping[str, Any], in
     samples at ``indices`` (positions in the shard), each checked for its columns and image."""
     basename = info["raw_data"]["basename"]
     where = f"bucket {bucket_dir}: shard {basename}"
-    loc = bucket.child(*basename.split("/"))  # inside the bucket: _check_entry vetted the basename
+    loc = bucket.child(*basename.split("/"))  # inside the bucket: index_check vetted the basename
     samples = []
     try:
         path = fetch_local(loc, scratch)

@@ -32,6 +32,8 @@ INDEX_BASENAME = "index.json"  # a source's index; in a published bucket, the me
 SKIPLIST_MANIFEST_BASENAME = "skiplists.json"  # a bucket's skip-list manifest (export.skiplist)
 SKIP_INFIX = ".skip."  # '<shard>.skip.<reason token>.json': a sidecar of samples to skip
 UNPUBLISHED_BASENAME = "unpublished.json"  # not '*_index.json': PRX reads those as streams
+SUPERSEDED_BASENAME = "superseded.json"  # what stopped being published, and when (export.retention)
+SUPERSEDED_DIR = "_superseded"  # 'index.<stamp>.<digest>.json': replaced merged indexes, kept a while
 FOLD_SUFFIX = "--fold"  # '<source>--fold': a sparse bucket's images folded into this shape
 # At the MDS root, beside the tier folders (none is a number, so no listing takes it for a tier).
 RETIRED_BUCKETS_BASENAME = "retired_buckets.json"  # buckets every source left (export.corpus_index)
@@ -65,6 +67,11 @@ def journal_name(source: str) -> str:
 
 def retired_source_dir(mds_root: str, source: str, stamp: str) -> str:
     return join(mds_root, RETIRED_DIR, source, stamp)
+
+
+def superseded_index_name(stamp: str, digest: str) -> str:
+    """A replaced merged index's copy, relative to its bucket (never '*_index.json' or 'index.json')."""
+    return f"{SUPERSEDED_DIR}/index.{stamp}.{digest[:12]}.json"
 
 
 def data_card_path(mds_root: str) -> str:

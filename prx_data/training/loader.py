@@ -14,6 +14,14 @@ the dataset behaves exactly as a plain StreamingDataset (same order, same epoch)
 Skip lists come from each bucket's ``skiplists.json`` manifest (see export/skiplist.py). A
 missing manifest (when required), a missing, changed, unlisted or malformed sidecar, or a
 manifest built against another export of a source, all fail at construction with the file named.
+
+The bucket index is checked before streaming reads it (``export/index_check.py``): a shard
+basename that would leave the bucket folder (or, on an object-store root, the cache folder the
+download lands in), a sample count its shard cannot hold, or an index, manifest or sidecar over
+its size cap fails at construction with the file named, before any shard is read or written.
+A shard that is gone while an epoch runs (garbage collected after its retention, or deleted)
+fails the epoch with ``ShardUnavailableError`` naming the file and the reason, and streaming's
+background threads are stopped so the process can exit.
 """
 
 from __future__ import annotations
@@ -39,13 +47,17 @@ from prx_data.compat.streaming_internals import (
     dataset_ranks,
     download_stream_file,
     epoch_size_value,
+    release_shard,
     resample_kept,
     shard_basename,
+    shard_files,
+    stop_iteration,
     world_ranks,
 )
 from prx_data.compat.streaming_internals import reset_weights as _reset_weights
-from prx_data.core.storage import local_path, locate, try_read_bytes
+from prx_data.core.storage import file_size, local_path, locate, try_read_bytes
 from prx_data.export.corpus_index import check_merged_fresh, merged_source_digests
+from prx_data.export.index_check import MAX_INDEX_BYTES, check_size, parse_index, read_local_index
 from prx_data.export.skiplist import MANIFEST_BASENAME, SkiplistError, load_bucket_skips, parse_manifest
 from prx_data.export.tree import INDEX_BASENAME, UNPUBLISHED_BASENAME, list_buckets, view_manifest_name
 from prx_data.training.views import view_counts, view_missing, view_stream_skips
@@ -55,6 +67,44 @@ Weights = None | Mapping[str, float] | Literal["by_count"]
 
 class SkippedSampleError(KeyError):
     """A skipped sample was requested by global index."""
+
+
+class ShardUnavailableError(RuntimeError):
+    """A shard the loader's index names cannot be read or downloaded; the message names it."""
+
+
+def _stream_streams(kwargs: Mapping[str, Any]) -> list[Stream]:
+    """The streams a StreamingDataset built from ``kwargs`` reads (its one default stream when
+    none are given), for checking their indexes before it does."""
+    if kwargs.get("streams"):
+        return list(kwargs["streams"])
+    return [Stream(remote=kwargs.get("remote"), local=kwargs.get("local"), split=kwargs.get("split"))]
+
+
+def check_stream_index(stream: Stream) -> None:
+    """Check a stream's ``index.json`` as streaming is about to read it (``export.index_check``).
+
+    A remote stream's index is downloaded fresh into its cache folder first (streaming then reads
+    that very file, so what was checked is what is used); its basenames must stay inside that
+    folder, where the shard downloads land. Raises IndexCheckError naming the index.
+    """
+    folder = os.path.join(stream.local, stream.split or "")
+    if stream.remote:
+        where = os.path.join(stream.remote, stream.split or "", INDEX_BASENAME)
+        os.makedirs(folder, exist_ok=True)
+        part = f"{INDEX_BASENAME}.{uuid.uuid4().hex}.part"
+        try:
+            download_stream_file(stream, INDEX_BASENAME, part)
+            read_local_index(folder, where, filename=part)
+        except BaseException:
+            try:
+                os.remove(os.path.join(folder, part))
+            except FileNotFoundError:
+                pass
+            raise
+        os.replace(os.path.join(folder, part), os.path.join(folder, INDEX_BASENAME))
+    else:
+        read_local_index(folder)
 
 
 class PrxStreamingDataset(StreamingDataset):
@@ -73,6 +123,9 @@ class PrxStreamingDataset(StreamingDataset):
     def __init__(self, *, require_skiplists: bool = True, decode_images: bool = False, view: str | None = None, **kwargs: Any) -> None:
         for stream in kwargs.get("streams") or ():
             _reset_weights(stream)  # lets a list of Streams be reused across datasets
+        for stream in _stream_streams(kwargs):
+            check_stream_index(stream)
+        self._failure: ShardUnavailableError | None = None
         super().__init__(**kwargs)
         self.decode_images = decode_images
         self.require_skiplists = require_skiplists
@@ -193,7 +246,52 @@ class PrxStreamingDataset(StreamingDataset):
     def is_skipped(self, sample_id: int) -> bool:
         return bool((self._skip_bitmap[sample_id >> 3] >> (sample_id & 7)) & 1)
 
+    # A shard that cannot be prepared ---------------------------------------------------------
+    def prepare_shard(self, shard_id: int, blocking: bool = True) -> None:
+        """streaming's prepare_shard, failing with the shard named. The download and ready
+        threads call it with ``blocking=False``: there the failure is recorded and the threads
+        stopped, and the epoch (``__iter__``) raises it; the main thread raises at once."""
+        if self._failure is not None:
+            raise self._failure
+        try:
+            super().prepare_shard(shard_id, blocking)
+        except Exception as exc:  # noqa: BLE001 - any failure to prepare a shard ends the epoch, named
+            release_shard(self, shard_id)
+            self._failure = self._unavailable(shard_id, exc)
+            stop_iteration(self)
+            if blocking:
+                raise self._failure from exc
+
+    def _unavailable(self, shard_id: int, exc: BaseException) -> ShardUnavailableError:
+        stream = self.streams[int(self.stream_per_shard[shard_id])]
+        basename = shard_files(self.shards[shard_id])[0][0]
+        local = os.path.join(stream.local, stream.split or "", basename)
+        index = os.path.join(stream.remote or stream.local, stream.split or "", INDEX_BASENAME)
+        gone = any(isinstance(e, FileNotFoundError) for e in _chain(exc)) or (not stream.remote and not os.path.exists(local))
+        if stream.remote:
+            where = os.path.join(stream.remote, stream.split or "", basename)
+            what = f"could not be downloaded to {local}"
+        else:
+            where, what = local, "could not be read"
+        why = (
+            "it no longer exists: the tree was curated after this loader read its index, and the shard stopped being "
+            "published longer ago than the retention (PRX_SHARD_RETENTION_DAYS) or was deleted by hand; "
+            "build a new loader over the current index"
+            if gone
+            else f"{type(exc).__name__}: {exc}"
+        )
+        return ShardUnavailableError(f"shard {where} (listed in {index}) {what}: {why}")
+
+    def __iter__(self) -> Any:
+        if self._failure is not None:
+            raise self._failure
+        yield from super().__iter__()
+        if self._failure is not None:
+            raise self._failure
+
     def get_item(self, sample_id: int, retry: int = 7) -> Any:
+        if self._failure is not None:
+            raise self._failure
         # Belt and braces: the epoch never holds skipped ids; random access must not reach them either.
         if self.num_skipped and (self._skip_bitmap[sample_id >> 3] >> (sample_id & 7)) & 1:
             raise SkippedSampleError(f"sample {sample_id} is skipped by the skip lists")
@@ -203,6 +301,14 @@ class PrxStreamingDataset(StreamingDataset):
 
             sample["image"] = Image.open(io.BytesIO(sample["image"]))
         return sample
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
 
 
 # Streams and loader --------------------------------------------------------------------------
@@ -224,10 +330,12 @@ def _counts(folder: str, storage_options: dict | None = None) -> tuple[int, int]
     """(samples, unskipped) of a stream folder from its index.json and skip-list manifest, or
     None when it has no index.json."""
     loc = locate(folder, storage_options)
+    where = loc.child(INDEX_BASENAME).uri
+    check_size(file_size(loc.child(INDEX_BASENAME)), MAX_INDEX_BYTES, where)
     raw = try_read_bytes(loc.child(INDEX_BASENAME))
     if raw is None:
         return None
-    total = sum(int(info["samples"]) for info in json.loads(raw)["shards"])
+    total = sum(int(info["samples"]) for info in parse_index(raw, where))
     manifest = try_read_bytes(loc.child(MANIFEST_BASENAME))
     skipped = parse_manifest(manifest, loc.child(MANIFEST_BASENAME).uri).skipped if manifest is not None else 0
     return total, total - skipped

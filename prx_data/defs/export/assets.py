@@ -122,7 +122,7 @@ def mds_shards(
 @fail_fast
 def corpus_index(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
     min_samples = get_settings().min_stream_samples
-    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
+    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples, gc_min_age_s=get_settings().shard_retention_s)
     return dg.MaterializeResult(
         metadata={
             "buckets": len(merged),
@@ -185,6 +185,7 @@ def skip_lists(
         options=storage.options,
         run_id=context.run_id,
         views_dir=get_settings().views_dir,
+        retention_s=get_settings().shard_retention_s,
     )
     report, merged, folds = rebuilt.report, rebuilt.merged, rebuilt.folds
     views = rebuilt.views

@@ -35,7 +35,7 @@ def retire_source(context: dg.OpExecutionContext, config: RetireConfig, storage:
         raise dg.Failure(description=f"source {config.source!r} has a spec again; it was not retired", allow_retries=False)
     receipt = archive_source(storage.paths, config.source, reason=config.reason, options=storage.options)
     min_samples = get_settings().min_stream_samples
-    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples)
+    merged = merge_all(storage.mds_root, storage.options, min_stream_samples=min_samples, gc_min_age_s=get_settings().shard_retention_s)
     # The merged indexes are corpus_index's output: recording it lets automation refresh the
     # skip lists and the data card (with the receipt) as after any other change of the tree.
     context.log_event(
