@@ -707,14 +707,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        # A full disk or a read-only filesystem: its cause and path in one line, no traceback
-        # (a retry cannot help; the user frees space and runs the command again).
-        from prx_data.core.retry import permanent_cause
+        # What no retry fixes (a full disk, a refused token, a missing bucket): the cause and
+        # what fixes it in one line, no traceback.
+        from prx_data.core.permanent_errors import permanent_cause
 
         cause = permanent_cause(exc)
         if cause is None:
             raise
-        print(f"error: {cause}", file=sys.stderr)
+        print(f"error: {cause.line()}", file=sys.stderr)
         return 1
 
 

@@ -10,7 +10,10 @@ fails a step once on what it returns, and the run summary prints its line. What 
 - no live node offers the custom resources ``PRX_RAY_TASK_RESOURCES`` asks for, after a
   bounded wait (``PRX_RAY_RESOURCE_WAIT_S``);
 - an object-store bucket that does not exist, or credentials the store rejects or that are
-  missing.
+  missing;
+- a full disk or quota, or a read-only filesystem (by the error's number, or its text where a
+  library kept only that: pyarrow's writes, Lance's Rust errors, a Ray task's): retrying a write
+  to a full disk only fills it again and hides the cause.
 
 Matched on the error's type (:class:`PermanentError`) or its text: Ray, pyarrow, Lance and the
 S3 clients raise their own types with the cause only in the message.
@@ -18,6 +21,7 @@ S3 clients raise their own types with the cause only in the message.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -31,10 +35,12 @@ ROOT_SETTINGS = "PRX_LANCE_ROOT / PRX_MDS_ROOT (or the source's location)"
 @dataclass(frozen=True)
 class PermanentCause:
     cause: str
-    setting: str
+    setting: str  # the setting that fixes it; empty where the fix is not a setting
+    remedy: str = ""  # what fixes it, where that is not a setting
 
     def line(self) -> str:
-        return f"{self.cause} (set {self.setting}; not retried)"
+        fix = f"set {self.setting}" if self.setting else self.remedy
+        return f"{self.cause} ({fix}; not retried)"
 
 
 class PermanentError(RuntimeError):
@@ -79,11 +85,33 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         link = link.__cause__ or link.__context__ or (cause if isinstance(cause, BaseException) else None)
 
 
+_FULL_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+_FULL_DISK_MARKERS = (
+    "no space left on device",
+    "disk quota exceeded",
+    "read-only file system",
+    "(os error 28)",
+    "(os error 122)",
+    "(os error 30)",
+)
+_FULL_DISK_REMEDY = "free space on that filesystem, or make it writable, and run again"
+
+
+def _full_disk(link: BaseException) -> bool:
+    if isinstance(link, OSError) and link.errno in _FULL_DISK_ERRNOS:
+        return True
+    return any(marker in str(link).lower() for marker in _FULL_DISK_MARKERS)
+
+
 def permanent_cause(exc: BaseException) -> PermanentCause | None:
-    """What no retry fixes in ``exc`` (or what it was raised from), or None."""
+    """What no retry fixes in ``exc`` (or what it was raised from), or None. A full disk is
+    named by the error that says so (its file included), whatever wraps it."""
     for link in _chain(exc):
         if isinstance(link, PermanentError):
             return link.permanent
+    for link in _chain(exc):
+        if _full_disk(link):
+            return PermanentCause(str(link), "", _FULL_DISK_REMEDY)
     for link in _chain(exc):
         text = str(link).lower()
         for markers, cause in _MARKERS:

@@ -15,7 +15,6 @@ flow (redirects, per-host slots, cancellation) inside one attempt.
 from __future__ import annotations
 
 import email.utils
-import errno
 import math
 import random
 import time
@@ -34,10 +33,8 @@ if TYPE_CHECKING:
 __all__ = [
     "RetryPolicy",
     "Retryable",
-    "is_permanent",
     "is_retryable_error",
     "is_retryable_status",
-    "permanent_cause",
     "retry_after_s",
 ]
 
@@ -53,40 +50,6 @@ def is_retryable_error(exc: BaseException) -> bool:
     import httpx
 
     return isinstance(exc, (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError))
-
-
-# What no retry fixes, from the error's number or, where a library kept only the text (pyarrow's
-# writes, Lance's Rust errors, a Ray task's), from the text: a full disk or quota, a read-only
-# filesystem. Retrying a write to a full disk only fills it again and hides the cause.
-_PERMANENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-_PERMANENT_MARKERS = (
-    "no space left on device",
-    "disk quota exceeded",
-    "read-only file system",
-    "(os error 28)",
-    "(os error 122)",
-    "(os error 30)",
-)
-
-
-def permanent_cause(exc: BaseException) -> BaseException | None:
-    """The error in ``exc``'s chain (itself, its causes and contexts) that no retry can fix, or
-    None: the one to name to the user."""
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        if isinstance(link, OSError) and link.errno in _PERMANENT_ERRNOS:
-            return link
-        if any(marker in str(link).lower() for marker in _PERMANENT_MARKERS):
-            return link
-        link = link.__cause__ or link.__context__
-    return None
-
-
-def is_permanent(exc: BaseException) -> bool:
-    """True when retrying cannot help (a full disk): fail at once, naming ``permanent_cause``."""
-    return permanent_cause(exc) is not None
 
 
 def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:

@@ -8,7 +8,8 @@ chained traceback (the summary then shows the message, not a retry stack with Ru
 tags the run so the run-retry daemon does not re-launch it either. Transient errors (network,
 object-store throttling and 5xx, lost Ray workers, Lance commit conflicts, lock waits) go through
 untouched to the step ``RetryPolicy`` and then the run retries. A full disk, quota or read-only
-filesystem (``core.retry.is_permanent``) is permanent whatever wraps it, and the failure names it.
+filesystem, a refused Ray token, a missing bucket (``core.permanent_errors.permanent_cause``) is
+permanent whatever wraps it, and the failure names it and what fixes it.
 
 An error neither list knows is treated as transient: retrying an unknown failure twice costs a
 few seconds, failing a run for a blip that would have passed costs a user's attention.
@@ -27,8 +28,8 @@ from prx_data.core.locking import LeaseLost, TableLocked
 
 # Two lists of causes no retry fixes: the full disk (core.retry) and a misconfigured cluster,
 # object store or credentials, with the setting to fix (core.permanent_errors).
-from prx_data.core.permanent_errors import permanent_cause as setting_cause
-from prx_data.core.retry import Retryable, is_permanent, is_retryable_error, permanent_cause
+from prx_data.core.permanent_errors import permanent_cause
+from prx_data.core.retry import Retryable, is_retryable_error
 from prx_data.ingest.read.raw_item import SourceUnavailable
 
 # Run tag read by Dagster's run-retry daemon (dagster._core.execution.retries): "false" on a run
@@ -105,7 +106,7 @@ def is_transient(exc: BaseException) -> bool:
     """True when a retry of the step may succeed."""
     if isinstance(exc, dg.Failure):
         return exc.allow_retries
-    if is_permanent(exc) or setting_cause(exc) is not None:
+    if permanent_cause(exc) is not None:
         return False
     for link in _chain(exc):
         if isinstance(link, (Retryable, TableLocked, LeaseLost, ConnectionError, TimeoutError)) or is_retryable_error(link):
@@ -125,7 +126,7 @@ _RUST_LOCATION = re.compile(r",?\s*\S+\.rs:\d+:\d+")
 def readable_message(exc: BaseException) -> str:
     """The error's message without Rust source locations or the quotes KeyError adds; for a
     cause no retry fixes, that cause and the setting to fix, in one line."""
-    cause = setting_cause(exc)
+    cause = permanent_cause(exc)
     if cause is not None:
         return cause.line()
     message = _RUST_LOCATION.sub("", str(exc)).strip().strip('"').strip()
@@ -135,7 +136,7 @@ def readable_message(exc: BaseException) -> str:
 def permanent_failure(exc: BaseException) -> dg.Failure:
     """A Failure that is not retried, whose description is the error's message (the message of
     the cause no retry fixes, e.g. a full disk, where a wrapper hides it)."""
-    message = readable_message(permanent_cause(exc) or exc)
+    message = readable_message(exc)
     return dg.Failure(
         description=message,
         metadata={"error": type(exc).__name__, "retried": "no: a configuration or data error fails the same way again"},
