@@ -28,7 +28,10 @@ from typing import Any
 from prx_data.export.mds_format import FORMAT, VERSION
 from prx_data.export.tree import INDEX_BASENAME, SHARD_KEYS
 
-MDS_COLUMNS = {"image", "caption", "sample_id"}
+MDS_COLUMNS = frozenset({"image", "caption", "sample_id"})  # what the export writes and its stream check reads
+# What the skip-aware loader itself needs of a shard: skip lists index samples, and a run's
+# samples are named by id. Other columns are the trainer's; a missing one fails where it reads.
+SKIP_COLUMNS = frozenset({"sample_id"})
 MAX_INDEX_BYTES = 256 * 1024 * 1024  # ~400k shard entries; a bucket of 100k shards is ~60 MB
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 MAX_SHARD_BYTES = 1 << 32  # MDS offsets are uint32
@@ -85,7 +88,7 @@ def inside(base: str, name: str, where: str, *, resolve: bool) -> str:
     return path
 
 
-def check_entry(info: Any, where: str) -> None:
+def check_entry(info: Any, where: str, columns: frozenset[str] = SKIP_COLUMNS) -> None:
     """One shard entry of an ``index.json``, as streaming would use it (see the module doc)."""
     if not isinstance(info, dict):
         raise IndexCheckError(f"{where} is a {type(info).__name__}, not an object")
@@ -111,7 +114,7 @@ def check_entry(info: Any, where: str) -> None:
     names = info.get("column_names")
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise IndexCheckError(f"{where} has no column_names list")
-    lacking = MDS_COLUMNS - set(names)
+    lacking = columns - set(names)
     if lacking:
         raise IndexCheckError(f"{where} lacks column(s) {sorted(lacking)} (has {names})")
     for key in ("column_encodings", "column_sizes"):
@@ -127,12 +130,13 @@ def check_entry(info: Any, where: str) -> None:
         )
 
 
-def parse_index(raw: bytes, where: str) -> list[dict[str, Any]]:
-    """The checked shard entries of an ``index.json``'s bytes (``where`` names the file)."""
-    return parse_index_object(raw, where)["shards"]
+def parse_index(raw: bytes, where: str, columns: frozenset[str] = SKIP_COLUMNS) -> list[dict[str, Any]]:
+    """The checked shard entries of an ``index.json``'s bytes (``where`` names the file); each
+    shard must hold ``columns``."""
+    return parse_index_object(raw, where, columns)["shards"]
 
 
-def parse_index_object(raw: bytes, where: str) -> dict[str, Any]:
+def parse_index_object(raw: bytes, where: str, columns: frozenset[str] = SKIP_COLUMNS) -> dict[str, Any]:
     """An ``index.json``'s bytes as a checked object (``where`` names the file)."""
     check_size(len(raw), MAX_INDEX_BYTES, where)
     try:
@@ -147,7 +151,7 @@ def parse_index_object(raw: bytes, where: str) -> dict[str, Any]:
     if not isinstance(shards, list) or not shards:
         raise IndexCheckError(f"{where} lists no shards ('shards' is {shards!r:.80})")
     for number, info in enumerate(shards):
-        check_entry(info, f"{where}: shard entry {number}")
+        check_entry(info, f"{where}: shard entry {number}", columns)
     return obj
 
 

@@ -81,7 +81,7 @@ def _index_shards(bucket: Location, bucket_dir: str) -> list[dict[str, Any]]:
         raise ValueError(f"{where} could not be read: {exc}") from exc
     if raw is None:
         raise ValueError(f"{where} does not exist (the bucket is not published)")
-    return parse_index(raw, where)
+    return parse_index(raw, where, MDS_COLUMNS)
 
 
 def _read_samples(bucket: Location, bucket_dir: str, info: Mapping[str, Any], indices: list[int], scratch: str) -> list[dict[str, Any]]:

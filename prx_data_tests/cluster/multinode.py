@@ -114,6 +114,7 @@ class Cluster:
     logs: list[Path] = field(default_factory=list)
     keep: dict[str, str] = field(default_factory=dict)  # code folders under /tmp the nodes still see
     driver_env: dict[str, str] = field(default_factory=dict)  # token auth and loopback for a driver
+    saved_env: dict[str, str | None] = field(default_factory=dict)  # what connect_and_wait replaced
 
     def log_tail(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in self.logs if p.exists())
@@ -137,6 +138,9 @@ class Cluster:
 
         from prx_data.compat.ray_config import refresh_loaded_ray
 
+        # Restored by stop(): the token file goes with the cluster, and a later test in this
+        # process must talk to the session's head with the session's token again.
+        self.saved_env = {name: os.environ.get(name) for name in (*self.driver_env, "RAY_AUTH_TOKEN")}
         os.environ.pop("RAY_AUTH_TOKEN", None)  # would win over the path
         os.environ.update(self.driver_env)
         refresh_loaded_ray()
@@ -154,6 +158,16 @@ class Cluster:
         shutil.rmtree(self.temp, ignore_errors=True)
         if self.driver_env.get("RAY_AUTH_TOKEN_PATH"):
             remove_token(self.driver_env["RAY_AUTH_TOKEN_PATH"])
+        if self.saved_env:
+            from prx_data.compat.ray_config import refresh_loaded_ray
+
+            for name, value in self.saved_env.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            self.saved_env = {}
+            refresh_loaded_ray()
         for mount_point in self.keep.values():  # empty on the host: the binds were the nodes' own
             with contextlib.suppress(OSError):
                 os.rmdir(mount_point)

@@ -51,6 +51,7 @@ def world(storage_root, tmp_path, monkeypatch) -> World:
     for name, value in streaming_env(storage_root.options).items() if storage_root.options else ():
         monkeypatch.setenv(name, value)
     w = _world(tmp_path / "data", storage_root.uri("lance"), storage_root.uri("mds"), storage_root.options)
+    w.cache = tmp_path / "cache"  # type: ignore[attr-defined]  # where _yielded reads a remote root
     return w
 
 

@@ -137,7 +137,7 @@ def test_a_view_excluding_a_source_keeps_every_picture_an_included_source_holds(
     from prx_data.export.tree import view_card_path
 
     card = read_bytes(locate(view_card_path(world.mds_root, "no-beta"), world.options)).decode()
-    assert card.startswith("# Data card: view no-beta") and "## Excluded by skip lists" in card and "| view:source |" in card
+    assert card.startswith("# Data card: view no-beta") and "## Skip lists, by reason" in card and "| view:source |" in card
 
     for left_out, kept in (("alpha", ("beta", "gamma")), ("beta", ("alpha", "gamma"))):
         got = _yielded(world, tmp_path, f"no-{left_out}")
