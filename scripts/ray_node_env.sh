@@ -18,7 +18,12 @@ if [ ! -f "$ENV_DIR/.complete" ]; then
   rm -rf "$ENV_DIR"
   mkdir -p "$(dirname "$ENV_DIR")"
   "$PYTHON" -m venv "$ENV_DIR"
-  "$ENV_DIR/bin/python" -m pip install --quiet -r "$REQ" >&2
+  # uv when it installs (seconds, not minutes, on a cold CI machine), else pip, as base_env.sh.
+  "$ENV_DIR/bin/python" -m pip install --quiet uv >&2 || true
+  if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS=${UV_FIND_LINKS:-$PIP_FIND_LINKS}; fi
+  "$ENV_DIR/bin/python" -m uv pip install --quiet --python "$ENV_DIR/bin/python" -r "$REQ" >&2 \
+    || "$ENV_DIR/bin/python" -m pip install --quiet -r "$REQ" >&2
+  "$ENV_DIR/bin/python" -m pip uninstall --quiet -y uv >&2 || true
   touch "$ENV_DIR/.complete"
   echo "ray_node_env: built in $(( $(date +%s) - started ))s" >&2
 fi
