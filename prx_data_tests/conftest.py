@@ -333,6 +333,10 @@ def _close_streaming_shared_memory():
 # two engines at once took twice as long each).
 SLOW_FILES_FIRST = (
     "models/test_vllm_cpu_engine.py",  # 455-575
+    # Each builds a cached venv first (minutes on a cold CI machine, seconds once cached), so
+    # they run beside the vLLM file rather than after everything else.
+    "test_wheel.py",  # 130-250 warm, single runs under load
+    "deploy/test_ray_node_image_env.py",  # 54 warm
     "curation/test_optout_never_shrinks.py",  # 98-117
     "app/test_local_ray.py",  # 95-107
     "automation/test_ui_browser.py",  # 144-237
