@@ -13,8 +13,8 @@ import pyarrow as pa
 from prx_data.core.schema import COLOUR_COLUMNS
 from prx_data.imaging.colour import COLOUR_VERSION, identify
 from prx_data.imaging.decode import DecodeError, read_header
-from prx_data.stages.column_stage import ColumnStage, StageStats, run_column_stage
-from prx_data.stages.executors import Executor, make_processor
+from prx_data.stages.column_stage import ColumnStage, StageStats
+from prx_data.stages.executors import Executor, run_image_stage
 
 # Follows the image bytes, like the phash; rows read by older code do not exist (null version).
 COLOUR_STAGE = ColumnStage(name="colour", columns=COLOUR_COLUMNS, current={"colour_version": COLOUR_VERSION}, inputs=("image_sha256",))
@@ -51,9 +51,16 @@ def read_colour_spaces(
     local_max_rows: int | None = None,
 ) -> StageStats:
     """Fill ``colour_space`` for every usable row that lacks a current one."""
-    processor = make_processor(
-        colour_rows, executor=executor, chunk_rows=chunk_rows, task_resources=task_resources, local_max_rows=local_max_rows
-    )
-    return run_column_stage(
-        table_uri, COLOUR_STAGE, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="colour_error"
+    return run_image_stage(
+        table_uri,
+        COLOUR_STAGE,
+        colour_rows,
+        error_column="colour_error",
+        executor=executor,
+        chunk_rows=chunk_rows,
+        storage_options=storage_options,
+        progress=progress,
+        run_id=run_id,
+        task_resources=task_resources,
+        local_max_rows=local_max_rows,
     )

@@ -14,7 +14,16 @@ import pyarrow as pa
 
 from prx_data.core.lance_io import storage_options_of
 from prx_data.core.ray_tasks import LOCAL_MAX_ROWS, Executor, bounded, ensure_ray, task_options
-from prx_data.stages.column_stage import Chunked, Processor, address_chunks, read_images, read_rows
+from prx_data.stages.column_stage import (
+    Chunked,
+    ColumnStage,
+    Processor,
+    StageStats,
+    address_chunks,
+    read_images,
+    read_rows,
+    run_column_stage,
+)
 
 __all__ = ["Executor", "make_processor", "resolve_executor"]
 
@@ -82,3 +91,28 @@ def make_processor(
         yield from (on_ray if where == "ray" else local)(ds, todo)
 
     return {"ray": on_ray, "local": local, "auto": auto}[executor]
+
+
+def run_image_stage(
+    table_uri: str,
+    stage: ColumnStage,
+    rows_fn: Callable,
+    *,
+    error_column: str,
+    executor: Executor = "ray",
+    chunk_rows: int = 256,
+    storage_options: dict | None = None,
+    progress=None,
+    run_id: str | None = None,
+    task_resources: dict[str, float] | None = None,
+    local_max_rows: int | None = None,
+) -> StageStats:
+    """``rows_fn`` over the images of the rows ``stage`` finds stale, as Ray tasks or locally
+    (``make_processor``), written back by ``run_column_stage``. ``task_resources``: the custom Ray
+    resources each task asks for (PRX_RAY_TASK_RESOURCES)."""
+    processor = make_processor(
+        rows_fn, executor=executor, chunk_rows=chunk_rows, task_resources=task_resources, local_max_rows=local_max_rows
+    )
+    return run_column_stage(
+        table_uri, stage, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column=error_column
+    )

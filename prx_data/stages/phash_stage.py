@@ -6,8 +6,8 @@ import pyarrow as pa
 
 from prx_data.core.schema import PHASH_COLUMNS
 from prx_data.imaging.phash import PHASH_VERSION, phash_row
-from prx_data.stages.column_stage import ColumnStage, StageStats, run_column_stage
-from prx_data.stages.executors import Executor, make_processor
+from prx_data.stages.column_stage import ColumnStage, StageStats
+from prx_data.stages.executors import Executor, run_image_stage
 
 # A phash follows its image bytes (named by image_sha256); older code replaced the whole row on a
 # new image, so hashes made before the fingerprint existed are adopted, not redone.
@@ -39,9 +39,16 @@ def compute_phashes(
     local_max_rows: int | None = None,
 ) -> StageStats:
     """``task_resources``: custom Ray resources each hashing task asks for (PRX_RAY_TASK_RESOURCES)."""
-    processor = make_processor(
-        hash_rows, executor=executor, chunk_rows=chunk_rows, task_resources=task_resources, local_max_rows=local_max_rows
-    )
-    return run_column_stage(
-        table_uri, PHASH_STAGE, processor, storage_options=storage_options, progress=progress, run_id=run_id, error_column="phash_error"
+    return run_image_stage(
+        table_uri,
+        PHASH_STAGE,
+        hash_rows,
+        error_column="phash_error",
+        executor=executor,
+        chunk_rows=chunk_rows,
+        storage_options=storage_options,
+        progress=progress,
+        run_id=run_id,
+        task_resources=task_resources,
+        local_max_rows=local_max_rows,
     )
